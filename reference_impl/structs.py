@@ -1,0 +1,328 @@
+"""Struct type catalogue: identity, reference resolution, well-formedness and checked size arithmetic.
+
+Everything here is arithmetic over declarations; nothing is allocated in proportion to a declared size,
+so hostile dimensions (2**64 - 1, 2**62 elements) are rejected before any payload is touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reference_impl import dtypes
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import fail
+
+UINT64_MAX = 2**64 - 1
+#: Implementation limit on type nesting, counted through resolved references (clause DECL-DEPTH).
+MAX_DEPTH = 64
+
+_MAP_KEY_TYPES = {dtypes.INT8, dtypes.INT16, dtypes.INT32, dtypes.INT64, dtypes.UINT8, dtypes.UINT16,
+                  dtypes.UINT32, dtypes.UINT64, dtypes.STRING}
+
+
+def checked_mul(a: int, b: int, path: str) -> int:
+    result = a * b
+    if result > UINT64_MAX:
+        raise fail(E.SIZE_OVERFLOW, path, f"{a} * {b} overflows uint64")
+    return result
+
+
+def checked_add(a: int, b: int, path: str) -> int:
+    result = a + b
+    if result > UINT64_MAX:
+        raise fail(E.SIZE_OVERFLOW, path, f"{a} + {b} overflows uint64")
+    return result
+
+
+def struct_kind(st) -> str | None:
+    """The set member of the ``kind`` oneof: array, structure, bit_packing, type_ref, or None."""
+    return st.WhichOneof("kind")
+
+
+@dataclass(frozen=True)
+class NotFixedSize:
+    """Why a type has no fixed physical size (it stays a valid runtime type)."""
+
+    path: str
+    reason: str
+
+
+class Catalogue:
+    """The ``ModelProto.struct_types`` index, validated for identity rules on construction."""
+
+    def __init__(self, struct_types, path: str = "model.struct_types"):
+        self.path = path
+        self.declarations: dict[int, tuple[object, str]] = {}
+        for index, decl in enumerate(struct_types):
+            decl_path = f"{path}[{index}]"
+            if not decl.HasField("type_id"):
+                raise fail(E.TYPE_ID_MISSING, decl_path, "catalogue declarations need a type_id")
+            if decl.type_id == 0:
+                raise fail(E.TYPE_ID_ZERO, f"{decl_path}.type_id", "type_id must be nonzero")
+            kind = struct_kind(decl)
+            if kind is None:
+                raise fail(E.KINDLESS_MISPLACED, decl_path,
+                           "a kind-less StructTypeProto is never a catalogue declaration")
+            if kind == "type_ref":
+                raise fail(E.DECLARATION_NOT_CONCRETE, decl_path,
+                           "a declaration selects array, structure or bit_packing, not type_ref")
+            if decl.type_id in self.declarations:
+                first = self.declarations[decl.type_id][1]
+                raise fail(E.TYPE_ID_DUPLICATE, f"{decl_path}.type_id",
+                           f"type_id {decl.type_id} is already declared at {first}")
+            self.declarations[decl.type_id] = (decl, decl_path)
+        self._size_memo: dict[int, int | NotFixedSize] = {}
+
+    def lookup(self, type_id: int, path: str):
+        """The declaration for ``type_id`` and its path, or TYPE_REF_UNRESOLVED."""
+        found = self.declarations.get(type_id)
+        if found is None:
+            raise fail(E.TYPE_REF_UNRESOLVED, path, f"type_ref {type_id} names no declaration")
+        return found
+
+    def resolve(self, st, path: str):
+        """Follow a ``type_ref`` to its concrete declaration; concrete types resolve to themselves."""
+        if struct_kind(st) == "type_ref":
+            return self.lookup(st.type_ref, f"{path}.type_ref")
+        return st, path
+
+    # ------------------------------------------------------------------ well-formedness
+    def check_all(self) -> None:
+        """Validate every declaration's structure, then reject reference cycles."""
+        for decl, decl_path in self.declarations.values():
+            check_struct(decl, decl_path, self, role="declaration", depth=0)
+        self._check_acyclic()
+
+    def _check_acyclic(self) -> None:
+        edges = {tid: sorted(set(_refs_in_struct(decl))) for tid, (decl, _) in self.declarations.items()}
+        state: dict[int, int] = {}  # 1 = on the stack, 2 = done
+        for root in edges:
+            if state.get(root):
+                continue
+            stack = [(root, iter(edges[root]))]
+            trail = [root]
+            state[root] = 1
+            while stack:
+                node, children = stack[-1]
+                child = next(children, None)
+                if child is None:
+                    state[node] = 2
+                    stack.pop()
+                    trail.pop()
+                    continue
+                if child not in edges:
+                    continue  # unresolved references are reported by check_struct
+                if state.get(child) == 1:
+                    cycle = trail[trail.index(child):] + [child]
+                    raise fail(E.TYPE_REF_CYCLE, self.declarations[child][1],
+                               "reference cycle " + " -> ".join(str(c) for c in cycle))
+                if not state.get(child):
+                    state[child] = 1
+                    trail.append(child)
+                    stack.append((child, iter(edges[child])))
+
+    # ------------------------------------------------------------------ sizes
+    def bit_size(self, st, path: str, depth: int = 0) -> int | NotFixedSize:
+        """Size in bits of one element of a (resolved) struct type, per the spec's size table."""
+        if depth > MAX_DEPTH:
+            raise fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
+        kind = struct_kind(st)
+        if kind == "type_ref":
+            decl, decl_path = self.lookup(st.type_ref, f"{path}.type_ref")
+            memo = self._size_memo.get(st.type_ref)
+            if memo is None:
+                memo = self.bit_size(decl, decl_path, depth + 1)
+                self._size_memo[st.type_ref] = memo
+            return memo
+        if kind is None:
+            return NotFixedSize(path, "a kind-less struct has no fixed layout")
+        if kind == "array":
+            count = st.array.dimension
+            element = type_bit_size(st.array.element_type, f"{path}.array.element_type", self, depth + 1)
+            if isinstance(element, NotFixedSize):
+                return element
+            return checked_mul(count, element, f"{path}.array")
+        if kind == "bit_packing":
+            total = 0
+            for component in st.bit_packing.component:
+                total = checked_add(total, component.bit_width, f"{path}.bit_packing")
+            return checked_mul(st.bit_packing.dimension, total, f"{path}.bit_packing")
+        total = 0
+        for index, field in enumerate(st.structure.field):
+            field_path = f"{path}.structure.field[{index}]"
+            if field.WhichOneof("content") == "constant":
+                continue
+            size = type_bit_size(field.type, f"{field_path}.type", self, depth + 1)
+            if isinstance(size, NotFixedSize):
+                return size
+            total = checked_add(total, size, field_path)
+        return total
+
+
+def _refs_in_type(tp):
+    which = tp.WhichOneof("value")
+    if which == "struct_type":
+        yield from _refs_in_struct(tp.struct_type)
+    elif which == "sequence_type":
+        yield from _refs_in_type(tp.sequence_type.elem_type)
+    elif which == "map_type":
+        yield from _refs_in_type(tp.map_type.value_type)
+    elif which == "optional_type":
+        yield from _refs_in_type(tp.optional_type.elem_type)
+
+
+def _refs_in_struct(st):
+    """Every type_ref ID inside a declaration, without following references (iterative, depth-safe)."""
+    pending = [st]
+    while pending:
+        current = pending.pop()
+        kind = struct_kind(current)
+        if kind == "type_ref":
+            yield current.type_ref
+        elif kind == "array":
+            yield from _refs_in_type(current.array.element_type)
+        elif kind == "structure":
+            for field in current.structure.field:
+                if field.WhichOneof("content") == "type":
+                    yield from _refs_in_type(field.type)
+
+
+def type_bit_size(tp, path: str, catalogue: Catalogue, depth: int = 0) -> int | NotFixedSize:
+    """Size in bits of a TypeProto used as a field or array element; NotFixedSize when dynamic."""
+    if depth > MAX_DEPTH:
+        raise fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        tensor = tp.tensor_type
+        width = dtypes.BIT_WIDTH.get(tensor.elem_type)
+        if width is None:
+            raise fail(E.UNSUPPORTED_LEAF, f"{path}.tensor_type.elem_type",
+                       f"{dtypes.type_name(tensor.elem_type)} is not a fixed-width scalar leaf")
+        if not tensor.HasField("shape"):
+            return NotFixedSize(path, "tensor has no shape")
+        size = width
+        for index, dim in enumerate(tensor.shape.dim):
+            if dim.WhichOneof("value") != "dim_value":
+                return NotFixedSize(f"{path}.tensor_type.shape.dim[{index}]", "dimension is not concrete")
+            size = checked_mul(size, dim.dim_value, f"{path}.tensor_type.shape")
+        return size
+    if which == "struct_type":
+        return catalogue.bit_size(tp.struct_type, f"{path}.struct_type", depth + 1)
+    return NotFixedSize(path, f"{which or 'an unset type'} has no fixed inline size")
+
+
+# ---------------------------------------------------------------------- well-formedness checks
+def check_type(tp, path: str, catalogue: Catalogue, depth: int = 0) -> None:
+    """TypeProto validation: the ONNX rules for each alternative plus struct declarations."""
+    if depth > MAX_DEPTH:
+        raise fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
+    which = tp.WhichOneof("value")
+    if which in ("tensor_type", "sparse_tensor_type"):
+        tensor = getattr(tp, which)
+        if tensor.elem_type not in dtypes.KNOWN_TYPES:
+            raise fail(E.TYPE_INVALID, f"{path}.{which}.elem_type",
+                       f"element type {tensor.elem_type} is not a defined ONNX type")
+        for index, dim in enumerate(tensor.shape.dim):
+            if dim.WhichOneof("value") == "dim_value" and dim.dim_value < 0:
+                raise fail(E.TYPE_INVALID, f"{path}.{which}.shape.dim[{index}]",
+                           f"dimension {dim.dim_value} is negative")
+    elif which == "sequence_type":
+        if not tp.sequence_type.HasField("elem_type"):
+            raise fail(E.TYPE_INVALID, f"{path}.sequence_type", "sequence has no elem_type")
+        check_type(tp.sequence_type.elem_type, f"{path}.sequence_type.elem_type", catalogue, depth + 1)
+    elif which == "map_type":
+        if tp.map_type.key_type not in _MAP_KEY_TYPES:
+            raise fail(E.TYPE_INVALID, f"{path}.map_type.key_type", "map keys are integers or strings")
+        if not tp.map_type.HasField("value_type"):
+            raise fail(E.TYPE_INVALID, f"{path}.map_type", "map has no value_type")
+        check_type(tp.map_type.value_type, f"{path}.map_type.value_type", catalogue, depth + 1)
+    elif which == "optional_type":
+        if not tp.optional_type.HasField("elem_type"):
+            raise fail(E.TYPE_INVALID, f"{path}.optional_type", "optional has no elem_type")
+        check_type(tp.optional_type.elem_type, f"{path}.optional_type.elem_type", catalogue, depth + 1)
+    elif which == "struct_type":
+        check_struct(tp.struct_type, f"{path}.struct_type", catalogue, role="type", depth=depth + 1)
+    elif which is None:
+        raise fail(E.TYPE_INVALID, path, "TypeProto selects no value")
+
+
+def check_struct(st, path: str, catalogue: Catalogue, role: str, depth: int = 0) -> None:
+    """Validate one StructTypeProto in a role: 'declaration' (catalogue), 'type' (inside TypeProto)
+    or 'layout' (EncodedValueProto.struct_type)."""
+    if depth > MAX_DEPTH:
+        raise fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
+    kind = struct_kind(st)
+    if kind == "type_ref":
+        extras = [name for name in ("decoder", "encoder", "name", "doc_string", "type_id")
+                  if st.HasField(name)]
+        if st.metadata_props:
+            extras.append("metadata_props")
+        if extras:
+            raise fail(E.TYPE_REF_EXTRA_FIELDS, path,
+                       f"a type_ref carries only the ID; found {', '.join(extras)}")
+        catalogue.lookup(st.type_ref, f"{path}.type_ref")
+        return
+    if role != "declaration" and st.HasField("type_id"):
+        raise fail(E.INLINE_TYPE_ID, f"{path}.type_id",
+                   "an inline declaration has no type_id and cannot be referenced")
+    if kind is None:
+        if role != "type":
+            raise fail(E.KINDLESS_MISPLACED, path,
+                       "a kind-less StructTypeProto is only an unconstrained category inside TypeProto")
+        return
+    if kind == "array":
+        array = st.array
+        if not array.HasField("element_type"):
+            raise fail(E.ARRAY_ELEMENT_MISSING, f"{path}.array", "array has no element_type")
+        if array.dimension == 0:
+            raise fail(E.DIMENSION_INVALID, f"{path}.array.dimension",
+                       "array length must be an explicit integer > 0")
+        check_type(array.element_type, f"{path}.array.element_type", catalogue, depth + 1)
+    elif kind == "bit_packing":
+        packing = st.bit_packing
+        if not packing.component:
+            raise fail(E.BIT_PACKING_EMPTY, f"{path}.bit_packing", "bit packing has no components")
+        if packing.dimension == 0:
+            raise fail(E.DIMENSION_INVALID, f"{path}.bit_packing.dimension",
+                       "bit-packing count must be an explicit integer > 0")
+        _check_names([c.name for c in packing.component], f"{path}.bit_packing.component")
+        for index, component in enumerate(packing.component):
+            if not 1 <= component.bit_width <= 64:
+                raise fail(E.BIT_WIDTH_INVALID, f"{path}.bit_packing.component[{index}].bit_width",
+                           f"bit width {component.bit_width} is outside 1..64")
+    else:
+        fields = st.structure.field
+        if not fields:
+            raise fail(E.STRUCTURE_EMPTY, f"{path}.structure", "structure has no fields")
+        _check_names([f.name for f in fields], f"{path}.structure.field")
+        for index, field in enumerate(fields):
+            field_path = f"{path}.structure.field[{index}]"
+            content = field.WhichOneof("content")
+            if content is None:
+                raise fail(E.FIELD_CONTENT_MISSING, field_path, "field needs a type or a constant")
+            if content == "type":
+                check_type(field.type, f"{field_path}.type", catalogue, depth + 1)
+            else:
+                check_constant(field.constant, f"{field_path}.constant")
+
+
+def _check_names(names: list[str], path: str) -> None:
+    seen: dict[str, int] = {}
+    for index, name in enumerate(names):
+        if not name:
+            raise fail(E.NAME_EMPTY, f"{path}[{index}].name", "names must be non-empty")
+        if name in seen:
+            raise fail(E.NAME_DUPLICATE, f"{path}[{index}].name",
+                       f"name {name!r} repeats {path}[{seen[name]}]")
+        seen[name] = index
+
+
+def check_constant(tensor, path: str) -> None:
+    """A field constant is an actual tensor value: concrete dims and exactly matching inline data."""
+    from reference_impl.tensors import check_tensor_data
+
+    for index, dim in enumerate(tensor.dims):
+        if dim < 0:
+            raise fail(E.CONSTANT_DIMS_INVALID, f"{path}.dims[{index}]",
+                       f"constant dimension {dim} is not concrete")
+    check_tensor_data(tensor, path)
