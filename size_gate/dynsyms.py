@@ -1,0 +1,218 @@
+"""The defined dynamic symbols of a shared library, with their versions.
+
+The symbol table is located through the section headers (``.dynsym`` and its
+``.gnu.version``/``.gnu.version_d`` companions) when they exist, as ``nm -D``
+and ``readelf --dyn-syms`` do. A library stripped of its section headers is
+read through its dynamic segment instead: ``DT_SYMTAB`` gives the table and the
+``DT_GNU_HASH`` or ``DT_HASH`` hash table gives its length. The table itself is
+decoded with NumPy, because large libraries export tens of thousands of symbols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from elftools.common.utils import struct_parse
+
+from .elfimage import (DT_GNU_HASH, DT_HASH, DT_STRSZ, DT_STRTAB, DT_SYMENT, DT_SYMTAB, DT_VERDEF,
+                       DT_VERDEFNUM, DT_VERSYM, SHN_ABS, SHN_UNDEF, ElfImage, cstring)
+
+VERSYM_HIDDEN = 0x8000
+VERSYM_INDEX = 0x7FFF
+_CHAIN_CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class SymbolTables:
+    """Where the dynamic symbol table and its version tables live in the file."""
+
+    source: str
+    symtab_offset: int
+    count: int
+    entsize: int
+    strtab: bytes
+    versym_offset: int | None
+    verdef_offset: int | None
+    verdef_count: int
+
+
+@dataclass(frozen=True)
+class DefinedSymbols:
+    """Sorted symbol keys (``name``, ``name@@VERSION`` or ``name@VERSION``) and how many are version definitions."""
+
+    keys: tuple[str, ...]
+    version_definitions: int
+    source: str
+
+
+def symbol_dtype(image: ElfImage, entsize: int) -> np.dtype:
+    """The Elf32_Sym / Elf64_Sym record layout, padded to ``entsize`` bytes."""
+    u = image.word_dtype
+    if image.elfclass == 64:
+        fields = [("name", u("u", 4), 0), ("info", u("u", 1), 4), ("other", u("u", 1), 5),
+                  ("shndx", u("u", 2), 6), ("value", u("u", 8), 8), ("size", u("u", 8), 16)]
+    else:
+        fields = [("name", u("u", 4), 0), ("value", u("u", 4), 4), ("size", u("u", 4), 8),
+                  ("info", u("u", 1), 12), ("other", u("u", 1), 13), ("shndx", u("u", 2), 14)]
+    minimum = 24 if image.elfclass == 64 else 16
+    if entsize < minimum:
+        raise image.corrupt(f"dynamic symbol entry size is {entsize}, expected at least {minimum}")
+    names, formats, offsets = zip(*fields)
+    return np.dtype({"names": list(names), "formats": list(formats), "offsets": list(offsets),
+                     "itemsize": entsize})
+
+
+def locate_tables(image: ElfImage, dynamic: Mapping[int, int]) -> SymbolTables | None:
+    """Find the dynamic symbol table: from section headers if present, else from the dynamic segment."""
+    if image.sections:
+        return _from_sections(image)
+    if DT_SYMTAB not in dynamic:
+        return None
+    return _from_dynamic(image, dynamic)
+
+
+def _from_sections(image: ElfImage) -> SymbolTables | None:
+    dynsyms = image.sections_of_type("SHT_DYNSYM")
+    if not dynsyms:
+        return None
+    dynsym = dynsyms[0]
+    if dynsym.entsize == 0:
+        raise image.corrupt(f"section [{dynsym.index}] {dynsym.name} has entry size 0")
+    strsec = image.linked_section(dynsym, "its string table")
+    strtab = image.read(strsec.offset, strsec.size, f"section [{strsec.index}] {strsec.name}")
+    versym = next((s for s in image.sections_of_type("SHT_GNU_versym") if s.link == dynsym.index), None)
+    count = dynsym.size // dynsym.entsize
+    if versym is not None and versym.size < 2 * count:
+        raise image.corrupt(f"section [{versym.index}] {versym.name} has {versym.size // 2} entries "
+                            f"for {count} dynamic symbols")
+    verdefs = image.sections_of_type("SHT_GNU_verdef")
+    return SymbolTables(
+        source="section " + (dynsym.name or "[%d]" % dynsym.index), symtab_offset=dynsym.offset,
+        count=count, entsize=dynsym.entsize, strtab=strtab,
+        versym_offset=versym.offset if versym is not None else None,
+        verdef_offset=verdefs[0].offset if verdefs else None,
+        verdef_count=verdefs[0].info if verdefs else 0)
+
+
+def _from_dynamic(image: ElfImage, dynamic: Mapping[int, int]) -> SymbolTables:
+    entsize = dynamic.get(DT_SYMENT, 24 if image.elfclass == 64 else 16)
+    strsz = dynamic.get(DT_STRSZ)
+    if DT_STRTAB not in dynamic or strsz is None:
+        raise image.corrupt("the dynamic segment has DT_SYMTAB but no DT_STRTAB/DT_STRSZ")
+    stroff = image.vaddr_to_offset(dynamic[DT_STRTAB], strsz, "DT_STRTAB")
+    strtab = image.read(stroff, strsz, "dynamic string table (DT_STRTAB)")
+    if DT_GNU_HASH in dynamic:
+        source, count = "DT_GNU_HASH", _gnu_hash_count(image, dynamic[DT_GNU_HASH])
+    elif DT_HASH in dynamic:
+        source, count = "DT_HASH", _sysv_hash_count(image, dynamic[DT_HASH])
+    else:
+        raise image.corrupt("no section headers and no DT_GNU_HASH or DT_HASH: "
+                            "the number of dynamic symbols cannot be determined")
+    symoff = image.vaddr_to_offset(dynamic[DT_SYMTAB], count * entsize, "DT_SYMTAB")
+    versym = None
+    if DT_VERSYM in dynamic:
+        versym = image.vaddr_to_offset(dynamic[DT_VERSYM], 2 * count, "DT_VERSYM")
+    verdef = None
+    if DT_VERDEF in dynamic:
+        verdef = image.vaddr_to_offset(dynamic[DT_VERDEF], 1, "DT_VERDEF")
+    return SymbolTables(source=source, symtab_offset=symoff, count=count, entsize=entsize,
+                        strtab=strtab, versym_offset=versym, verdef_offset=verdef,
+                        verdef_count=dynamic.get(DT_VERDEFNUM, 0))
+
+
+def _sysv_hash_count(image: ElfImage, addr: int) -> int:
+    """DT_HASH: the chain array has exactly one entry per symbol, so nchain is the symbol count."""
+    offset = image.vaddr_to_offset(addr, 8, "DT_HASH")
+    _nbucket, nchain = image.read_array(offset, 2, image.word_dtype("u", 4), "DT_HASH header")
+    return int(nchain)
+
+
+def _gnu_hash_count(image: ElfImage, addr: int) -> int:
+    """DT_GNU_HASH: one past the highest symbol index reachable from a bucket through its chain."""
+    u32 = image.word_dtype("u", 4)
+    offset = image.vaddr_to_offset(addr, 16, "DT_GNU_HASH")
+    nbuckets, symoffset, bloom_size, _shift = (int(v) for v in image.read_array(
+        offset, 4, u32, "DT_GNU_HASH header"))
+    buckets_at = offset + 16 + bloom_size * (image.elfclass // 8)
+    buckets = image.read_array(buckets_at, nbuckets, u32, "DT_GNU_HASH buckets")
+    highest = int(buckets.max()) if nbuckets else 0
+    if highest < symoffset:
+        return symoffset
+    position = buckets_at + 4 * nbuckets + 4 * (highest - symoffset)
+    index = highest
+    while True:  # walk the last chain to its terminating entry (low bit set)
+        chunk = min(_CHAIN_CHUNK, (image.size - position) // 4)
+        if chunk <= 0:
+            raise image.corrupt("a DT_GNU_HASH chain runs past the end of the file without terminating")
+        words = image.read_array(position, chunk, u32, "DT_GNU_HASH chain")
+        ends = np.flatnonzero(words & 1)
+        if ends.size:
+            return index + int(ends[0]) + 1
+        index += chunk
+        position += 4 * chunk
+
+
+def _version_names(image: ElfImage, tables: SymbolTables) -> dict[int, str]:
+    """Map version index -> name from the version definitions (Elf_Verdef chain)."""
+    names: dict[int, str] = {}
+    if tables.verdef_offset is None:
+        return names
+    verdef, verdaux = image.elf.structs.Elf_Verdef, image.elf.structs.Elf_Verdaux
+    position = tables.verdef_offset
+    for _ in range(min(tables.verdef_count, VERSYM_INDEX)):
+        image.check_extent(position, verdef.sizeof(), "version definition")
+        entry = struct_parse(verdef, image.stream, position)
+        aux_at = position + entry["vd_aux"]
+        image.check_extent(aux_at, verdaux.sizeof(), "version definition auxiliary entry")
+        name = cstring(tables.strtab, struct_parse(verdaux, image.stream, aux_at)["vda_name"])
+        if name is None:
+            raise image.corrupt(f"version definition {entry['vd_ndx']} has a name outside the string table")
+        names[entry["vd_ndx"] & VERSYM_INDEX] = name
+        if entry["vd_next"] == 0:
+            break
+        position += entry["vd_next"]
+    return names
+
+
+def defined_symbols(image: ElfImage, tables: SymbolTables | None) -> DefinedSymbols:
+    """The ``.dynsym`` entries whose section index is not SHN_UNDEF, the null entry excluded.
+
+    A version-definition symbol (an SHN_ABS entry named after the version it
+    defines, e.g. ``GLIBCXX_3.4``) is counted like any other defined symbol, as
+    ``nm -D --defined-only`` lists it; it is keyed by its bare name and also
+    tallied in ``version_definitions``.
+    """
+    if tables is None or tables.count == 0:
+        return DefinedSymbols((), 0, tables.source if tables else "none")
+    dtype = symbol_dtype(image, tables.entsize)
+    table = image.read_array(tables.symtab_offset, tables.count, dtype, "dynamic symbol table")
+    defined = table["shndx"] != SHN_UNDEF
+    defined[0] = False
+    rows = np.flatnonzero(defined)
+    name_offsets = table["name"][rows]
+    if rows.size and int(name_offsets.max()) >= len(tables.strtab):
+        raise image.corrupt("a dynamic symbol's name lies outside its string table")
+    if tables.versym_offset is not None:
+        versym = image.read_array(tables.versym_offset, tables.count, image.word_dtype("u", 2),
+                                  "symbol version table")[rows]
+    else:
+        versym = np.zeros(rows.size, np.uint16)
+    versions = _version_names(image, tables)
+    is_abs = table["shndx"][rows] == SHN_ABS
+    keys, vdefs = [], 0
+    for offset, ver, absolute in zip(name_offsets.tolist(), versym.tolist(), is_abs.tolist()):
+        name = cstring(tables.strtab, offset)
+        if name is None:
+            raise image.corrupt(f"a dynamic symbol name at string offset {offset} is not NUL-terminated")
+        version = versions.get(ver & VERSYM_INDEX) if (ver & VERSYM_INDEX) > 1 else None
+        if version is None:
+            keys.append(name)
+        elif absolute and name == version:
+            keys.append(name)
+            vdefs += 1
+        else:
+            keys.append(f"{name}{'@' if ver & VERSYM_HIDDEN else '@@'}{version}")
+    keys.sort()
+    return DefinedSymbols(tuple(keys), vdefs, tables.source)

@@ -1,0 +1,273 @@
+"""Validated access to the headers and tables of one ELF file.
+
+pyelftools parses the ELF header, program headers, section headers and notes.
+Before anything is read, every offset and length is checked against the file
+size, so a truncated or corrupt file yields a :class:`SizeGateError` naming the
+problem instead of a parser traceback, an unbounded read or a huge allocation.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+from elftools.common.exceptions import ELFError
+from elftools.common.utils import struct_parse
+from elftools.construct.core import ConstructError
+from elftools.elf.elffile import ELFFile
+from elftools.elf.notes import iter_notes
+
+from .errors import SizeGateError
+
+SHF_ALLOC = 0x2
+SHN_UNDEF = 0
+SHN_ABS = 0xFFF1
+SHN_XINDEX = 0xFFFF
+PN_XNUM = 0xFFFF
+
+DT_NULL = 0
+DT_NEEDED = 1
+DT_HASH = 4
+DT_STRTAB = 5
+DT_SYMTAB = 6
+DT_STRSZ = 10
+DT_SYMENT = 11
+DT_SONAME = 14
+DT_GNU_HASH = 0x6FFFFEF5
+DT_VERSYM = 0x6FFFFFF0
+DT_VERDEF = 0x6FFFFFFC
+DT_VERDEFNUM = 0x6FFFFFFD
+
+#: More sections than this in a linked library is treated as corruption (bounds parse time).
+MAX_SECTIONS = 1 << 17
+
+#: Exceptions that pyelftools, construct, struct and numpy raise on malformed data.
+PARSE_ERRORS = (ELFError, ConstructError, struct.error, ValueError, IndexError, KeyError,
+                OverflowError, EOFError, UnicodeDecodeError, TypeError)
+
+_EHDR_SIZE = {1: 52, 2: 64}
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section header, reduced to the fields the metrics need."""
+
+    index: int
+    name: str
+    type: str
+    flags: int
+    offset: int
+    size: int
+    link: int
+    info: int
+    entsize: int
+
+    @property
+    def occupies_file(self) -> bool:
+        return self.type not in ("SHT_NOBITS", "SHT_NULL")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One program header, reduced to the fields the metrics need."""
+
+    type: str
+    offset: int
+    filesz: int
+    vaddr: int
+
+
+class ElfImage:
+    """One ELF shared library whose header tables have been read and bounds-checked."""
+
+    def __init__(self, stream: BinaryIO, path: str) -> None:
+        self.path = path
+        self.stream = stream
+        stream.seek(0, io.SEEK_END)
+        self.size = stream.tell()
+        self._check_ident()
+        try:
+            self.elf = ELFFile(stream)
+        except PARSE_ERRORS as exc:
+            raise self.corrupt(f"the ELF header cannot be parsed ({exc})") from None
+        self.header = self.elf.header
+        self.elfclass = self.elf.elfclass
+        self.little_endian = self.elf.little_endian
+        if self.header["e_type"] != "ET_DYN":
+            raise SizeGateError("not-shared-library", path,
+                                f"ELF type is {self.header['e_type']}, a shared library has ET_DYN")
+        self.sections = self._read_sections()
+        self.segments = self._read_segments()
+
+    # -- errors --------------------------------------------------------------------------------
+    def corrupt(self, message: str) -> SizeGateError:
+        return SizeGateError("corrupt", self.path, message)
+
+    def check_extent(self, offset: int, length: int, what: str) -> None:
+        """Raise ``truncated`` unless ``[offset, offset + length)`` lies inside the file."""
+        if offset < 0 or length < 0:
+            raise self.corrupt(f"{what} has a negative offset or length")
+        if offset + length > self.size:
+            raise SizeGateError(
+                "truncated", self.path,
+                f"{what} (offset {offset:#x}, {length:,} bytes) extends past the end of the file "
+                f"({self.size:,} bytes): the file is truncated or its headers are corrupt")
+
+    # -- raw reads -----------------------------------------------------------------------------
+    def read(self, offset: int, length: int, what: str) -> bytes:
+        self.check_extent(offset, length, what)
+        self.stream.seek(offset)
+        data = self.stream.read(length)
+        if len(data) != length:
+            raise SizeGateError("truncated", self.path, f"{what}: short read at offset {offset:#x}")
+        return data
+
+    def read_array(self, offset: int, count: int, dtype: np.dtype, what: str) -> np.ndarray:
+        """Read ``count`` records of ``dtype`` at ``offset`` as a NumPy array (bounds-checked)."""
+        return np.frombuffer(self.read(offset, count * dtype.itemsize, what), dtype=dtype)
+
+    def word_dtype(self, kind: str, size: int) -> np.dtype:
+        """A NumPy scalar dtype of ``kind`` ('u' or 'i') and ``size`` bytes in the file's byte order."""
+        return np.dtype(("<" if self.little_endian else ">") + kind + str(size))
+
+    # -- header tables -------------------------------------------------------------------------
+    def _check_ident(self) -> None:
+        self.stream.seek(0)
+        ident = self.stream.read(16)
+        if not ident:
+            raise SizeGateError("not-elf", self.path, "the file is empty")
+        if ident[:4] != b"\x7fELF":
+            raise SizeGateError("not-elf", self.path,
+                                f"the file does not start with the ELF magic 7f 45 4c 46 "
+                                f"(found {ident[:4].hex(' ')})")
+        if len(ident) < 6:
+            raise SizeGateError("truncated", self.path,
+                                f"the file ends after {len(ident)} bytes, inside the ELF identification")
+        if ident[4] not in _EHDR_SIZE:
+            raise self.corrupt(f"EI_CLASS is {ident[4]}, expected 1 (32-bit) or 2 (64-bit)")
+        if ident[5] not in (1, 2):
+            raise self.corrupt(f"EI_DATA is {ident[5]}, expected 1 (little-endian) or 2 (big-endian)")
+        need = _EHDR_SIZE[ident[4]]
+        if self.size < need:
+            raise SizeGateError("truncated", self.path,
+                                f"the file has {self.size:,} bytes but its ELF header needs {need}")
+
+    def _table(self, offset: int, count: int, entsize: int, struct_def, what: str) -> list:
+        if count == 0:
+            return []
+        if entsize < struct_def.sizeof():
+            raise self.corrupt(f"{what} entry size is {entsize}, expected at least {struct_def.sizeof()}")
+        self.check_extent(offset, count * entsize, f"{what} ({count:,} entries of {entsize} bytes)")
+        return [struct_parse(struct_def, self.stream, offset + i * entsize) for i in range(count)]
+
+    def _read_sections(self) -> tuple[Section, ...]:
+        hdr = self.header
+        shoff, count, entsize = hdr["e_shoff"], hdr["e_shnum"], hdr["e_shentsize"]
+        if shoff == 0:
+            return ()
+        shdr = self.elf.structs.Elf_Shdr
+        first = self._table(shoff, 1, entsize, shdr, "section header table")[0]
+        if count == 0:  # extended numbering: the real count is in section 0
+            count = first["sh_size"]
+        if count > MAX_SECTIONS:
+            raise self.corrupt(f"the section header table claims {count:,} sections")
+        headers = self._table(shoff, count, entsize, shdr, "section header table")
+        strndx = hdr["e_shstrndx"]
+        if strndx == SHN_XINDEX:
+            strndx = first["sh_link"]
+        names = b""
+        if strndx != SHN_UNDEF:
+            if strndx >= count:
+                raise self.corrupt(f"e_shstrndx {strndx} is not a section index (there are {count})")
+            sh = headers[strndx]
+            names = self.read(sh["sh_offset"], sh["sh_size"], "section name string table")
+        sections = []
+        for index, sh in enumerate(headers):
+            name = cstring(names, sh["sh_name"]) if names else ""
+            if name is None:
+                raise self.corrupt(f"section [{index}] has a name offset {sh['sh_name']} outside "
+                                   f"the section name string table")
+            sec = Section(index, name, str(sh["sh_type"]), sh["sh_flags"], sh["sh_offset"],
+                          sh["sh_size"], sh["sh_link"], sh["sh_info"], sh["sh_entsize"])
+            if sec.occupies_file and index:
+                self.check_extent(sec.offset, sec.size, f"section [{index}] {name}")
+            sections.append(sec)
+        return tuple(sections)
+
+    def _read_segments(self) -> tuple[Segment, ...]:
+        hdr = self.header
+        count = hdr["e_phnum"]
+        if count == PN_XNUM and self.sections:
+            count = self.sections[0].info
+        if hdr["e_phoff"] == 0:
+            count = 0
+        phdrs = self._table(hdr["e_phoff"], count, hdr["e_phentsize"], self.elf.structs.Elf_Phdr,
+                            "program header table")
+        segments = []
+        for index, ph in enumerate(phdrs):
+            seg = Segment(str(ph["p_type"]), ph["p_offset"], ph["p_filesz"], ph["p_vaddr"])
+            if seg.type in ("PT_LOAD", "PT_DYNAMIC", "PT_NOTE"):
+                self.check_extent(seg.offset, seg.filesz, f"program header [{index}] {seg.type}")
+            segments.append(seg)
+        return tuple(segments)
+
+    # -- lookups -------------------------------------------------------------------------------
+    def sections_of_type(self, sh_type: str) -> list[Section]:
+        return [s for s in self.sections if s.type == sh_type]
+
+    def linked_section(self, section: Section, what: str) -> Section:
+        if not 0 < section.link < len(self.sections):
+            raise self.corrupt(f"section [{section.index}] {section.name} links to section "
+                               f"{section.link}, which does not exist ({what})")
+        return self.sections[section.link]
+
+    def vaddr_to_offset(self, addr: int, length: int, what: str) -> int:
+        """The file offset of ``length`` bytes at virtual address ``addr`` inside one PT_LOAD."""
+        for seg in self.segments:
+            if seg.type == "PT_LOAD" and seg.vaddr <= addr and addr + length <= seg.vaddr + seg.filesz:
+                return seg.offset + (addr - seg.vaddr)
+        raise self.corrupt(f"{what} at address {addr:#x} ({length:,} bytes) is not inside the file "
+                           f"data of any loadable segment")
+
+    def dynamic_entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """The dynamic array as (tags, values), up to but excluding the first DT_NULL."""
+        word = self.elfclass // 8
+        dyn = [s for s in self.segments if s.type == "PT_DYNAMIC"]
+        if dyn:
+            offset, size = dyn[0].offset, dyn[0].filesz
+        else:
+            secs = self.sections_of_type("SHT_DYNAMIC")
+            if not secs:
+                return np.zeros(0, np.int64), np.zeros(0, np.uint64)
+            offset, size = secs[0].offset, secs[0].size
+        dtype = np.dtype([("tag", self.word_dtype("i", word)), ("val", self.word_dtype("u", word))])
+        table = self.read_array(offset, size // dtype.itemsize, dtype, "dynamic array")
+        tags = table["tag"].astype(np.int64)
+        vals = table["val"].astype(np.uint64)
+        end = np.flatnonzero(tags == DT_NULL)
+        stop = int(end[0]) if end.size else tags.size
+        return tags[:stop], vals[:stop]
+
+    def build_id(self) -> str | None:
+        """The GNU build ID from the PT_NOTE segments, else from SHT_NOTE sections."""
+        regions = [(s.offset, s.filesz) for s in self.segments if s.type == "PT_NOTE"]
+        if not regions:
+            regions = [(s.offset, s.size) for s in self.sections_of_type("SHT_NOTE")]
+        for offset, size in regions:
+            for note in iter_notes(self.elf, offset, size):
+                if note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU":
+                    return str(note["n_desc"])
+        return None
+
+
+def cstring(table: bytes, offset: int) -> str | None:
+    """The NUL-terminated string at ``offset`` in ``table``, or None if it is out of range or unterminated."""
+    if offset >= len(table):
+        return None
+    end = table.find(b"\0", offset)
+    if end < 0:
+        return None
+    return table[offset:end].decode("utf-8", "backslashreplace")
