@@ -1,0 +1,119 @@
+"""``decode``: the logical NumPy value of an encoded initializer, after full validation.
+
+Validation (layout, payload extent, backing file) always precedes decoding, so no decoder ever sees a
+payload whose bounds were not checked.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from reference_impl import affine, dtypes
+from reference_impl.decoders import DecoderRegistry, default_registry
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import fail
+from reference_impl.payload import open_payload
+from reference_impl.records import MAX_READ_ELEMENTS, compile_layout
+from reference_impl.structs import Catalogue, struct_kind
+from reference_impl.tensors import to_array
+from reference_impl.verifier import logical_tensor_shape, verify_encoded_value, verify_model
+
+_DEFAULT_REGISTRY: DecoderRegistry | None = None
+
+
+def _registry(registry: DecoderRegistry | None) -> DecoderRegistry:
+    global _DEFAULT_REGISTRY
+    if registry is not None:
+        return registry
+    if _DEFAULT_REGISTRY is None:
+        _DEFAULT_REGISTRY = default_registry()
+    return _DEFAULT_REGISTRY
+
+
+def decode(model, name: str, base_dir: str | os.PathLike | None = None,
+           registry: DecoderRegistry | None = None) -> np.ndarray:
+    """Verify ``model`` and decode the root-graph encoded initializer called ``name``."""
+    verified = verify_model(model, base_dir=base_dir)
+    for index, value in enumerate(verified.model.graph.encoded_initializer):
+        if value.name == name:
+            return decode_value(value, verified.catalogue, base_dir, registry,
+                                path=f"model.graph.encoded_initializer[{index}]")
+    raise fail(E.VALUE_NOT_FOUND, "model.graph.encoded_initializer", f"no encoded value named {name!r}")
+
+
+def payload_array(value, catalogue: Catalogue, base_dir=None, path: str = "value") -> np.ndarray:
+    """The validated payload bytes (memory-mapped for external data; the array keeps the mapping)."""
+    info = verify_encoded_value(value, path, catalogue, base_dir)
+    return open_payload(value, info.extent, base_dir, path)
+
+
+def decode_value(value, catalogue: Catalogue, base_dir=None, registry: DecoderRegistry | None = None,
+                 path: str = "value") -> np.ndarray:
+    """Decode one EncodedValueProto against a catalogue; the result has the exact logical type/shape."""
+    info = verify_encoded_value(value, path, catalogue, base_dir)
+    payload = open_payload(value, info.extent, base_dir, path)
+    if value.WhichOneof("layout") == "affine":
+        return _decode_affine(value, payload, info.logical_count, path)
+    st = value.struct_type
+    if struct_kind(st) != "type_ref":
+        raise fail(E.CONSUMER_MISSING, f"{path}.struct_type",
+                   "an inline layout has no registered decoder; use generic field access (read_fields)")
+    layout = compile_layout(st, catalogue, f"{path}.struct_type")
+    decoder = _registry(registry).bind(st.type_ref, layout, f"{path}.struct_type")
+    return _check_logical(value, decoder.decode(layout, payload), path)
+
+
+def read_fields(value, catalogue: Catalogue, base_dir=None, path: str = "value") -> dict[str, np.ndarray]:
+    """Generic field access: every leaf of every record (shape (records, ...)) plus the constants."""
+    payload = payload_array(value, catalogue, base_dir, path)
+    layout = compile_layout(value.struct_type, catalogue, f"{path}.struct_type")
+    fields = {leaf_path: layout.read(payload, leaf_path) for leaf_path in layout.leaves}
+    fields.update({const_path: layout.constant(const_path) for const_path in layout.constants})
+    return fields
+
+
+def _decode_affine(value, payload: np.ndarray, count: int, path: str) -> np.ndarray:
+    layout = value.affine
+    elem_type, shape = logical_tensor_shape(value, path)
+    if count > MAX_READ_ELEMENTS:
+        raise fail(E.RESOURCE_LIMIT, path, f"{count} logical elements exceed the decode limit")
+    bits = count * dtypes.BIT_WIDTH[layout.storage_type]
+    if bits % 8 and payload[-1] >> (bits % 8):
+        raise fail(E.AFFINE_PADDING_NONZERO, path, "unused final high bits must be zero")
+    scale = to_array(layout.scale, f"{path}.affine.scale")
+    zero_point = None
+    if layout.HasField("zero_point"):
+        zero_point = to_array(layout.zero_point, f"{path}.affine.zero_point").astype(np.int64)
+    axis = affine.normalize_axis(layout.axis, len(shape), f"{path}.affine.axis") \
+        if layout.HasField("axis") else None
+    block = layout.block_size if layout.HasField("block_size") else None
+    return affine.dequantize(payload, layout.storage_type, scale, zero_point, axis, block, shape)
+
+
+def _check_logical(value, result: np.ndarray, path: str) -> np.ndarray:
+    """Decoders produce flat element runs; the logical type fixes their exact dtype and shape."""
+    if not value.HasField("logical_type"):
+        return result
+    logical = value.logical_type
+    if logical.WhichOneof("value") != "tensor_type":
+        raise fail(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
+                   "the decoder produced a tensor but logical_type is not a tensor type")
+    tensor = logical.tensor_type
+    expected_dtype = dtypes.NUMPY_DTYPE.get(tensor.elem_type)
+    if expected_dtype is None or result.dtype != expected_dtype:
+        raise fail(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
+                   f"decoder produced {result.dtype}, logical type is {dtypes.type_name(tensor.elem_type)}")
+    if not tensor.HasField("shape"):
+        return result
+    dims = [d.dim_value if d.WhichOneof("value") == "dim_value" else None for d in tensor.shape.dim]
+    if None in dims:
+        if len(dims) == 1:
+            return result
+        raise fail(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
+                   "a multi-dimensional logical shape must be concrete to be decoded")
+    if int(np.prod(dims, dtype=np.int64)) != result.size:
+        raise fail(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
+                   f"decoder produced {result.size} elements, logical shape is {dims}")
+    return result.reshape(dims)

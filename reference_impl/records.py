@@ -1,0 +1,202 @@
+"""Bounds-checked, vectorized record reading for byte-encodable struct layouts.
+
+A resolved struct compiles to a flat list of leaves. Each leaf is a fixed-width scalar type at a bit
+offset inside the record, repeated over a list of (count, stride) dimensions contributed by arrays,
+bit packings and tensor shapes. Reading a leaf over N records is one gather of bit positions
+``record * record_bits + offset + sum(i_k * stride_k)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from reference_impl import dtypes
+from reference_impl.bits import read_bits, unpack_sub_byte, unsigned_to_leaf
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import fail
+from reference_impl.structs import Catalogue, NotFixedSize, struct_kind, type_bit_size
+from reference_impl.tensors import to_array
+
+#: Upper bound on leaves per layout (diamond-shaped catalogues could otherwise expand exponentially).
+MAX_LEAVES = 4096
+#: Upper bound on elements materialized by one read; larger requests fail with RESOURCE_LIMIT.
+MAX_READ_ELEMENTS = 1 << 31
+
+
+@dataclass(frozen=True)
+class Leaf:
+    path: str
+    elem_type: int | None  # None: an unsigned bit-packing component of ``width`` bits
+    width: int
+    offset: int
+    dims: tuple[tuple[int, int], ...]  # (count, stride in bits), outermost first
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(count for count, _ in self.dims)
+
+
+@dataclass
+class RecordLayout:
+    """The physical layout of one record of a resolved, byte-encodable struct type."""
+
+    record_bits: int
+    leaves: dict[str, Leaf] = field(default_factory=dict)
+    constants: dict[str, object] = field(default_factory=dict)  # path -> TensorProto
+
+    @property
+    def record_bytes(self) -> int:
+        return self.record_bits // 8
+
+    def constant(self, path: str) -> np.ndarray:
+        if path not in self.constants:
+            raise fail(E.FIELD_NOT_FOUND, path, "no constant field at this path")
+        return to_array(self.constants[path], path)
+
+    def signature(self) -> tuple:
+        """Structural identity of the layout: leaf paths, types and positions, constant types and shapes."""
+        leaves = tuple((leaf.path, leaf.elem_type, leaf.width, leaf.offset, leaf.dims)
+                       for leaf in self.leaves.values())
+        consts = tuple((path, tensor.data_type, tuple(tensor.dims)) for path, tensor in self.constants.items())
+        return (self.record_bits, leaves, consts)
+
+    def read(self, payload: np.ndarray, path: str) -> np.ndarray:
+        """The leaf at ``path`` for every record: shape (records, *leaf.shape)."""
+        leaf = self.leaves.get(path)
+        if leaf is None:
+            raise fail(E.FIELD_NOT_FOUND, path, f"no field {path!r}; fields are {sorted(self.leaves)}")
+        return read_leaf(payload, self.record_bits, leaf)
+
+
+def compile_layout(st, catalogue: Catalogue, path: str = "layout") -> RecordLayout:
+    """Flatten a byte-encodable struct (already verified) into leaves and constants."""
+    bits = catalogue.bit_size(st, path)
+    if isinstance(bits, NotFixedSize):
+        raise fail(E.NOT_FIXED_SIZE, bits.path, bits.reason)
+    layout = RecordLayout(record_bits=bits)
+    _compile_struct(st, catalogue, "", 0, (), layout, path)
+    return layout
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _add_leaf(layout: RecordLayout, leaf: Leaf, path: str) -> None:
+    if len(layout.leaves) >= MAX_LEAVES:
+        raise fail(E.RESOURCE_LIMIT, path, f"layout has more than {MAX_LEAVES} leaves")
+    layout.leaves[leaf.path] = leaf
+
+
+def _compile_struct(st, catalogue, prefix, offset, dims, layout, path) -> None:
+    st, path = catalogue.resolve(st, path)
+    kind = struct_kind(st)
+    if kind == "array":
+        element_bits = type_bit_size(st.array.element_type, path, catalogue)
+        _compile_type(st.array.element_type, catalogue, prefix, offset,
+                      dims + ((st.array.dimension, element_bits),), layout, f"{path}.array.element_type")
+    elif kind == "bit_packing":
+        stride = sum(c.bit_width for c in st.bit_packing.component)
+        running = 0
+        for component in st.bit_packing.component:
+            _add_leaf(layout, Leaf(_join(prefix, component.name), None, component.bit_width, offset + running,
+                                   dims + ((st.bit_packing.dimension, stride),)), path)
+            running += component.bit_width
+    else:
+        running = 0
+        for index, fld in enumerate(st.structure.field):
+            name = _join(prefix, fld.name)
+            if fld.WhichOneof("content") == "constant":
+                layout.constants[name] = fld.constant
+                continue
+            field_path = f"{path}.structure.field[{index}].type"
+            _compile_type(fld.type, catalogue, name, offset + running, dims, layout, field_path)
+            running += type_bit_size(fld.type, field_path, catalogue)
+
+
+def _compile_type(tp, catalogue, prefix, offset, dims, layout, path) -> None:
+    if tp.WhichOneof("value") == "struct_type":
+        _compile_struct(tp.struct_type, catalogue, prefix, offset, dims, layout, f"{path}.struct_type")
+        return
+    tensor = tp.tensor_type
+    width = dtypes.BIT_WIDTH[tensor.elem_type]
+    shape = [d.dim_value for d in tensor.shape.dim]
+    strides = []
+    stride = width
+    for count in reversed(shape):
+        strides.append(stride)
+        stride *= count
+    tensor_dims = tuple(zip(shape, reversed(strides)))
+    _add_leaf(layout, Leaf(prefix, tensor.elem_type, width, offset, dims + tensor_dims), path)
+
+
+def _leaf_positions(record_count: int, record_bits: int, leaf: Leaf) -> np.ndarray:
+    positions = (np.arange(record_count, dtype=np.uint64) * np.uint64(record_bits) + np.uint64(leaf.offset))
+    for count, stride in leaf.dims:
+        step = np.arange(count, dtype=np.uint64) * np.uint64(stride)
+        positions = positions[..., None] + step
+    return positions
+
+
+def read_leaf(payload: np.ndarray, record_bits: int, leaf: Leaf) -> np.ndarray:
+    record_bytes = record_bits // 8
+    record_count = len(payload) // record_bytes if record_bytes else 0
+    total = record_count * int(np.prod(leaf.shape, dtype=np.int64)) if leaf.shape else record_count
+    if total > MAX_READ_ELEMENTS:
+        raise fail(E.RESOURCE_LIMIT, leaf.path, f"reading {total} elements exceeds the read limit")
+    out_shape = (record_count,) + leaf.shape
+    if total == 0:
+        dtype = dtypes.NUMPY_DTYPE[leaf.elem_type] if leaf.elem_type else np.uint64
+        return np.zeros(out_shape, dtype=dtype)
+    last = (record_count - 1) * record_bits + leaf.offset + sum((c - 1) * s for c, s in leaf.dims) + leaf.width
+    if last > len(payload) * 8:  # every read is bounds-checked
+        raise fail(E.PAYLOAD_PARTIAL_RECORD, leaf.path, "field extends beyond the payload")
+    matrix = payload[: record_count * record_bytes].reshape(record_count, record_bytes)
+    fast = _read_aligned(matrix, leaf)
+    if fast is not None:
+        return fast.reshape(out_shape)
+    raw = read_bits(payload, _leaf_positions(record_count, record_bits, leaf), leaf.width)
+    if leaf.elem_type is None:
+        return raw
+    if leaf.elem_type in (dtypes.COMPLEX64, dtypes.COMPLEX128):
+        raise fail(E.UNSUPPORTED_LEAF, leaf.path, "complex leaves must be byte-aligned")
+    return unsigned_to_leaf(raw, leaf.elem_type)
+
+
+def _read_aligned(matrix: np.ndarray, leaf: Leaf) -> np.ndarray | None:
+    """Strided byte views for byte-aligned leaves, and the nibble/crumb fast path for packed codes."""
+    if leaf.offset % 8 or any(stride % 8 and count > 1 for count, stride in leaf.dims):
+        if leaf.elem_type in (dtypes.INT4, dtypes.UINT4, dtypes.INT2, dtypes.UINT2) and \
+                leaf.offset % 8 == 0 and _is_dense_run(leaf):
+            count = int(np.prod(leaf.shape, dtype=np.int64))
+            nbytes = -(-count * leaf.width // 8)
+            start = leaf.offset // 8
+            block = matrix[:, start:start + nbytes]
+            per_byte = 8 // leaf.width
+            codes = unpack_sub_byte(block.reshape(-1), leaf.width, block.size * per_byte,
+                                    leaf.elem_type in dtypes.SIGNED_INTEGERS)
+            return codes.reshape(len(matrix), -1)[:, :count]
+        return None
+    if leaf.elem_type is None or leaf.width % 8:
+        return None
+    itemsize = leaf.width // 8
+    start = leaf.offset // 8
+    shape = (matrix.shape[0],) + leaf.shape + (itemsize,)
+    strides = (matrix.strides[0],) + tuple(stride // 8 for _, stride in leaf.dims) + (1,)
+    view = np.lib.stride_tricks.as_strided(matrix[:, start:], shape=shape, strides=strides, writeable=False)
+    contiguous = np.ascontiguousarray(view).reshape(-1)
+    if leaf.elem_type == dtypes.BOOL:
+        return contiguous != 0
+    return contiguous.view(dtypes.NUMPY_DTYPE[leaf.elem_type])
+
+
+def _is_dense_run(leaf: Leaf) -> bool:
+    """True when the leaf's elements are consecutive (row-major, stride == width) within a record."""
+    expected = leaf.width
+    for count, stride in reversed(leaf.dims):
+        if count > 1 and stride != expected:
+            return False
+        expected *= count
+    return True

@@ -1,0 +1,408 @@
+"""Runtime values the contract adds to tensors, and the compiled type specs they are checked against.
+
+A ``StructValue`` is a whole structure whose fields keep their own owners (arrays, nested structs,
+encoded values, sequences); an ``EncodedValue`` is a layout header plus a read-only payload buffer.
+Type specs are compiled once from ``TypeProto`` + catalogue so that checking a value at run time never
+touches the model again (clause STATE-RESOLVE-ONCE).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+from onnx import helper as onnx_helper
+
+from reference_impl import dtypes
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import fail
+from reference_impl.structs import MAX_DEPTH, Catalogue, struct_kind
+
+
+# ---------------------------------------------------------------------------------------------- values
+class StructValue(Mapping):
+    """An immutable whole structure: field name -> value. ``type_id`` names its catalogue type, if any.
+
+    Building one stores references to the field values; no payload is copied.
+    """
+
+    __slots__ = ("type_id", "_fields")
+
+    def __init__(self, fields: Mapping[str, Any], type_id: int | None = None):
+        self.type_id = type_id
+        self._fields = MappingProxyType(dict(fields))
+
+    def __getitem__(self, name: str) -> Any:
+        return self._fields[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def replace(self, **updates: Any) -> StructValue:
+        """A new struct sharing every unchanged field's owner."""
+        fields = dict(self._fields)
+        fields.update(updates)
+        return StructValue(fields, self.type_id)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={_short(v)}" for k, v in self._fields.items())
+        return f"StructValue(type_id={self.type_id}, {inner})"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"array({value.dtype}, {value.shape})"
+    return type(value).__name__
+
+
+class EncodedValue:
+    """An encoded value at run time: the layout header (an EncodedValueProto without payload) and a
+    read-only uint8 payload whose owner the array keeps alive.
+
+    ``source`` is the EncodedValueProto it came from, when there is one, so decoding an initializer
+    needs no re-serialization.
+    """
+
+    __slots__ = ("header", "payload", "source", "base_dir")
+
+    def __init__(self, header, payload: np.ndarray, source=None, base_dir: str | None = None):
+        self.header = header
+        self.payload = payload
+        self.source = source
+        self.base_dir = base_dir
+
+    @classmethod
+    def from_proto(cls, proto, base_dir: str | None = None, path: str = "value") -> EncodedValue:
+        """Adopt an EncodedValueProto (explicit load): inline bytes once out of the message, external
+        bytes through a read-only mapping that stays owned by the payload array."""
+        header = type(proto)()
+        header.CopyFrom(proto)
+        header.ClearField("raw_data")
+        if proto.data_location == 1 or proto.external_data:
+            payload = _map_external(proto, base_dir, path)
+        else:
+            payload = np.frombuffer(proto.raw_data, dtype=np.uint8)
+        return cls(header, payload, source=proto, base_dir=base_dir)
+
+    @property
+    def layout(self) -> str | None:
+        return self.header.WhichOneof("layout")
+
+    @property
+    def type_ref(self) -> int | None:
+        if self.layout == "struct_type" and struct_kind(self.header.struct_type) == "type_ref":
+            return self.header.struct_type.type_ref
+        return None
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.payload.nbytes)
+
+    def to_proto(self):
+        """The value as an EncodedValueProto for a decoder. Materializes the payload into the message
+        only for runtime-built values: this is decoding (kernel) cost, never state management."""
+        if self.source is not None:
+            return self.source
+        proto = type(self.header)()
+        proto.CopyFrom(self.header)
+        proto.raw_data = self.payload.tobytes()
+        return proto
+
+    def __repr__(self) -> str:
+        return f"EncodedValue(layout={self.layout}, type_ref={self.type_ref}, bytes={self.nbytes})"
+
+
+def _map_external(proto, base_dir: str | None, path: str) -> np.ndarray:
+    entries = {e.key: e.value for e in proto.external_data}
+    location = entries.get("location")
+    if not location or "length" not in entries:
+        raise fail(E.EXTERNAL_LENGTH_MISSING, path, "external payload needs location and length")
+    if os.path.isabs(location) or ".." in location.replace("\\", "/").split("/"):
+        raise fail(E.EXTERNAL_PATH_INVALID, path, f"location {location!r} escapes the model directory")
+    offset, length = int(entries.get("offset", "0")), int(entries["length"])
+    full = os.path.join(base_dir or ".", location)
+    if not os.path.isfile(full) or os.path.getsize(full) < offset + length:
+        raise fail(E.EXTERNAL_FILE_INVALID, path, f"{location!r} is missing or shorter than the extent")
+    if length == 0:
+        return np.zeros(0, dtype=np.uint8)
+    # The memmap object owns the mapping; every view of it keeps the mapping alive.
+    return np.memmap(full, dtype=np.uint8, mode="r", offset=offset, shape=(length,))
+
+
+class InvocationBorrow:
+    """A buffer valid only for the current invocation (arena scratch, a callee's stack view).
+
+    Kernels may use it internally; it can never become a returned output or retained state
+    (clause PAY-OWNERLESS). The executor and the state reject it instead of copying it.
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+
+# ------------------------------------------------------------------------------------------ type specs
+@dataclass(frozen=True)
+class AnySpec:
+    """No declared type (or an unconstrained category): any value is accepted."""
+
+    structural_only: bool = False  # kind-less struct: only StructValue or EncodedValue
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    elem_type: int
+    dims: tuple | None  # None = unknown rank; entries are ints, symbol strings or None
+
+
+@dataclass(frozen=True)
+class StructSpec:
+    type_id: int | None
+    fields: tuple  # ((name, spec), ...) of non-constant fields in declaration order
+    constants: tuple  # ((name, TensorProto), ...)
+    inline: Any = None  # the inline declaration, for identity of ref-less structs
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    elem: Any
+
+
+@dataclass(frozen=True)
+class OptionalSpec:
+    elem: Any
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    key_type: int
+    value: Any
+
+
+Spec = AnySpec | TensorSpec | StructSpec | SequenceSpec | OptionalSpec | MapSpec
+
+
+def compile_type(tp, catalogue: Catalogue, path: str = "type", depth: int = 0) -> Spec:
+    """Compile a TypeProto (extended) into a spec, following catalogue references."""
+    if depth > MAX_DEPTH:
+        raise fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
+    if tp is None:
+        return AnySpec()
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        tensor = tp.tensor_type
+        dims = None
+        if tensor.HasField("shape"):
+            dims = tuple(_dim(d) for d in tensor.shape.dim)
+        return TensorSpec(tensor.elem_type, dims)
+    if which == "sequence_type":
+        return SequenceSpec(compile_type(tp.sequence_type.elem_type, catalogue, f"{path}.sequence_type",
+                                         depth + 1))
+    if which == "optional_type":
+        return OptionalSpec(compile_type(tp.optional_type.elem_type, catalogue, f"{path}.optional_type",
+                                         depth + 1))
+    if which == "map_type":
+        return MapSpec(tp.map_type.key_type,
+                       compile_type(tp.map_type.value_type, catalogue, f"{path}.map_type", depth + 1))
+    if which == "struct_type":
+        return compile_struct(tp.struct_type, catalogue, f"{path}.struct_type", depth + 1)
+    return AnySpec()
+
+
+def _dim(d):
+    kind = d.WhichOneof("value")
+    if kind == "dim_value":
+        return d.dim_value
+    if kind == "dim_param":
+        return d.dim_param
+    return None
+
+
+def compile_struct(st, catalogue: Catalogue, path: str, depth: int = 0) -> Spec:
+    """A struct type as a spec. Arrays and bit packings are byte-layout kinds: values of them are
+    carried encoded, so their spec only fixes the identity."""
+    if depth > MAX_DEPTH:
+        raise fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
+    kind = struct_kind(st)
+    if kind is None:
+        return AnySpec(structural_only=True)
+    type_id = None
+    inline = st
+    if kind == "type_ref":
+        type_id = st.type_ref
+        st, path = catalogue.lookup(st.type_ref, f"{path}.type_ref")
+        inline = None
+        kind = struct_kind(st)
+    if kind != "structure":
+        return StructSpec(type_id, (), (), inline)
+    fields, constants = [], []
+    for index, field in enumerate(st.structure.field):
+        field_path = f"{path}.structure.field[{index}]"
+        if field.WhichOneof("content") == "constant":
+            constants.append((field.name, field.constant))
+        else:
+            fields.append((field.name, compile_type(field.type, catalogue, f"{field_path}.type", depth + 1)))
+    return StructSpec(type_id, tuple(fields), tuple(constants), inline)
+
+
+def string_path(spec: Spec, path: str) -> str | None:
+    """The path of a string tensor anywhere inside a type (fields, constants, elements), or None."""
+    if isinstance(spec, TensorSpec):
+        return path if spec.elem_type == dtypes.STRING else None
+    if isinstance(spec, (SequenceSpec, OptionalSpec)):
+        return string_path(spec.elem, f"{path}.elem")
+    if isinstance(spec, MapSpec):
+        if spec.key_type == dtypes.STRING:
+            return f"{path}.key"
+        return string_path(spec.value, f"{path}.value")
+    if isinstance(spec, StructSpec):
+        for name, constant in spec.constants:
+            if constant.data_type == dtypes.STRING:
+                return f"{path}.{name}"
+        for name, field in spec.fields:
+            found = string_path(field, f"{path}.{name}")
+            if found:
+                return found
+    return None
+
+
+def incompatibility(a: Spec, b: Spec) -> str | None:
+    """Why two declared types cannot carry the same value across a binding, or None."""
+    if isinstance(a, AnySpec) or isinstance(b, AnySpec):
+        if isinstance(a, AnySpec) and isinstance(b, AnySpec):
+            return None
+        other = b if isinstance(a, AnySpec) else a
+        structural = (a if isinstance(a, AnySpec) else b).structural_only
+        if structural and not isinstance(other, StructSpec):
+            return "a struct category cannot carry a non-struct value"
+        return None
+    if type(a) is not type(b):
+        return f"{_kind(a)} versus {_kind(b)}"
+    if isinstance(a, TensorSpec):
+        if a.elem_type != b.elem_type:
+            return f"element type {dtypes.type_name(a.elem_type)} versus {dtypes.type_name(b.elem_type)}"
+        if a.dims is None or b.dims is None:
+            return None
+        if len(a.dims) != len(b.dims):
+            return f"rank {len(a.dims)} versus {len(b.dims)}"
+        for index, (x, y) in enumerate(zip(a.dims, b.dims)):
+            if isinstance(x, int) and isinstance(y, int) and x != y:
+                return f"dimension {index}: {x} versus {y}"
+        return None
+    if isinstance(a, (SequenceSpec, OptionalSpec)):
+        return incompatibility(a.elem, b.elem)
+    if isinstance(a, MapSpec):
+        if a.key_type != b.key_type:
+            return "map key types differ"
+        return incompatibility(a.value, b.value)
+    if a.type_id is not None or b.type_id is not None:
+        return None if a.type_id == b.type_id else f"struct type {a.type_id} versus {b.type_id}"
+    if [n for n, _ in a.fields] != [n for n, _ in b.fields] or a.constants != b.constants:
+        return "inline structs declare different fields"
+    for (name, x), (_, y) in zip(a.fields, b.fields):
+        reason = incompatibility(x, y)
+        if reason:
+            return f"field {name}: {reason}"
+    return None
+
+
+def _kind(spec: Spec) -> str:
+    return {TensorSpec: "tensor", StructSpec: "struct", SequenceSpec: "sequence",
+            OptionalSpec: "optional", MapSpec: "map"}.get(type(spec), "any")
+
+
+# ------------------------------------------------------------------------------------- value checking
+def _is_string_array(array: np.ndarray) -> bool:
+    return array.dtype.kind in "OUS"
+
+
+_DTYPE_CACHE: dict[int, np.dtype] = {}
+
+
+def numpy_dtype(elem_type: int) -> np.dtype:
+    found = _DTYPE_CACHE.get(elem_type)
+    if found is None:
+        found = np.dtype(onnx_helper.tensor_dtype_to_np_dtype(elem_type))
+        _DTYPE_CACHE[elem_type] = found
+    return found
+
+
+def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOMPATIBLE) -> None:
+    """Validate actual value metadata against a compiled spec (no payload is read or copied)."""
+    if isinstance(spec, AnySpec):
+        if spec.structural_only and not isinstance(value, (StructValue, EncodedValue)):
+            raise fail(code, path, f"expected a struct value, got {type(value).__name__}")
+        return
+    if isinstance(spec, TensorSpec):
+        if not isinstance(value, np.ndarray):
+            raise fail(code, path, f"expected a tensor, got {type(value).__name__}")
+        if spec.elem_type == dtypes.STRING:
+            if not _is_string_array(value):
+                raise fail(code, path, f"expected a string tensor, got {value.dtype}")
+        elif value.dtype.type is not numpy_dtype(spec.elem_type).type:
+            raise fail(code, path, f"element type {value.dtype} is not {dtypes.type_name(spec.elem_type)}")
+        if spec.dims is not None:
+            if value.ndim != len(spec.dims):
+                raise fail(code, path, f"rank {value.ndim} is not the declared {len(spec.dims)}")
+            for index, (want, got) in enumerate(zip(spec.dims, value.shape)):
+                if isinstance(want, int) and want != got:
+                    raise fail(code, path, f"dimension {index} is {got}, declared {want}")
+        return
+    if isinstance(spec, SequenceSpec):
+        if not isinstance(value, list):
+            raise fail(code, path, f"expected a sequence, got {type(value).__name__}")
+        for index, item in enumerate(value):
+            check_value(item, spec.elem, f"{path}[{index}]", code)
+        return
+    if isinstance(spec, OptionalSpec):
+        if value is not None:
+            check_value(value, spec.elem, path, code)
+        return
+    if isinstance(spec, MapSpec):
+        if not isinstance(value, dict):
+            raise fail(code, path, f"expected a map, got {type(value).__name__}")
+        for key, item in value.items():
+            check_value(item, spec.value, f"{path}[{key!r}]", code)
+        return
+    _check_struct_value(value, spec, path, code)
+
+
+def _check_struct_value(value: Any, spec: StructSpec, path: str, code: E) -> None:
+    if isinstance(value, EncodedValue):
+        if spec.type_id is not None and value.type_ref != spec.type_id:
+            raise fail(code, path, f"encoded layout {value.type_ref} is not struct type {spec.type_id}")
+        if spec.type_id is None and value.header.struct_type != spec.inline:
+            raise fail(code, path, "encoded layout differs from the inline struct declaration")
+        return
+    if not isinstance(value, StructValue):
+        raise fail(code, path, f"expected a struct value, got {type(value).__name__}")
+    if spec.type_id is not None and value.type_id != spec.type_id:
+        raise fail(code, path, f"struct type {value.type_id} is not the declared {spec.type_id}")
+    names = [name for name, _ in spec.fields]
+    if set(value) != set(names):
+        raise fail(code, path, f"fields {sorted(value)} are not the declared {sorted(names)}")
+    for name, field_spec in spec.fields:
+        check_value(value[name], field_spec, f"{path}.{name}", code)
+
+
+def leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """Every payload-carrying leaf (arrays, encoded values, borrows) inside a value, with its path."""
+    if isinstance(value, StructValue):
+        for name, item in value.items():
+            yield from leaves(item, f"{path}.{name}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from leaves(item, f"{path}[{index}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from leaves(item, f"{path}[{key!r}]")
+    elif value is not None:
+        yield path, value
