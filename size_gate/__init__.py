@@ -1,0 +1,19 @@
+"""Binary-size gate for the proto library: ELF metrics, TOML budgets, baseline/candidate deltas.
+
+``measure_path`` measures a library file, a directory or a wheel; ``load_budget``
+reads a budget; ``evaluate`` judges metrics against a budget stage; ``compare``
+diffs two measurements. All input problems raise :class:`SizeGateError`.
+"""
+
+from .budget import Budget, Stage, load_budget, needed_allowed, parse_size, soname_family
+from .compare import Comparison, compare
+from .errors import ERROR_CODES, SizeGateError
+from .gate import Finding, delta_findings, evaluate, passed
+from .metrics import METRICS, LibraryMetrics, measure_elf
+from .sources import measure_path
+
+__all__ = [
+    "Budget", "Comparison", "ERROR_CODES", "Finding", "LibraryMetrics", "METRICS", "SizeGateError", "Stage",
+    "compare", "delta_findings", "evaluate", "load_budget", "measure_elf", "measure_path", "needed_allowed",
+    "parse_size", "passed", "soname_family",
+]

@@ -1,0 +1,120 @@
+"""Command line: ``python -m size_gate {measure,check,compare}``.
+
+Exit status: 0 success or within budget, 1 over budget, 2 unusable input
+(every :class:`SizeGateError`, printed as one line naming the file and problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from . import render
+from .budget import DEFAULT_BUDGET, load_budget
+from .compare import compare
+from .errors import SizeGateError
+from .gate import delta_findings, evaluate, passed
+from .sources import measure_path
+
+EXIT_OK, EXIT_OVER, EXIT_UNUSABLE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m size_gate",
+        description="Measure ELF shared libraries and gate them against a TOML size budget.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser, budget_help: str) -> None:
+        p.add_argument("--budget", type=Path, default=None,
+                       help=f"{budget_help} (default: {DEFAULT_BUDGET.name} shipped with size_gate)")
+        p.add_argument("--pattern", default=None,
+                       help="file-name pattern selecting the library inside a directory or wheel "
+                            "(default: the budget's [library] pattern)")
+
+    m = sub.add_parser("measure", help="print the metrics of one or more libraries")
+    m.add_argument("paths", nargs="+", metavar="PATH", help="library file, directory or wheel")
+    common(m, "budget file supplying the default --pattern")
+    m.add_argument("--json", action="store_true", help="print JSON (always includes the symbol list)")
+    m.add_argument("--symbols", action="store_true", help="also list the defined dynamic symbols")
+
+    c = sub.add_parser("check", help="exit 0 within budget, 1 over it, 2 on unusable input")
+    c.add_argument("path", metavar="PATH", help="library file, directory or wheel")
+    common(c, "budget file")
+    c.add_argument("--stage", default=None, help="budget stage to enforce (default: the budget's [gate] stage)")
+    c.add_argument("--json", action="store_true", help="print the findings as JSON")
+
+    d = sub.add_parser("compare", help="baseline and candidate side by side (Markdown or JSON)")
+    d.add_argument("baseline", metavar="BASELINE")
+    d.add_argument("candidate", metavar="CANDIDATE")
+    common(d, "budget file; when given, the candidate is also gated (exit 1 when over)")
+    d.add_argument("--stage", default=None, help="budget stage to enforce")
+    d.add_argument("--format", choices=("markdown", "json"), default="markdown", help="stdout format")
+    d.add_argument("--markdown-out", type=Path, default=None, help="also write the Markdown report here")
+    d.add_argument("--json-out", type=Path, default=None, help="also write the JSON report here")
+    return parser
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise SizeGateError("io-error", path, exc.strerror or str(exc)) from None
+
+
+def _pattern(args: argparse.Namespace, budget) -> str:
+    return args.pattern or budget.pattern
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "measure":
+        budget = load_budget(args.budget)
+        results = [measure_path(p, _pattern(args, budget)) for p in args.paths]
+        if args.json:
+            data = [r.to_json() for r in results]
+            print(render.dumps(data[0] if len(data) == 1 else data), end="")
+        else:
+            print("\n\n".join(render.measure_text(r, args.symbols) for r in results))
+        return EXIT_OK
+
+    budget = load_budget(args.budget)
+    stage = budget.stage(args.stage)
+    if args.command == "check":
+        metrics = measure_path(args.path, _pattern(args, budget))
+        findings = evaluate(metrics, budget, stage)
+        if args.json:
+            print(render.dumps(render.check_json(metrics, budget, stage, findings)), end="")
+        else:
+            print(render.check_text(metrics, budget, stage, findings))
+        return EXIT_OK if passed(findings) else EXIT_OVER
+
+    baseline = measure_path(args.baseline, _pattern(args, budget))
+    candidate = measure_path(args.candidate, _pattern(args, budget))
+    cmp = compare(baseline, candidate)
+    gated = args.budget is not None or args.stage is not None
+    findings = evaluate(candidate, budget, stage) + delta_findings(baseline, candidate, stage) if gated else None
+    shown_stage = stage if gated else None
+    markdown = render.compare_markdown(cmp, shown_stage, findings)
+    as_json = render.dumps(render.compare_json(cmp, shown_stage, findings))
+    if args.markdown_out:
+        _write(args.markdown_out, markdown)
+    if args.json_out:
+        _write(args.json_out, as_json)
+    print(markdown if args.format == "markdown" else as_json, end="")
+    return EXIT_OK if findings is None or passed(findings) else EXIT_OVER
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return run(args)
+    except SizeGateError as exc:
+        print(f"size_gate: error {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    except BrokenPipeError:  # e.g. piped into `head`
+        return EXIT_OK
+
+
+__all__ = ["main", "run", "EXIT_OK", "EXIT_OVER", "EXIT_UNUSABLE"]

@@ -1,0 +1,167 @@
+"""Human and machine renderings: terminal tables, Markdown for CI job summaries, JSON for dashboards."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .budget import Budget, Stage
+from .compare import Comparison
+from .gate import FAIL, PASS, REPORT, Finding, passed
+from .metrics import METRICS, LibraryMetrics
+
+#: At most this many symbols per list in Markdown; the JSON report always lists all.
+MARKDOWN_SYMBOL_LIMIT = 500
+_MARK = {PASS: "✅ pass", FAIL: "❌ FAIL", REPORT: "report only"}
+
+
+def num(value: int | None) -> str:
+    return "n/a" if value is None else f"{value:,}"
+
+
+def signed(value: int | None) -> str:
+    return "n/a" if value is None else f"{value:+,}"
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.2f}%"
+
+
+def _unmeasured(metrics: LibraryMetrics) -> str:
+    return "n/a (no section headers)" if not metrics.section_headers else "n/a"
+
+
+def _table(rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                             for i, (c, w) in enumerate(zip(r, widths))).rstrip() for r in rows]
+
+
+# -- measure ---------------------------------------------------------------------------------------
+def measure_text(metrics: LibraryMetrics, with_symbols: bool = False) -> str:
+    rows = []
+    values = {k: metrics.value(k) for k in METRICS}
+    width = max(len(num(v)) for v in values.values() if v is not None)
+    for key, (label, _d) in METRICS.items():
+        value = values[key]
+        if value is None and key in ("wheel_bytes", "compressed_bytes"):
+            continue
+        rows.append([label, num(value).rjust(width) if value is not None else _unmeasured(metrics)])
+    rows += [["DT_NEEDED", ", ".join(metrics.needed) or "(none)"],
+             ["SONAME", metrics.soname or "(none)"],
+             ["Build ID", metrics.build_id or "(none)"],
+             ["Symbols read from", metrics.symbol_source]]
+    lines = [metrics.path] + _table(rows, right=set())
+    if with_symbols:
+        lines += ["  Defined dynamic symbols:"] + [f"    {s}" for s in metrics.symbols]
+    return "\n".join(lines)
+
+
+# -- check -----------------------------------------------------------------------------------------
+def check_text(metrics: LibraryMetrics, budget: Budget, stage: Stage, findings: list[Finding]) -> str:
+    head = [f"{metrics.path}",
+            f"  budget {budget.path}, stage {stage.name}" + (f" ({stage.description})" if stage.description
+                                                            else "")]
+    rows = [["Check", "Actual", "Limit", "Headroom", f"vs {budget.baseline_name} baseline", "Status"]]
+    for f in findings:
+        if f.check in ("limit", "ceiling", "report") and isinstance(f.actual, int):
+            base = budget.baseline.get(f.metric) if f.check != "ceiling" else None
+            versus = "" if base is None else f"{f.actual - base:+,} ({100 * (f.actual - base) / base:+.2f}%)"
+            headroom = "" if f.limit is None else f"{f.limit - f.actual:,}"
+            limit = "" if f.limit is None else num(f.limit)
+            rows.append([f.label, num(f.actual), limit, headroom, versus, _MARK[f.status]])
+        elif f.check == "ceiling":
+            rows.append([f.label, "n/a", num(f.limit), "", "", _MARK[f.status]])
+        elif f.check == "dt_needed":
+            rows.append([f"DT_NEEDED {f.actual}", "", "", "", "", _MARK[f.status]])
+    lines = head + _table(rows, right={1, 2, 3})
+    problems = [f for f in findings if f.status == FAIL]
+    notes = [f for f in findings if f.check == "ceiling" and f.status == REPORT]
+    lines += [f"  note: {f.message}" for f in notes]
+    if problems:
+        lines.append(f"FAIL: {len(problems)} problem(s) over budget")
+        lines += [f"  - {f.message}" for f in problems]
+    else:
+        lines.append(f"PASS: within the {stage.name} budget")
+    return "\n".join(lines)
+
+
+def check_json(metrics: LibraryMetrics, budget: Budget, stage: Stage, findings: list[Finding]) -> dict:
+    return {"schema": "size_gate.check/1", "budget": budget.path, "stage": stage.name,
+            "passed": passed(findings), "library": metrics.to_json(with_symbols=False),
+            "findings": [f.to_json() for f in findings]}
+
+
+# -- compare ---------------------------------------------------------------------------------------
+def _fence(lines: list[str]) -> list[str]:
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence, *lines, fence]
+
+
+def _symbol_block(title: str, names: tuple[str, ...]) -> list[str]:
+    if not names:
+        return []
+    shown = list(names[:MARKDOWN_SYMBOL_LIMIT])
+    if len(names) > len(shown):
+        shown.append(f"... and {len(names) - len(shown):,} more (see the JSON report)")
+    return ["<details>", f"<summary>{title} ({len(names):,})</summary>", "", *_fence(shown), "", "</details>", ""]
+
+
+def compare_markdown(cmp: Comparison, stage: Stage | None, findings: list[Finding] | None) -> str:
+    name = cmp.candidate.soname or cmp.candidate.path.rsplit("/", 1)[-1]
+    out = [f"### Binary size: `{name}`", "",
+           f"Baseline `{cmp.baseline.path}` vs candidate `{cmp.candidate.path}`", ""]
+    limits = stage.limits if stage else {}
+    status = {f.metric: f.status for f in findings or [] if f.check == "limit"}
+    header = "| Metric | Baseline | Candidate | Δ | Δ % |"
+    if stage:
+        header += f" Limit ({stage.name}) | Status |"
+    out += [header, "|---|---:|---:|---:|---:|" + ("---:|:---|" if stage else "")]
+    for row in cmp.rows:
+        line = (f"| {row.label} | {num(row.baseline)} | {num(row.candidate)} | {signed(row.delta)} | "
+                f"{pct(row.percent)} |")
+        if stage:
+            line += (f" {num(limits[row.metric])} | {_MARK[status[row.metric]]} |" if row.metric in limits
+                     else " | report only |")
+        out.append(line)
+    out.append("")
+    if findings is not None:
+        problems = [f for f in findings if f.status == FAIL]
+        verdict = "✅ within budget" if not problems else f"❌ {len(problems)} problem(s)"
+        out += [f"**Gate (stage {stage.name}):** {verdict}", ""]
+        out += [f"- {f.message}" for f in problems]
+        out += [f"- {f.message}" for f in findings if f.check in ("allowance", "ceiling") and f.status == REPORT]
+        out.append("")
+    out += [f"**Defined dynamic symbols:** {len(cmp.symbols_added):,} added, "
+            f"{len(cmp.symbols_removed):,} removed", ""]
+    out += _symbol_block("Added symbols", cmp.symbols_added)
+    out += _symbol_block("Removed symbols", cmp.symbols_removed)
+    if cmp.needed_added or cmp.needed_removed:
+        out.append("**DT_NEEDED:** " + "; ".join(
+            part for part in (
+                "added " + ", ".join(f"`{n}`" for n in cmp.needed_added) if cmp.needed_added else "",
+                "removed " + ", ".join(f"`{n}`" for n in cmp.needed_removed) if cmp.needed_removed else "")
+            if part))
+    else:
+        out.append("**DT_NEEDED:** unchanged (" + (", ".join(f"`{n}`" for n in cmp.candidate.needed)
+                                                   or "none") + ")")
+    return "\n".join(out) + "\n"
+
+
+def compare_json(cmp: Comparison, stage: Stage | None, findings: list[Finding] | None) -> dict[str, Any]:
+    return {
+        "schema": "size_gate.compare/1",
+        "baseline": cmp.baseline.to_json(with_symbols=False),
+        "candidate": cmp.candidate.to_json(with_symbols=False),
+        "metrics": [row.to_json() for row in cmp.rows],
+        "symbols": {"added": list(cmp.symbols_added), "removed": list(cmp.symbols_removed)},
+        "needed": {"added": list(cmp.needed_added), "removed": list(cmp.needed_removed)},
+        "gate": None if findings is None else {
+            "stage": stage.name, "passed": passed(findings), "findings": [f.to_json() for f in findings]},
+    }
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False) + "\n"

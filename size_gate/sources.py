@@ -1,0 +1,108 @@
+"""Turn a command-line PATH into one measured library.
+
+PATH may be the library file itself, a directory searched recursively for the
+library by a file-name pattern, or a wheel whose members are searched the same
+way (the wheel's size and the member's compressed size are recorded too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import io
+import os
+import zipfile
+import zlib
+from pathlib import Path
+
+from .errors import SizeGateError
+from .metrics import LibraryMetrics, measure_elf
+
+#: Wheel members larger than this are refused rather than decompressed into memory.
+MAX_WHEEL_MEMBER = 1 << 30
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def measure_path(path: str | os.PathLike[str], pattern: str) -> LibraryMetrics:
+    """Measure the library at ``path`` (file, directory or wheel); ``pattern`` selects it by file name."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise SizeGateError("not-found", p, "no such file or directory") from None
+    except OSError as exc:
+        raise SizeGateError("unreadable", p, exc.strerror or str(exc)) from None
+    if p.is_dir():
+        return _measure_file(_find_in_directory(p, pattern))
+    if not p.is_file():
+        raise SizeGateError("unreadable", p, "not a regular file, directory or wheel")
+    if p.suffix == ".whl" or _starts_with(p, _ZIP_MAGIC):
+        return _measure_wheel(p, pattern, st.st_size)
+    return _measure_file(p)
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(magic)) == magic
+    except OSError as exc:
+        raise SizeGateError("unreadable", path, exc.strerror or str(exc)) from None
+
+
+def _measure_file(path: Path) -> LibraryMetrics:
+    try:
+        with open(path, "rb") as f:
+            return measure_elf(f, str(path))
+    except OSError as exc:
+        raise SizeGateError("unreadable", path, exc.strerror or str(exc)) from None
+
+
+def _one_match(where: Path, pattern: str, matches: list[str], searched: int) -> str:
+    if not matches:
+        raise SizeGateError("no-match", where,
+                            f"no file name matches {pattern!r} ({searched:,} files searched); "
+                            f"pass the library itself or a different --pattern")
+    if len(matches) > 1:
+        shown = ", ".join(matches[:10]) + (", ..." if len(matches) > 10 else "")
+        raise SizeGateError("ambiguous", where,
+                            f"{len(matches)} files match {pattern!r}: {shown}; "
+                            f"pass one of them or a narrower --pattern")
+    return matches[0]
+
+
+def _find_in_directory(root: Path, pattern: str) -> Path:
+    """The single regular file under ``root`` whose name matches ``pattern`` (symlinks to it count once)."""
+    found: dict[str, str] = {}
+    searched = 0
+    for dirpath, dirnames, filenames in os.walk(root, onerror=None):
+        dirnames.sort()
+        for name in sorted(filenames):
+            searched += 1
+            full = os.path.join(dirpath, name)
+            if fnmatch.fnmatchcase(name, pattern) and os.path.isfile(full):
+                found.setdefault(os.path.realpath(full), full)
+    return Path(_one_match(root, pattern, sorted(found.values()), searched))
+
+
+def _measure_wheel(path: Path, pattern: str, wheel_bytes: int) -> LibraryMetrics:
+    try:
+        with zipfile.ZipFile(path) as wheel:
+            members = [i for i in wheel.infolist() if not i.is_dir()]
+            name = _one_match(path, pattern, sorted(i.filename for i in members
+                                                    if fnmatch.fnmatchcase(i.filename.rsplit("/", 1)[-1],
+                                                                           pattern)), len(members))
+            info = wheel.getinfo(name)
+            if info.file_size > MAX_WHEEL_MEMBER:
+                raise SizeGateError("bad-wheel", path, f"member {name} claims {info.file_size:,} bytes, "
+                                    f"more than the {MAX_WHEEL_MEMBER:,} this tool will unpack")
+            with wheel.open(info) as member:
+                data = member.read()
+    except SizeGateError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError) as exc:
+        raise SizeGateError("bad-wheel", path, f"not a readable wheel (zip) archive: {exc}") from None
+    except OSError as exc:
+        raise SizeGateError("unreadable", path, exc.strerror or str(exc)) from None
+    metrics = measure_elf(io.BytesIO(data), f"{path}!{name}")
+    return dataclasses.replace(metrics, wheel_bytes=wheel_bytes, compressed_bytes=info.compress_size,
+                               wheel_member=name)
