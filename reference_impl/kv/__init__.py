@@ -1,0 +1,1 @@
+"""KV-cache reference kernels: Attention, contiguous and paged (quantized) caches."""
