@@ -1,0 +1,237 @@
+"""Compiled graphs: one step per node, values passed between steps by reference.
+
+Standard operators run through onnx's reference implementations; function calls and ``If`` run their
+bodies as nested programs over the same values, so payloads cross those boundaries without copies
+(clause ZC-TRANSPORT). A struct or encoded value reaching a tensor operator fails with CONSUMER_MISSING
+(clauses GRAPH-STRUCT-IO, ENC-NO-IMPLICIT-TENSOR).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.op_run import OpRun
+
+from reference_impl.errors import ContractError
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import fail
+from reference_impl.executor.kernels import LOCAL_DOMAIN, LOCAL_KERNELS, TRANSPORT, Kernel, attribute_values
+from reference_impl.executor.kernels import convert_attribute
+from reference_impl.values import EncodedValue, InvocationBorrow, StructValue
+
+
+class CancelToken:
+    """Cooperative cancellation: the executor checks it between nodes."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+@dataclass
+class RunContext:
+    """Per-invocation context handed to kernels."""
+
+    session: Any
+    cancel: CancelToken | None = None
+    linked: Mapping[str, Any] = field(default_factory=dict)
+    path: str = "graph"
+
+    def check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.cancelled:
+            raise fail(E.STATE_CANCELLED, self.path, "execution was cancelled")
+
+
+@dataclass(frozen=True)
+class Step:
+    kernel: Kernel
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    path: str
+    op: str
+
+
+def _no_log(*_args) -> None:
+    return None
+
+
+class Program:
+    """A compiled graph or function body."""
+
+    def __init__(self, nodes, input_names: Sequence[str], output_names: Sequence[str],
+                 constants: Mapping[str, Any], session, opsets: Mapping[str, int], path: str):
+        self.input_names = tuple(input_names)
+        self.output_names = tuple(output_names)
+        self.constants = dict(constants)
+        self.path = path
+        self.steps = [compile_node(node, session, opsets, f"{path}.node[{i}]") for i, node in enumerate(nodes)]
+
+    def run(self, feeds: Mapping[str, Any], ctx: RunContext, outer: Mapping[str, Any] | None = None) -> list:
+        values: dict[str, Any] = dict(outer) if outer is not None else {}
+        values.update(self.constants)
+        values.update(feeds)
+        values[""] = None
+        for step in self.steps:
+            ctx.check_cancel()
+            try:
+                args = [values[name] for name in step.inputs]
+            except KeyError as err:
+                raise fail(E.EXECUTION_FAILED, step.path, f"{step.op}: input {err.args[0]!r} has no value") from None
+            ctx.path = step.path
+            try:
+                results = step.kernel(args, ctx, values)
+            except ContractError:
+                raise
+            except Exception as err:  # an operator failed: classify it, keep the cause
+                raise fail(E.EXECUTION_FAILED, step.path, f"{step.op}: {type(err).__name__}: {err}") from err
+            if len(results) < len(step.outputs):
+                raise fail(E.EXECUTION_FAILED, step.path, f"{step.op} produced {len(results)} outputs")
+            for name, value in zip(step.outputs, results):
+                if name:
+                    values[name] = value
+        ctx.check_cancel()
+        try:
+            return [values[name] for name in self.output_names]
+        except KeyError as err:
+            raise fail(E.EXECUTION_FAILED, self.path, f"output {err.args[0]!r} was never produced") from None
+
+
+def compile_node(node, session, opsets: Mapping[str, int], path: str) -> Step:
+    label = f"{node.domain + '.' if node.domain else ''}{node.op_type}"
+    kernel = _kernel_for(node, session, opsets, path)
+    return Step(kernel, tuple(node.input), tuple(node.output), path, label)
+
+
+def _plain(kernel: Kernel) -> Kernel:
+    return lambda args, ctx, values: kernel(args, ctx)
+
+
+def _kernel_for(node, session, opsets: Mapping[str, int], path: str) -> Kernel:
+    key = (node.domain, node.op_type)
+    if key in session.kernels:
+        return _custom(session.kernels[key], node)
+    if node.domain == LOCAL_DOMAIN:
+        factory = LOCAL_KERNELS.get(node.op_type)
+        if factory is None:
+            raise fail(E.OPERATOR_UNSUPPORTED, path, f"{LOCAL_DOMAIN}.{node.op_type} is not a known consumer")
+        return _plain(factory(node, session))
+    if key in session.functions:
+        return _function_call(node, session, session.functions[key], path)
+    if node.domain in ("", "ai.onnx"):
+        if node.op_type == "If":
+            return _if(node, session, opsets, path)
+        if node.op_type in TRANSPORT:
+            return _plain(TRANSPORT[node.op_type])
+    return _standard(node, opsets, path)
+
+
+def _custom(fn, node) -> Kernel:
+    attrs = attribute_values(node)
+    return lambda args, ctx, values: fn(args, attrs, ctx)
+
+
+def _standard(node, opsets: Mapping[str, int], path: str) -> Kernel:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    version = opsets.get(domain, opsets.get("ai.onnx"))
+    try:
+        if domain == "":
+            from onnx.reference.ops import load_op
+
+            cls = load_op("", node.op_type, version, evaluator_cls=ReferenceEvaluator)
+        elif domain == "ai.onnx.ml":
+            from onnx.reference.ops.aionnxml import load_op as load_ml
+
+            cls = load_ml(domain, node.op_type, version)
+        else:
+            raise NotImplementedError(f"domain {domain!r} has no reference implementation")
+        run_params = {"log": _no_log, "opsets": dict(opsets), "verbose": 0, "new_ops": {},
+                      "existing_functions": {}, "evaluator_cls": ReferenceEvaluator}
+        op: OpRun = cls(node, run_params)
+    except ContractError:
+        raise
+    except Exception as err:
+        raise fail(E.OPERATOR_UNSUPPORTED, path, f"{node.domain}.{node.op_type}: {err}") from err
+    needs_context = op.need_context()
+    linked = op.has_linked_attribute
+    op_type = node.op_type
+
+    def run(args, ctx, values):
+        args = [_tensor_operand(arg, op_type, ctx.path) for arg in args]
+        if needs_context:
+            return op.run(*args, context=values)
+        if linked:
+            return op.run(*args, linked_attributes=ctx.linked)
+        return op.run(*args)
+    return run
+
+
+def _tensor_operand(value: Any, op_type: str, path: str) -> Any:
+    """Refuse structured values at a tensor operator; unwrap invocation borrows (valid here)."""
+    if isinstance(value, (StructValue, EncodedValue)):
+        raise fail(E.CONSUMER_MISSING, path,
+                   f"{type(value).__name__} reaches tensor operator {op_type} without an explicit "
+                   "decoder or registered consumer")
+    if isinstance(value, InvocationBorrow):
+        return value.array
+    if isinstance(value, list):
+        for item in value:
+            _tensor_operand(item, op_type, path)
+    return value
+
+
+def _if(node, session, opsets: Mapping[str, int], path: str) -> Kernel:
+    branches = {}
+    for att in node.attribute:
+        if att.name in ("then_branch", "else_branch"):
+            graph = att.g
+            branches[att.name] = Program(graph.node, [], [o.name for o in graph.output],
+                                         session.graph_constants(graph), session, opsets,
+                                         f"{path}.{att.name}")
+    if set(branches) != {"then_branch", "else_branch"}:
+        raise fail(E.OPERATOR_UNSUPPORTED, path, "If needs then_branch and else_branch")
+
+    def run(args, ctx, values):
+        cond = args[0]
+        if not isinstance(cond, np.ndarray) or cond.size != 1:
+            raise fail(E.EXECUTION_FAILED, ctx.path, "If condition must be a one-element tensor")
+        branch = branches["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"]
+        return branch.run({}, ctx, outer=values)
+    return run
+
+
+def _function_call(node, session, function, path: str) -> Kernel:
+    body_opsets = dict(session.opsets)
+    body_opsets.update({o.domain: o.version for o in function.opset_import})
+    program = Program(function.node, function.input, function.output, {}, session, body_opsets,
+                      f"{path}<{function.domain}.{function.name}>")
+    defaults = {att.name: convert_attribute(att) for att in function.attribute_proto}
+    static = {}
+    references = {}
+    for att in node.attribute:
+        if att.ref_attr_name:
+            references[att.name] = att.ref_attr_name
+        else:
+            static[att.name] = convert_attribute(att)
+
+    def run(args, ctx, values):
+        linked = dict(defaults)
+        linked.update(static)
+        for name, ref in references.items():
+            if ref in ctx.linked:
+                linked[name] = ctx.linked[ref]
+        feeds = dict(zip(program.input_names, args))
+        outer_linked, outer_path = ctx.linked, ctx.path
+        ctx.linked = linked
+        try:
+            return program.run(feeds, ctx)
+        finally:
+            ctx.linked, ctx.path = outer_linked, outer_path
+    return run

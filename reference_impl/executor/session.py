@@ -1,0 +1,138 @@
+"""The reference executor: an explicitly loaded, immutable model bound to compiled programs.
+
+Loading converts the extended model to plain onnx once (the explicit load), validates the persistent
+bindings against that final graph, compiles type specs and node kernels, and adopts initializers.
+Running never serializes, clones, hashes or re-reads the model (clause STATE-NO-MODEL-SCAN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from onnx import numpy_helper
+
+from reference_impl import schema
+from reference_impl.bindings import Binding, validate_bindings
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import fail
+from reference_impl.executor.kernels import Kernel
+from reference_impl.executor.program import CancelToken, Program, RunContext
+from reference_impl.structs import Catalogue
+from reference_impl.tensors import to_array
+from reference_impl.values import EncodedValue, InvocationBorrow, Spec, check_value, compile_struct
+from reference_impl.values import compile_type
+
+#: A user-registered kernel: (inputs, attributes, context) -> outputs. It may consume encoded values.
+RegisteredKernel = Kernel
+
+
+class Executor:
+    """A loaded model. ``run(feeds)`` is stateless and thread-safe; ``make_state`` builds on it.
+
+    ``kernels`` registers consumers by (domain, op_type); ``registry`` is the decoder registry handed
+    to ``decode_value``.
+    """
+
+    def __init__(self, model, *, base_dir: str | None = None,
+                 kernels: Mapping[tuple[str, str], Any] | None = None, registry=None):
+        if isinstance(model, (bytes, bytearray)):
+            model = schema.parse_model(bytes(model))
+        if not isinstance(model, schema.ModelProto):
+            raise fail(E.EXECUTION_FAILED, "model",
+                       f"expected an extended ModelProto, got {type(model).__name__}")
+        #: The model stays owned (and must stay unmodified) for the executor's lifetime.
+        self.model = model
+        self.base_dir = base_dir
+        self.registry = registry
+        self.kernels = dict(kernels or {})
+        self.catalogue = Catalogue(model.struct_types)
+        self.catalogue.check_all()
+        self.bindings: tuple[Binding, ...] = validate_bindings(model, self.catalogue)
+        graph = model.graph
+        self.input_names = tuple(vi.name for vi in graph.input)
+        self.output_names = tuple(vi.name for vi in graph.output)
+        self.input_specs: dict[str, Spec] = {
+            vi.name: compile_type(vi.type if vi.HasField("type") else None, self.catalogue,
+                                  f"model.graph.input[{i}].type") for i, vi in enumerate(graph.input)}
+        self.output_specs: dict[str, Spec] = {
+            vi.name: compile_type(vi.type if vi.HasField("type") else None, self.catalogue,
+                                  f"model.graph.output[{i}].type") for i, vi in enumerate(graph.output)}
+        self._struct_constants: dict[tuple[int, str], np.ndarray] = {}
+        plain = schema.to_onnx(model)  # the one explicit conversion
+        self.opsets = {o.domain: o.version for o in plain.opset_import}
+        self.functions = {(f.domain, f.name): f for f in plain.functions}
+        constants = self.graph_constants(plain.graph)
+        for index, encoded in enumerate(graph.encoded_initializer):
+            constants[encoded.name] = EncodedValue.from_proto(
+                encoded, base_dir, f"model.graph.encoded_initializer[{index}]")
+        self.defaults = frozenset(name for name in self.input_names if name in constants)
+        self.required_inputs = tuple(name for name in self.input_names if name not in constants)
+        self._root = Program(plain.graph.node, self.input_names, self.output_names, constants, self,
+                             self.opsets, "model.graph")
+
+    # -------------------------------------------------------------------------------- load helpers
+    def graph_constants(self, graph) -> dict[str, Any]:
+        """Dense initializers of a plain graph as read-only arrays (shared by every call)."""
+        constants = {}
+        for tensor in graph.initializer:
+            array = numpy_helper.to_array(tensor)
+            array.flags.writeable = False
+            constants[tensor.name] = array
+        return constants
+
+    def struct_constant(self, type_id: int | None, name: str) -> np.ndarray | None:
+        """A field constant of a catalogue struct, converted once and shared read-only."""
+        if type_id is None:
+            return None
+        key = (type_id, name)
+        found = self._struct_constants.get(key)
+        if found is None:
+            spec = compile_struct(schema.StructTypeProto(type_ref=type_id), self.catalogue, "struct")
+            for field, tensor in getattr(spec, "constants", ()):
+                if field == name:
+                    found = to_array(tensor, f"struct {type_id}.{name}")
+                    found.flags.writeable = False
+                    self._struct_constants[key] = found
+        return found
+
+    # ------------------------------------------------------------------------------------ running
+    def run(self, feeds: Mapping[str, Any], *, cancel: CancelToken | None = None,
+            check_feeds: bool = True) -> dict[str, Any]:
+        """Run once: feeds by input name -> every graph output by name. Values pass by reference."""
+        if check_feeds:
+            self.check_feeds(feeds)
+        ctx = RunContext(self, cancel)
+        results = self._root.run(feeds, ctx)
+        outputs = dict(zip(self.output_names, results))
+        for name, value in outputs.items():
+            reject_borrows(value, f"output {name!r}")
+        return outputs
+
+    def check_feeds(self, feeds: Mapping[str, Any]) -> None:
+        for name, value in feeds.items():
+            spec = self.input_specs.get(name)
+            if spec is None:
+                raise fail(E.STATE_FEED_UNKNOWN, f"feeds[{name!r}]", f"{name!r} is not a graph input")
+            check_value(value, spec, f"feeds[{name!r}]")
+        for name in self.required_inputs:
+            if name not in feeds:
+                raise fail(E.STATE_FEED_MISSING, f"feeds[{name!r}]", f"required input {name!r} has no feed")
+
+
+def reject_borrows(value: Any, path: str) -> None:
+    """An invocation-only borrow can never leave the invocation (clause PAY-OWNERLESS)."""
+    from reference_impl.values import leaves
+
+    for leaf_path, leaf in leaves(value, path):
+        if isinstance(leaf, InvocationBorrow):
+            raise fail(E.STATE_UNRETAINABLE, leaf_path,
+                       "an invocation-only borrow cannot become a returned output or retained state; "
+                       "the producer must supply a lifetime owner")
+
+
+def run_model(model, feeds: Mapping[str, Any], **options: Any) -> dict[str, Any]:
+    """Load and run once (stateless): convenience for tests and the manual feedback loop."""
+    executor = model if isinstance(model, Executor) else Executor(model, **options)
+    return executor.run(feeds)

@@ -1,0 +1,327 @@
+"""Request-local persistent state: selected outputs retained whole to feed the next call.
+
+Every buffer the state takes on (initial values, feeds, selected outputs) passes through ``adopt``,
+which retains it by reference, makes the retained view read-only and records in ``Counters`` whether
+anything was copied. Unsupported layouts and ownership are rejected, never repaired by a hidden copy
+(clauses ZC-RETAIN, ZC-ENTRY-POINTS, PAY-UNSUPPORTED-OWNERSHIP, PAY-OWNERLESS).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from reference_impl import dtypes
+from reference_impl.errors import ContractError
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import fail
+from reference_impl.executor import CancelToken, Executor
+from reference_impl.values import EncodedValue, InvocationBorrow, StructValue, check_value
+
+_CDATA = ctypes.c_char.__mro__[-2]  # _ctypes._CData, the base of every ctypes instance
+_POINTER = ctypes.POINTER(ctypes.c_char).__mro__[1]  # _ctypes._Pointer
+_DLPACK_CPU = 1
+
+
+@dataclass
+class Counters:
+    """What state management did to payloads. Copies and allocations must stay zero."""
+
+    payload_bytes_copied: int = 0
+    payload_allocations: int = 0
+    adopted_leaves: int = 0
+    adopted_bytes: int = 0
+    views_created: int = 0
+
+    def snapshot(self) -> dict[str, int]:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------------------- adoption
+def adopt(value: Any, path: str, counters: Counters, *, persistent: bool, owned: bool = False) -> Any:
+    """Take ``value`` on without copying its payload; the result is what the state holds or passes.
+
+    ``owned`` marks values the executor produced for this call: their arrays are frozen in place.
+    Caller values get a read-only view instead, so the caller's own objects are never modified.
+    """
+    if isinstance(value, np.ndarray):
+        return _adopt_array(value, path, counters, persistent, owned)
+    if isinstance(value, StructValue):
+        fields = {name: adopt(item, f"{path}.{name}", counters, persistent=persistent, owned=owned)
+                  for name, item in value.items()}
+        if all(fields[name] is value[name] for name in fields):
+            return value
+        return StructValue(fields, value.type_id)
+    if isinstance(value, EncodedValue):
+        return _adopt_encoded(value, path, counters, persistent)
+    if isinstance(value, list):
+        return [adopt(item, f"{path}[{i}]", counters, persistent=persistent, owned=owned)
+                for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        if persistent and any(isinstance(key, str) for key in value):
+            raise fail(E.BINDING_STRING, path, "a persistent map cannot have string keys")
+        return {key: adopt(item, f"{path}[{key!r}]", counters, persistent=persistent, owned=owned)
+                for key, item in value.items()}
+    if value is None:
+        return None
+    if isinstance(value, InvocationBorrow):
+        raise fail(E.STATE_UNRETAINABLE, path,
+                   "an invocation-only borrow cannot become a returned output or retained state")
+    if hasattr(value, "__dlpack__"):
+        return _adopt_dlpack(value, path, counters, persistent)
+    raise fail(E.STATE_UNRETAINABLE, path,
+               f"{type(value).__name__} is not a buffer the state can retain without materializing a copy")
+
+
+def _adopt_array(array: np.ndarray, path: str, counters: Counters, persistent: bool,
+                 owned: bool) -> np.ndarray:
+    if array.dtype.kind in "OUS":
+        if persistent:
+            raise fail(E.BINDING_STRING, path, "string tensors cannot be persistent")
+        return array  # ordinary string feeds keep their materialized form
+    if not array.dtype.isnative:
+        raise fail(E.STATE_UNRETAINABLE, path,
+                   f"byte order of {array.dtype} would need a converting copy")
+    if not array.flags.c_contiguous:
+        raise fail(E.STATE_UNRETAINABLE, path,
+                   f"non-contiguous layout (strides {array.strides}) would need a copy")
+    if _ownerless(array):
+        raise fail(E.STATE_UNRETAINABLE, path,
+                   "the buffer has no owner the state can keep alive (borrowed raw pointer)")
+    if array.flags.writeable:
+        if owned:
+            array.flags.writeable = False
+            result = array
+        else:
+            result = array.view()
+            result.flags.writeable = False
+            counters.views_created += 1
+    else:
+        result = array
+    _record(counters, array, result)
+    return result
+
+
+def _record(counters: Counters, source: np.ndarray, result: np.ndarray) -> None:
+    """Measure, not assume: a result whose data pointer moved was a copy."""
+    counters.adopted_leaves += 1
+    counters.adopted_bytes += result.nbytes
+    if result.nbytes and _address(result) != _address(source):
+        counters.payload_bytes_copied += result.nbytes
+        counters.payload_allocations += 1
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+def _ownerless(array: np.ndarray) -> bool:
+    """True when the memory ultimately belongs to nobody the array can keep alive: a ctypes object
+    created over a raw address (``from_address``, ``np.ctypeslib.as_array(pointer)``)."""
+    owner: Any = array
+    for _ in range(64):
+        if isinstance(owner, np.ndarray):
+            if owner.base is None:
+                return False
+            owner = owner.base
+        elif isinstance(owner, memoryview):
+            owner = owner.obj
+        elif isinstance(owner, _CDATA):
+            if owner._b_needsfree_ or owner._objects:
+                return False
+            base = owner._b_base_
+            if base is None or isinstance(base, _POINTER):
+                return True
+            owner = base
+        else:
+            return False
+    return True
+
+
+def _adopt_encoded(value: EncodedValue, path: str, counters: Counters, persistent: bool) -> EncodedValue:
+    logical = value.header.logical_type
+    if persistent and logical.WhichOneof("value") == "tensor_type" and \
+            logical.tensor_type.elem_type == dtypes.STRING:
+        raise fail(E.BINDING_STRING, f"{path}.logical_type", "an encoded string tensor cannot be persistent")
+    payload = _adopt_array(value.payload, f"{path}.payload", counters, persistent, owned=False)
+    if payload is value.payload:
+        return value
+    return EncodedValue(value.header, payload, value.source, value.base_dir)
+
+
+def _adopt_dlpack(value: Any, path: str, counters: Counters, persistent: bool) -> np.ndarray:
+    """PyTorch (or any DLPack producer) on CPU: shared through DLPack, never copied."""
+    try:
+        device = value.__dlpack_device__()[0]
+    except Exception:  # noqa: BLE001 - a producer without device information is unsupported
+        device = None
+    if device != _DLPACK_CPU:
+        raise fail(E.STATE_UNRETAINABLE, path, f"DLPack device {device} is not CPU memory")
+    contiguous = getattr(value, "is_contiguous", None)
+    if contiguous is not None and not contiguous():
+        raise fail(E.STATE_UNRETAINABLE, path, "non-contiguous tensor would need a copy")
+    try:
+        array = np.from_dlpack(value)
+    except Exception as err:  # noqa: BLE001 - e.g. a tensor that requires grad or a conjugate view
+        raise fail(E.STATE_UNRETAINABLE, path, f"DLPack export refused: {err}") from err
+    result = _adopt_array(array, path, counters, persistent, owned=False)
+    pointer = getattr(value, "data_ptr", None)
+    if pointer is not None and result.nbytes and pointer() != _address(result):
+        counters.payload_bytes_copied += result.nbytes
+        counters.payload_allocations += 1
+    return result
+
+
+# -------------------------------------------------------------------------------------------- state
+class State:
+    """Retained values for one request over one loaded model (see ``make_state``)."""
+
+    def __init__(self, executor: Executor, initial: Mapping[str, Any]):
+        self._executor: Executor | None = executor
+        self._bindings = executor.bindings
+        self._bound = {b.input_name: b for b in self._bindings}
+        self._inputs = frozenset(executor.input_names)
+        self._lock = threading.Lock()
+        self._closed = False
+        self.counters = Counters()
+        self.steps = 0
+        self._values: Mapping[str, Any] = self._initial_values(initial)
+
+    # ------------------------------------------------------------------------------------ public
+    @property
+    def values(self) -> Mapping[str, Any]:
+        """The retained values: a read-only mapping of read-only views that stays valid after later
+        runs, reset or close."""
+        if self._closed:
+            raise fail(E.STATE_CLOSED, "state.values", "the state is closed")
+        return self._values
+
+    @property
+    def bindings(self):
+        return self._bindings
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def run(self, feeds: Mapping[str, Any], *, cancel: CancelToken | None = None) -> dict[str, Any]:
+        """One call: feeds plus retained values in, every output out; selected outputs retained.
+
+        The next state is validated in full before it is published; any failure or cancellation
+        leaves the previous state (and its buffers) untouched.
+        """
+        self._enter("state.run")
+        try:
+            executor = self._executor
+            merged = self._feeds(feeds)
+            current = self._values
+            merged.update(current)
+            executor.check_feeds(merged)
+            try:
+                outputs = executor.run(merged, cancel=cancel, check_feeds=False)
+            except ContractError as err:
+                if err.code is E.STATE_CANCELLED:
+                    raise
+                raise fail(E.STATE_RUN_FAILED, err.path,
+                           f"{err.code.value}: {err.message} (state unchanged)") from err
+            next_values = {}
+            for binding in self._bindings:
+                path = f"outputs[{binding.output_name!r}]"
+                value = outputs[binding.output_name]
+                check_value(value, binding.spec, path)
+                next_values[binding.input_name] = adopt(value, path, self.counters, persistent=True,
+                                                        owned=True)
+            if cancel is not None and cancel.cancelled:
+                raise fail(E.STATE_CANCELLED, "state.run", "cancelled before publication; state unchanged")
+            for binding in self._bindings:
+                outputs[binding.output_name] = next_values[binding.input_name]
+            self._values = MappingProxyType(next_values)  # the atomic publication
+            self.steps += 1
+            return outputs
+        finally:
+            self._lock.release()
+
+    def reset(self, initial: Mapping[str, Any]) -> None:
+        """Restore caller-supplied initial values (validated in full before they replace the state)."""
+        self._enter("state.reset")
+        try:
+            values = self._initial_values(initial)
+            self._values = values
+            self.steps = 0
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        """Release the retained values. Outstanding views stay valid; closing twice is harmless."""
+        if self._closed:
+            return
+        if not self._lock.acquire(blocking=False):
+            raise fail(E.STATE_BUSY, "state.close", "a call is active on this state")
+        try:
+            self._closed = True
+            self._values = MappingProxyType({})
+            self._executor = None
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> State:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------------------- helpers
+    def _enter(self, what: str) -> None:
+        if self._closed:
+            raise fail(E.STATE_CLOSED, what, "the state is closed")
+        if not self._lock.acquire(blocking=False):
+            raise fail(E.STATE_BUSY, what, "a call is already active on this state; simultaneous or "
+                       "re-entrant calls are rejected, not serialized")
+        if self._closed:
+            self._lock.release()
+            raise fail(E.STATE_CLOSED, what, "the state is closed")
+
+    def _initial_values(self, initial: Mapping[str, Any]) -> Mapping[str, Any]:
+        for name in initial:
+            if name not in self._bound:
+                raise fail(E.STATE_INITIAL_UNKNOWN, f"initial[{name!r}]", f"{name!r} is not a bound input")
+        values = {}
+        for binding in self._bindings:
+            path = f"initial[{binding.input_name!r}]"
+            if binding.input_name not in initial:
+                raise fail(E.STATE_INITIAL_MISSING, path, f"bound input {binding.input_name!r} needs an "
+                           "initial value")
+            value = adopt(initial[binding.input_name], path, self.counters, persistent=True)
+            check_value(value, binding.spec, path)
+            values[binding.input_name] = value
+        return MappingProxyType(values)
+
+    def _feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        merged = {}
+        for name, value in feeds.items():
+            path = f"feeds[{name!r}]"
+            if name in self._bound:
+                raise fail(E.STATE_FEED_OVERRIDES, path, f"{name!r} is supplied by the retained state")
+            if name not in self._inputs:
+                raise fail(E.STATE_FEED_UNKNOWN, path, f"{name!r} is not a graph input")
+            merged[name] = adopt(value, path, self.counters, persistent=False)
+        return merged
+
+
+def make_state(model, initial: Mapping[str, Any], **executor_options: Any) -> State:
+    """A request-local state over a loaded model.
+
+    Pass an ``Executor`` (the explicitly loaded session) to keep construction free of any model
+    serialization; passing a ModelProto performs that one explicit load first.
+    """
+    executor = model if isinstance(model, Executor) else Executor(model, **executor_options)
+    return State(executor, initial)
+
+
+__all__ = ["Counters", "State", "adopt", "make_state"]
