@@ -139,6 +139,9 @@ class ElfImage:
         ident = self.stream.read(16)
         if not ident:
             raise SizeGateError("not-elf", self.path, "the file is empty")
+        if len(ident) < 4 and b"\x7fELF".startswith(ident):
+            raise SizeGateError("truncated", self.path,
+                                f"the file ends after {len(ident)} bytes, inside the ELF magic")
         if ident[:4] != b"\x7fELF":
             raise SizeGateError("not-elf", self.path,
                                 f"the file does not start with the ELF magic 7f 45 4c 46 "
