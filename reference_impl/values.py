@@ -8,7 +8,6 @@ touches the model again (clause STATE-RESOLVE-ONCE).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -79,16 +78,16 @@ class EncodedValue:
         self.base_dir = base_dir
 
     @classmethod
-    def from_proto(cls, proto, base_dir: str | None = None, path: str = "value") -> EncodedValue:
-        """Adopt an EncodedValueProto (explicit load): inline bytes once out of the message, external
-        bytes through a read-only mapping that stays owned by the payload array."""
+    def from_proto(cls, proto, catalogue: Catalogue, base_dir: str | None = None,
+                   path: str = "value") -> EncodedValue:
+        """Adopt a validated EncodedValueProto (explicit load): inline bytes are taken out of the
+        message once; external bytes are mapped read-only and the array keeps the mapping alive."""
+        from reference_impl.decode import payload_array
+
+        payload = payload_array(proto, catalogue, base_dir, path)
         header = type(proto)()
         header.CopyFrom(proto)
         header.ClearField("raw_data")
-        if proto.data_location == 1 or proto.external_data:
-            payload = _map_external(proto, base_dir, path)
-        else:
-            payload = np.frombuffer(proto.raw_data, dtype=np.uint8)
         return cls(header, payload, source=proto, base_dir=base_dir)
 
     @property
@@ -117,23 +116,6 @@ class EncodedValue:
 
     def __repr__(self) -> str:
         return f"EncodedValue(layout={self.layout}, type_ref={self.type_ref}, bytes={self.nbytes})"
-
-
-def _map_external(proto, base_dir: str | None, path: str) -> np.ndarray:
-    entries = {e.key: e.value for e in proto.external_data}
-    location = entries.get("location")
-    if not location or "length" not in entries:
-        raise fail(E.EXTERNAL_LENGTH_MISSING, path, "external payload needs location and length")
-    if os.path.isabs(location) or ".." in location.replace("\\", "/").split("/"):
-        raise fail(E.EXTERNAL_PATH_INVALID, path, f"location {location!r} escapes the model directory")
-    offset, length = int(entries.get("offset", "0")), int(entries["length"])
-    full = os.path.join(base_dir or ".", location)
-    if not os.path.isfile(full) or os.path.getsize(full) < offset + length:
-        raise fail(E.EXTERNAL_FILE_INVALID, path, f"{location!r} is missing or shorter than the extent")
-    if length == 0:
-        return np.zeros(0, dtype=np.uint8)
-    # The memmap object owns the mapping; every view of it keeps the mapping alive.
-    return np.memmap(full, dtype=np.uint8, mode="r", offset=offset, shape=(length,))
 
 
 class InvocationBorrow:

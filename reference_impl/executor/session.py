@@ -19,7 +19,7 @@ from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 from reference_impl.executor.kernels import Kernel
 from reference_impl.executor.program import CancelToken, Program, RunContext
-from reference_impl.structs import Catalogue
+from reference_impl.verifier import verify_model
 from reference_impl.tensors import to_array
 from reference_impl.values import EncodedValue, InvocationBorrow, Spec, check_value, compile_struct
 from reference_impl.values import compile_type
@@ -37,18 +37,14 @@ class Executor:
 
     def __init__(self, model, *, base_dir: str | None = None,
                  kernels: Mapping[tuple[str, str], Any] | None = None, registry=None):
-        if isinstance(model, (bytes, bytearray)):
-            model = schema.parse_model(bytes(model))
-        if not isinstance(model, schema.ModelProto):
-            raise fail(E.EXECUTION_FAILED, "model",
-                       f"expected an extended ModelProto, got {type(model).__name__}")
+        verified = verify_model(model, base_dir=base_dir)
+        model = verified.model
         #: The model stays owned (and must stay unmodified) for the executor's lifetime.
         self.model = model
         self.base_dir = base_dir
         self.registry = registry
         self.kernels = dict(kernels or {})
-        self.catalogue = Catalogue(model.struct_types)
-        self.catalogue.check_all()
+        self.catalogue = verified.catalogue
         self.bindings: tuple[Binding, ...] = validate_bindings(model, self.catalogue)
         graph = model.graph
         self.input_names = tuple(vi.name for vi in graph.input)
@@ -66,7 +62,7 @@ class Executor:
         constants = self.graph_constants(plain.graph)
         for index, encoded in enumerate(graph.encoded_initializer):
             constants[encoded.name] = EncodedValue.from_proto(
-                encoded, base_dir, f"model.graph.encoded_initializer[{index}]")
+                encoded, self.catalogue, base_dir, f"model.graph.encoded_initializer[{index}]")
         self.defaults = frozenset(name for name in self.input_names if name in constants)
         self.required_inputs = tuple(name for name in self.input_names if name not in constants)
         self._root = Program(plain.graph.node, self.input_names, self.output_names, constants, self,
