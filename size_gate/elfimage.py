@@ -156,7 +156,7 @@ class ElfImage:
         need = _EHDR_SIZE[ident[4]]
         if self.size < need:
             raise SizeGateError("truncated", self.path,
-                                f"the file has {self.size:,} bytes but its ELF header needs {need}")
+                                f"the file ends after {self.size:,} bytes, but its ELF header needs {need}")
 
     def _table(self, offset: int, count: int, entsize: int, struct_def, what: str) -> list:
         if count == 0:
