@@ -66,12 +66,16 @@ def codes_as_float(raw: np.ndarray, storage_type: int, count: int, dtype: np.dty
     """The ``count`` codes of a packed payload as a new float array (the decoder's output buffer)."""
     if storage_type in (dtypes.INT8, dtypes.UINT8):
         return raw[:count].view(np.int8 if storage_type == dtypes.INT8 else np.uint8).astype(dtype)
-    lut = _LUTS[storage_type]
+    lut = _LUTS[storage_type].astype(dtype, copy=False)
     per_byte = lut.shape[1]
-    out = np.empty(-(-count // per_byte) * per_byte, dtype=dtype)
-    np.take(lut.astype(dtype, copy=False), raw[: out.size // per_byte], axis=0,
-            out=out.reshape(-1, per_byte))
-    return out[:count]
+    nbytes = -(-count // per_byte)
+    # One gather per payload byte: each LUT row (all codes of one byte) is viewed as a single wide scalar,
+    # so fancy indexing allocates exactly the output once and stays fast.
+    row = {8: np.uint64, 16: np.complex128}.get(lut.shape[1] * lut.itemsize)
+    if row is None:
+        return lut[raw[:nbytes]].reshape(-1)[:count]
+    wide = np.ascontiguousarray(lut).view(row).reshape(256)
+    return wide[raw[:nbytes]].view(dtype)[:count]
 
 
 def _view_blocks(out: np.ndarray, axis: int, start: int, stop: int, nblocks: int, block: int) -> np.ndarray:
