@@ -230,12 +230,17 @@ def _has_unknown_fields(message) -> bool:
     for descriptor, value in message.ListFields():
         if descriptor.message_type is None:
             continue
-        items = value if descriptor.label == descriptor.LABEL_REPEATED else [value]
         if descriptor.message_type.GetOptions().map_entry:
             continue
+        items = value if _repeated(descriptor) else [value]
         if any(_has_unknown_fields(item) for item in items):
             return True
     return False
+
+
+def _repeated(descriptor) -> bool:
+    flag = getattr(descriptor, "is_repeated", None)  # protobuf >= 6; older versions expose label
+    return bool(flag) if flag is not None else descriptor.label == descriptor.LABEL_REPEATED
 
 
 def feedback_loop(run: Callable[[Mapping[str, Any]], Mapping[str, Any]], feedback: Iterable[tuple[str, str]],

@@ -80,12 +80,12 @@ class Program:
         values.update(feeds)
         values[""] = None
         for step in self.steps:
+            ctx.path = step.path
             ctx.check_cancel()
             try:
                 args = [values[name] for name in step.inputs]
             except KeyError as err:
                 raise fail(E.EXECUTION_FAILED, step.path, f"{step.op}: input {err.args[0]!r} has no value") from None
-            ctx.path = step.path
             try:
                 results = step.kernel(args, ctx, values)
             except ContractError:
@@ -97,6 +97,7 @@ class Program:
             for name, value in zip(step.outputs, results):
                 if name:
                     values[name] = value
+        ctx.path = self.path
         ctx.check_cancel()
         try:
             return [values[name] for name in self.output_names]
