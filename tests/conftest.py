@@ -1,4 +1,4 @@
-"""Shared fixtures: helpers that build models from the spec's worked examples."""
+"""Test setup: the repository root and this folder are importable (clause_coverage lives here)."""
 
 from __future__ import annotations
 
@@ -6,5 +6,8 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+TESTS = pathlib.Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

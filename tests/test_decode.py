@@ -43,7 +43,7 @@ def test_type_1003_constants_decode_code_plus_two_times_quarter():
     np.testing.assert_array_equal(decode(model, "a"), ((codes + 2) * 0.25).astype(np.float32))
 
 
-@pytest.mark.clause("ENC-UNALIGNED", "ENC-BIT-ORDER")
+@pytest.mark.clause("ENC-UNALIGNED", "ENC-BIT-ORDER", "PAY-NO-POINTERS")
 def test_type_1002_parameters_in_payload_with_unaligned_int64():
     codes = (np.arange(128) * 5) % 16 - 8
     payload = examples.linear_int4_with_parameters_payload(codes, 0.25, -2)
@@ -123,7 +123,7 @@ def test_missing_decoder_fails_explicitly_and_verify_runs_no_codec():
     assert info.value.code == ErrorCode.VALUE_NOT_FOUND
 
 
-@pytest.mark.clause("DEC-INLINE-CODEC")
+@pytest.mark.clause("DEC-INLINE-CODEC", "ENC-STRUCT-LAYOUT")
 def test_inline_layout_needs_generic_access_or_codec():
     decl = examples.spec_struct_types()[0]
     decl.ClearField("type_id")
@@ -151,7 +151,7 @@ def test_logical_shape_must_match_decoded_values():
     assert decode(model, "b").shape == (8, 16)
 
 
-@pytest.mark.clause("PAY-EXTERNAL-OWNER", "PAY-EXTERNAL-EXTENT", "PAY-VALIDATE-FIRST")
+@pytest.mark.clause("PAY-EXTERNAL-OWNER", "PAY-EXTERNAL-EXTENT", "PAY-VALIDATE-FIRST", "PAY-READ-ONLY")
 def test_external_payload_is_memory_mapped_and_outlives_the_model(tmp_path):
     rng = np.random.default_rng(5)
     codes = rng.integers(-8, 8, size=(256, 32))
@@ -241,3 +241,14 @@ def test_bit_fields_of_every_width_round_trip():
             for i in range(8):
                 start = r * record_bits + i * (5 + width) + 5
                 assert int(values[r, i]) == (number >> start) & ((1 << width) - 1)
+
+
+@pytest.mark.clause("PAY-READ-ONLY")
+def test_inline_payload_views_are_read_only():
+    from reference_impl.decode import payload_array
+
+    model = examples.spec_example_model()
+    raw = payload_array(model.graph.encoded_initializer[0], Catalogue(model.struct_types))
+    assert not raw.flags.writeable
+    with pytest.raises(ValueError):
+        raw[0] = 1
