@@ -40,3 +40,8 @@ def test_clause_table_is_current():
         pytest.fail("docs/clauses.md is missing: python tests/clause_coverage.py --write")
     assert clause_coverage.TABLE.read_text() == clause_coverage.render(clause_coverage.collect()), \
         "docs/clauses.md is stale: python tests/clause_coverage.py --write"
+
+
+def test_error_code_reference_is_current():
+    assert clause_coverage.CODES.exists() and clause_coverage.CODES.read_text() == clause_coverage.render_codes(), \
+        "docs/error-codes.md is stale: python tests/clause_coverage.py --write"
