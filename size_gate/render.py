@@ -21,11 +21,11 @@ def num(value: int | None) -> str:
 
 
 def signed(value: int | None) -> str:
-    return "n/a" if value is None else f"{value:+,}"
+    return "n/a" if value is None else f"{value:+,}" if value else "0"
 
 
 def pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.2f}%"
+    return "n/a" if value is None else f"{value:+.2f}%" if value else "0.00%"
 
 
 def _unmeasured(metrics: LibraryMetrics) -> str:
@@ -131,9 +131,11 @@ def compare_markdown(cmp: Comparison, stage: Stage | None, findings: list[Findin
         problems = [f for f in findings if f.status == FAIL]
         verdict = "✅ within budget" if not problems else f"❌ {len(problems)} problem(s)"
         out += [f"**Gate (stage {stage.name}):** {verdict}", ""]
-        out += [f"- {f.message}" for f in problems]
-        out += [f"- {f.message}" for f in findings if f.check in ("allowance", "ceiling") and f.status == REPORT]
-        out.append("")
+        if problems:
+            out += [f"- ❌ {f.message}" for f in problems] + [""]
+        notes = [f for f in findings if f.check in ("allowance", "ceiling") and f.status != FAIL]
+        if notes:
+            out += ["Notes:", ""] + [f"- {f.message}" for f in notes] + [""]
     out += [f"**Defined dynamic symbols:** {len(cmp.symbols_added):,} added, "
             f"{len(cmp.symbols_removed):,} removed", ""]
     out += _symbol_block("Added symbols", cmp.symbols_added)

@@ -1,0 +1,202 @@
+"""The command line: measure / check / compare outputs, exit codes, and the CI workflow's invocations."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from size_gate import load_budget, measure_path
+from size_gate.cli import _parser, main
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures" / "elf"
+DEFAULT, HIDDEN, EXTRA = (FIXTURES / n for n in ("default.so", "hidden.so", "extra_needed.so"))
+NOSHDR = FIXTURES / "default-noshdr.so"
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _tight_budget(tmp_path: Path, text_limit: int) -> Path:
+    """A one-stage budget limiting .text bytes to ``text_limit``."""
+    path = tmp_path / "tight.toml"
+    path.write_text(f"""
+format = 1
+[library]
+pattern = "*.so"
+[baseline]
+text_bytes = 100
+[stages.tight]
+limits = {{ text_bytes = {text_limit} }}
+[gate]
+stage = "tight"
+[dt_needed]
+allowed = ["libc"]
+""")
+    return path
+
+
+# -- measure -----------------------------------------------------------------------------------------
+def test_measure_table(capsys):
+    code, out, err = _run(capsys, "measure", DEFAULT)
+    m = measure_path(DEFAULT, "*")
+    assert code == 0 and err == ""
+    assert out.splitlines()[0] == str(DEFAULT)
+    assert re.search(rf"Installed bytes\s+{DEFAULT.stat().st_size:,}$", out, re.M)
+    assert re.search(rf"\.text bytes\s+{m.text_bytes:,}$", out, re.M)
+    assert re.search(r"DT_NEEDED\s+libc\.so\.6$", out, re.M)
+
+
+def test_measure_json_round_trips_every_metric(capsys):
+    code, out, _ = _run(capsys, "measure", DEFAULT, "--json")
+    data = json.loads(out)
+    m = measure_path(DEFAULT, "*")
+    assert code == 0 and data["schema"] == "size_gate.metrics/1"
+    assert data["symbols"] == list(m.symbols) and data["defined_symbols"] == len(m.symbols)
+    for key in ("installed_bytes", "alloc_bytes", "text_bytes", "section_bytes_total", "build_id"):
+        assert data[key] == getattr(m, key)
+
+
+def test_measure_several_paths_and_unmeasurable_fields(capsys):
+    code, out, _ = _run(capsys, "measure", DEFAULT, NOSHDR, "--json")
+    first, second = json.loads(out)
+    assert code == 0 and first["symbols"] == second["symbols"]
+    assert second["text_bytes"] is None and second["section_headers"] is False
+    _run(capsys, "measure", NOSHDR)
+    code, out, _ = _run(capsys, "measure", NOSHDR, "--symbols")
+    assert "n/a (no section headers)" in out and "    sg_add" in out
+
+
+# -- check -------------------------------------------------------------------------------------------
+def test_check_within_packaged_budget(capsys):
+    code, out, _ = _run(capsys, "check", DEFAULT)
+    assert code == 0 and "PASS: within the PR04 budget" in out
+
+
+def test_check_over_budget_names_metric_limit_actual_and_overshoot(capsys, tmp_path):
+    text = measure_path(DEFAULT, "*").text_bytes
+    code, out, _ = _run(capsys, "check", DEFAULT, "--budget", _tight_budget(tmp_path, text - 1))
+    assert code == 1
+    assert f"- .text bytes (text_bytes): {text:,} exceeds the tight limit of {text - 1:,} by 1 " in out
+    code, _, _ = _run(capsys, "check", DEFAULT, "--budget", _tight_budget(tmp_path, text))
+    assert code == 0
+
+
+def test_check_unallowed_dependency(capsys):
+    code, out, _ = _run(capsys, "check", EXTRA)
+    assert code == 1 and "DT_NEEDED libm.so.6 is not on the allowlist" in out
+
+
+def test_check_json(capsys):
+    code, out, _ = _run(capsys, "check", EXTRA, "--json", "--stage", "PR02")
+    data = json.loads(out)
+    assert code == 1 and data["passed"] is False and data["stage"] == "PR02"
+    failed = [f for f in data["findings"] if f["status"] == "fail"]
+    assert [f["actual"] for f in failed] == ["libm.so.6"]
+
+
+def test_check_without_section_headers_is_unusable(capsys):
+    code, out, err = _run(capsys, "check", NOSHDR)
+    assert code == 2 and out == "" and "[metric-unavailable]" in err
+
+
+def test_check_unknown_stage(capsys):
+    code, _, err = _run(capsys, "check", DEFAULT, "--stage", "PR99")
+    assert code == 2 and "[bad-budget]" in err and "PR99" in err
+
+
+# -- compare -----------------------------------------------------------------------------------------
+def test_compare_markdown_without_budget(capsys):
+    code, out, _ = _run(capsys, "compare", DEFAULT, HIDDEN)
+    base, cand = measure_path(DEFAULT, "*"), measure_path(HIDDEN, "*")
+    assert code == 0
+    delta = cand.installed_bytes - base.installed_bytes
+    row = (f"| Installed bytes | {base.installed_bytes:,} | {cand.installed_bytes:,} | {delta:+,} | "
+           f"{100 * delta / base.installed_bytes:+.2f}% |")
+    assert row in out
+    removed = sorted(set(base.symbols) - set(cand.symbols))
+    assert f"**Defined dynamic symbols:** 0 added, {len(removed)} removed" in out
+    block = out.split(f"<summary>Removed symbols ({len(removed)})</summary>")[1].split("</details>")[0]
+    assert re.findall(r"^sg_\w+$", block, re.M) == removed
+    assert "**DT_NEEDED:** unchanged (`libc.so.6`)" in out
+    assert "Limit" not in out  # no budget, no gate columns
+
+
+def test_compare_json(capsys):
+    code, out, _ = _run(capsys, "compare", DEFAULT, EXTRA, "--format", "json")
+    data = json.loads(out)
+    base, cand = measure_path(DEFAULT, "*"), measure_path(EXTRA, "*")
+    assert code == 0 and data["schema"] == "size_gate.compare/1" and data["gate"] is None
+    assert data["needed"] == {"added": ["libm.so.6"], "removed": []}
+    rows = {r["metric"]: r for r in data["metrics"]}
+    assert rows["alloc_bytes"]["delta"] == cand.alloc_bytes - base.alloc_bytes
+    assert rows["alloc_bytes"]["percent"] == pytest.approx(100 * (cand.alloc_bytes - base.alloc_bytes)
+                                                           / base.alloc_bytes)
+
+
+def test_compare_with_budget_gates_and_writes_both_reports(capsys, tmp_path):
+    md, js = tmp_path / "summary.md", tmp_path / "report.json"
+    code, out, _ = _run(capsys, "compare", DEFAULT, EXTRA, "--budget", REPO / "size_gate/budgets/onnx_proto.toml",
+                        "--markdown-out", md, "--json-out", js)
+    assert code == 1
+    assert md.read_text() == out
+    assert "| Limit (PR04) | Status |" in out and "report only" in out
+    assert "**DT_NEEDED:** added `libm.so.6`" in out
+    assert "- ❌ DT_NEEDED libm.so.6 was added relative to the baseline" in out
+    report = json.loads(js.read_text())
+    assert report["gate"]["passed"] is False and report["gate"]["stage"] == "PR04"
+    checks = sorted({f["check"] for f in report["gate"]["findings"] if f["status"] == "fail"})
+    assert checks == ["dt_needed", "dt_needed_added"]
+
+
+def test_compare_same_library_passes(capsys):
+    code, out, _ = _run(capsys, "compare", DEFAULT, DEFAULT, "--stage", "PR04")
+    assert code == 0 and "✅ within budget" in out and "0 added, 0 removed" in out
+
+
+def test_python_m_entry_point(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "size_gate", "compare", str(DEFAULT), str(HIDDEN),
+                           "--format", "json"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["symbols"]["removed"] == ["sg_helper", "sg_twice"]
+
+
+# -- the CI workflow -----------------------------------------------------------------------------------
+def _workflow_commands() -> list[list[str]]:
+    """Every `python -m size_gate` command line in the workflow, with the job's env substituted."""
+    workflow = yaml.safe_load((REPO / "ci" / "size-gate.yml").read_text())
+    commands = []
+    for job in workflow["jobs"].values():
+        env = {"PROTO_DIR_BASELINE": "/build/a", "PROTO_DIR_CANDIDATE": "/build/b", "STAGE_ARGS": "",
+               **{k: v for k, v in job.get("env", {}).items() if "${{" not in v}}
+        for step in job["steps"]:
+            script = step.get("run", "").replace("\\\n", " ")
+            for line in script.splitlines():
+                if "python -m size_gate" in line:
+                    args = line.split("python -m size_gate", 1)[1].split(" > ")[0]
+                    args = re.sub(r"\$\{?(\w+)\}?", lambda m: env[m[1]], args)
+                    commands.append(shlex.split(args))
+    return commands
+
+
+def test_workflow_invokes_valid_commands():
+    commands = _workflow_commands()
+    assert sorted(c[0] for c in commands) == ["check", "compare", "measure", "measure"]
+    for argv in commands:
+        args = _parser().parse_args(argv)
+        budget_path = REPO / Path(str(args.budget)).relative_to("gate")
+        assert load_budget(budget_path).default_stage == "PR04"
+    compare = next(c for c in commands if c[0] == "compare")
+    assert "--markdown-out" in compare and "--json-out" in compare
