@@ -114,7 +114,7 @@ def apply_rewrite(model, rewrite: Callable[[Any], Any]):
     binding survived with its bound input/output present and unchanged."""
     clone = copy_model(model)
     result = rewrite(clone)
-    result = clone if result is None else result
+    result = result if isinstance(result, schema.ModelProto) else clone
     check_rewrite(model, result)
     return result
 
