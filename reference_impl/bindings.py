@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 from reference_impl.structs import Catalogue
-from reference_impl.values import Spec, StructSpec, compile_type, incompatibility, string_path
+from reference_impl.values import Spec, compile_type, incompatibility, string_path
 
 _GRAPH, _GRAPHS = 5, 10  # AttributeProto.GRAPH / GRAPHS
 
@@ -114,7 +114,3 @@ def _reject_nested_declarations(model) -> None:
                     raise fail(E.BINDING_IN_SUBGRAPH, f"{sub_path}.persistent_bindings",
                                "persistent bindings are supported on the root graph only")
                 pending += [(inner, f"{sub_path}.node[{i}]") for i, inner in enumerate(sub.node)]
-
-
-def is_struct(spec: Spec) -> bool:
-    return isinstance(spec, StructSpec)
