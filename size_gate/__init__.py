@@ -13,7 +13,22 @@ from .metrics import METRICS, LibraryMetrics, measure_elf
 from .sources import measure_path
 
 __all__ = [
-    "Budget", "Comparison", "ERROR_CODES", "Finding", "LibraryMetrics", "METRICS", "SizeGateError", "Stage",
-    "compare", "delta_findings", "evaluate", "load_budget", "measure_elf", "measure_path", "needed_allowed",
-    "parse_size", "passed", "soname_family",
+    "ERROR_CODES",
+    "METRICS",
+    "Budget",
+    "Comparison",
+    "Finding",
+    "LibraryMetrics",
+    "SizeGateError",
+    "Stage",
+    "compare",
+    "delta_findings",
+    "evaluate",
+    "load_budget",
+    "measure_elf",
+    "measure_path",
+    "needed_allowed",
+    "parse_size",
+    "passed",
+    "soname_family",
 ]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from . import render
 from .budget import DEFAULT_BUDGET, load_budget
@@ -117,4 +117,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
 
 
-__all__ = ["main", "run", "EXIT_OK", "EXIT_OVER", "EXIT_UNUSABLE"]
+__all__ = ["EXIT_OK", "EXIT_OVER", "EXIT_UNUSABLE", "main", "run"]

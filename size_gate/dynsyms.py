@@ -16,8 +16,21 @@ from dataclasses import dataclass
 import numpy as np
 from elftools.common.utils import struct_parse
 
-from .elfimage import (DT_GNU_HASH, DT_HASH, DT_STRSZ, DT_STRTAB, DT_SYMENT, DT_SYMTAB, DT_VERDEF,
-                       DT_VERDEFNUM, DT_VERSYM, SHN_ABS, SHN_UNDEF, ElfImage, cstring)
+from .elfimage import (
+    DT_GNU_HASH,
+    DT_HASH,
+    DT_STRSZ,
+    DT_STRTAB,
+    DT_SYMENT,
+    DT_SYMTAB,
+    DT_VERDEF,
+    DT_VERDEFNUM,
+    DT_VERSYM,
+    SHN_ABS,
+    SHN_UNDEF,
+    ElfImage,
+    cstring,
+)
 
 VERSYM_HIDDEN = 0x8000
 VERSYM_INDEX = 0x7FFF
@@ -89,7 +102,7 @@ def _from_sections(image: ElfImage) -> SymbolTables | None:
                             f"for {count} dynamic symbols")
     verdefs = image.sections_of_type("SHT_GNU_verdef")
     return SymbolTables(
-        source="section " + (dynsym.name or "[%d]" % dynsym.index), symtab_offset=dynsym.offset,
+        source="section " + (dynsym.name or f"[{dynsym.index}]"), symtab_offset=dynsym.offset,
         count=count, entsize=dynsym.entsize, strtab=strtab,
         versym_offset=versym.offset if versym is not None else None,
         verdef_offset=verdefs[0].offset if verdefs else None,

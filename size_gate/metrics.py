@@ -23,8 +23,8 @@ METRICS: dict[str, tuple[str, str]] = {
                     "sum of sh_size over sections with SHF_ALLOC, SHT_NOBITS (.bss, .tbss) included"),
     "text_bytes": (".text bytes", "sh_size of the section named exactly .text"),
     "defined_symbols": ("Defined dynamic symbols",
-                        ".dynsym entries whose st_shndx is not SHN_UNDEF, the null entry excluded; "
-                        "version-definition symbols count"),
+                        (".dynsym entries whose st_shndx is not SHN_UNDEF, the null entry excluded; "
+                         "version-definition symbols count")),
     "version_definition_symbols": ("Version-definition symbols",
                                    "defined symbols that name a version they define (included above)"),
     "section_bytes_total": ("All section bytes", "sum of sh_size over every section header except index 0"),

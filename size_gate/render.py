@@ -136,8 +136,8 @@ def compare_markdown(cmp: Comparison, stage: Stage | None, findings: list[Findin
         notes = [f for f in findings if f.check in ("allowance", "ceiling") and f.status != FAIL]
         if notes:
             out += ["Notes:", ""] + [f"- {f.message}" for f in notes] + [""]
-    out += [f"**Defined dynamic symbols:** {len(cmp.symbols_added):,} added, "
-            f"{len(cmp.symbols_removed):,} removed", ""]
+    out += [(f"**Defined dynamic symbols:** {len(cmp.symbols_added):,} added, "
+             f"{len(cmp.symbols_removed):,} removed"), ""]
     out += _symbol_block("Added symbols", cmp.symbols_added)
     out += _symbol_block("Removed symbols", cmp.symbols_removed)
     if cmp.needed_added or cmp.needed_removed:

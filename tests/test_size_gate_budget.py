@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from size_gate import SizeGateError, delta_findings, evaluate, load_budget, measure_path, needed_allowed, passed
+from size_gate import (
+    SizeGateError,
+    delta_findings,
+    evaluate,
+    load_budget,
+    measure_path,
+    needed_allowed,
+    passed,
+)
 from size_gate.budget import DEFAULT_BUDGET, parse_size, soname_family
 
 if sys.version_info >= (3, 11):

@@ -53,9 +53,9 @@ def test_measure_table(capsys):
     m = measure_path(DEFAULT, "*")
     assert code == 0 and err == ""
     assert out.splitlines()[0] == str(DEFAULT)
-    assert re.search(rf"Installed bytes\s+{DEFAULT.stat().st_size:,}$", out, re.M)
-    assert re.search(rf"\.text bytes\s+{m.text_bytes:,}$", out, re.M)
-    assert re.search(r"DT_NEEDED\s+libc\.so\.6$", out, re.M)
+    assert re.search(rf"Installed bytes\s+{DEFAULT.stat().st_size:,}$", out, re.MULTILINE)
+    assert re.search(rf"\.text bytes\s+{m.text_bytes:,}$", out, re.MULTILINE)
+    assert re.search(r"DT_NEEDED\s+libc\.so\.6$", out, re.MULTILINE)
 
 
 def test_measure_json_round_trips_every_metric(capsys):
@@ -128,7 +128,7 @@ def test_compare_markdown_without_budget(capsys):
     removed = sorted(set(base.symbols) - set(cand.symbols))
     assert f"**Defined dynamic symbols:** 0 added, {len(removed)} removed" in out
     block = out.split(f"<summary>Removed symbols ({len(removed)})</summary>")[1].split("</details>")[0]
-    assert re.findall(r"^sg_\w+$", block, re.M) == removed
+    assert re.findall(r"^sg_\w+$", block, re.MULTILINE) == removed
     assert "**DT_NEEDED:** unchanged (`libc.so.6`)" in out
     assert "Limit" not in out  # no budget, no gate columns
 
@@ -168,7 +168,7 @@ def test_compare_same_library_passes(capsys):
 def test_python_m_entry_point(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-m", "size_gate", "compare", str(DEFAULT), str(HIDDEN),
-                           "--format", "json"], capture_output=True, text=True, env=env, cwd=tmp_path)
+                           "--format", "json"], capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["symbols"]["removed"] == ["sg_helper", "sg_twice"]
 
@@ -186,7 +186,7 @@ def _workflow_commands() -> list[list[str]]:
             for line in script.splitlines():
                 if "python -m size_gate" in line:
                     args = line.split("python -m size_gate", 1)[1].split(" > ")[0]
-                    args = re.sub(r"\$\{?(\w+)\}?", lambda m: env[m[1]], args)
+                    args = re.sub(r"\$\{?(\w+)\}?", lambda m, env=env: env[m[1]], args)
                     commands.append(shlex.split(args))
     return commands
 
