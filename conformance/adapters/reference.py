@@ -1,0 +1,156 @@
+"""The reference adapter: the oracle in ``reference_impl``. It must pass every Required and Recommended
+case; the suite's own self-check runs it in process and through the testee."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import reference_impl
+from conformance.adapters import NotSupported, Rejected
+from conformance.values import Encoded, Struct
+from reference_impl import ContractError
+
+
+def _rejected(error: ContractError) -> Rejected:
+    return Rejected(error.code.value, f"{error.path}: {error.message}")
+
+
+class ReferenceAdapter:
+    """In-process oracle. Every ContractError becomes ``Rejected`` with its stable code."""
+
+    name = "reference"
+
+    def __init__(self) -> None:
+        self.version = f"reference_impl (spec {reference_impl.SPEC_REVISION})"
+
+    def profiles(self) -> set[str]:
+        from conformance.adapters import PROFILES
+
+        claimed = {"representation", "affine", "structured", "external-data", "bindings"}
+        if _state_module() is not None:
+            claimed |= {"state", "zero-copy"}
+        if _graph_utils() is not None:
+            claimed.add("export")
+        if _kv_module() is not None:
+            claimed |= {"kv-contiguous", "kv-paged", "decode-e2e"}
+        return claimed & set(PROFILES)
+
+    def classify(self, exc: BaseException):
+        if isinstance(exc, ContractError):
+            return _rejected(exc)
+        return None
+
+    # ------------------------------------------------------------------------- representation
+    def verify(self, model_bytes: bytes, base_dir: str | None) -> None:
+        reference_impl.verify_model(model_bytes, base_dir=base_dir)
+
+    def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> np.ndarray:
+        return reference_impl.decode(model_bytes, value_name, base_dir=base_dir)
+
+    def read_fields(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> dict[str, np.ndarray]:
+        verified = reference_impl.verify_model(model_bytes, base_dir=base_dir)
+        for index, value in enumerate(verified.model.graph.encoded_initializer):
+            if value.name == value_name:
+                return reference_impl.read_fields(value, verified.catalogue, base_dir,
+                                                  path=f"model.graph.encoded_initializer[{index}]")
+        raise Rejected("VALUE_NOT_FOUND", f"no encoded value named {value_name!r}")
+
+    def roundtrip(self, model_bytes: bytes) -> bytes:
+        """Explicit load then save: parse with the extended schema and serialize again."""
+        model = reference_impl.verify_model(model_bytes).model
+        return model.SerializeToString()
+
+    # ---------------------------------------------------------------------------------- state
+    def open_state(self, model_bytes: bytes, initial: dict[str, Any], base_dir: str | None = None):
+        state_module = _state_module()
+        if state_module is None:
+            raise NotSupported("reference_impl.state is not available")
+        model = reference_impl.schema.parse_model(model_bytes)
+        state = state_module.make_state(model, initial={k: to_runtime(v) for k, v in initial.items()},
+                                        base_dir=base_dir)
+        return ReferenceState(state)
+
+    # --------------------------------------------------------------------------- export/rewrite
+    def export(self, model_bytes: bytes, target: str) -> bytes:
+        utils = _graph_utils()
+        if utils is None:
+            raise NotSupported("reference_impl.graph_utils is not available")
+        return utils.export_model(model_bytes, target)
+
+    def rewrite(self, model_bytes: bytes, rewrite: dict) -> bytes:
+        utils = _graph_utils()
+        if utils is None:
+            raise NotSupported("reference_impl.graph_utils is not available")
+        return utils.apply_rewrite(model_bytes, rewrite)
+
+
+class ReferenceState:
+    """A reference state behind the neutral handle protocol; values pass through without copies."""
+
+    def __init__(self, state) -> None:
+        self.state = state
+
+    def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()})
+        return {k: to_neutral(v) for k, v in outputs.items()}
+
+    def values(self) -> dict[str, Any]:
+        return {k: to_neutral(v) for k, v in self.state.values.items()}
+
+    def reset(self, initial: dict[str, Any]) -> None:
+        self.state.reset({k: to_runtime(v) for k, v in initial.items()})
+
+    def close(self) -> None:
+        self.state.close()
+
+
+def to_runtime(value: Any) -> Any:
+    """Neutral value -> reference runtime value, sharing every buffer."""
+    from reference_impl.values import EncodedValue, StructValue
+
+    if isinstance(value, Struct):
+        return StructValue({k: to_runtime(v) for k, v in value.items()}, value.type_id)
+    if isinstance(value, Encoded):
+        return EncodedValue(value.header, value.payload)
+    if isinstance(value, list):
+        return [to_runtime(v) for v in value]
+    return value
+
+
+def to_neutral(value: Any) -> Any:
+    """Reference runtime value -> neutral value, sharing every buffer."""
+    from reference_impl.values import EncodedValue, StructValue
+
+    if isinstance(value, StructValue):
+        return Struct({k: to_neutral(v) for k, v in value.items()}, value.type_id)
+    if isinstance(value, EncodedValue):
+        return Encoded(value.header, value.payload)
+    if isinstance(value, list):
+        return [to_neutral(v) for v in value]
+    return value
+
+
+def _state_module():
+    try:
+        from reference_impl import state
+    except ImportError:
+        return None
+    return state if hasattr(state, "make_state") else None
+
+
+def _graph_utils():
+    try:
+        from reference_impl import graph_utils
+    except ImportError:
+        return None
+    return graph_utils
+
+
+def _kv_module():
+    try:
+        from reference_impl import kv
+    except ImportError:
+        return None
+    return kv

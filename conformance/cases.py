@@ -1,0 +1,369 @@
+"""The case catalogue: TOML manifests under ``corpus/cases`` that name models in protobuf text format
+(or named builders for large payloads) and the outcome each case expects.
+
+A manifest holds ``[[case]]`` tables and ``[[family]]`` tables (a case template expanded over a small
+parameter matrix, ``$name`` placeholders). Text models may come from a ``.txtpb`` file (``model``),
+inline text (``model_text``), a named template (``template`` + ``vars``) or a builder (``builder`` +
+``args``); ``merge`` text is merged onto the model afterwards. See docs/conformance.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import importlib.util
+import itertools
+import json
+import os
+import pathlib
+import re
+import string
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+from conformance.adapters import PROFILES, SuiteError
+
+LEVELS = ("Required", "Recommended")
+OPERATIONS = ("verify", "decode", "fields", "roundtrip", "state", "export", "rewrite")
+EXPECTATION_SOURCES = ("spec", "hand", "onnx-reference", "numpy", "onnxruntime", "oracle", "wire")
+_ID = re.compile(r"^(Required|Recommended)(\.[A-Za-z0-9_\-]+){3,}$")
+
+
+def default_corpus() -> pathlib.Path:
+    """``$CONFORMANCE_CORPUS`` or the ``corpus`` directory next to the package."""
+    env = os.environ.get("CONFORMANCE_CORPUS")
+    if env:
+        return pathlib.Path(env)
+    return pathlib.Path(__file__).resolve().parents[1] / "corpus"
+
+
+@dataclass
+class Case:
+    """One conformance case, as written in its manifest (plus where it came from)."""
+
+    id: str
+    clauses: list[str]
+    op: str
+    profile: str
+    expect: dict
+    source: str
+    description: str = ""
+    expectation_source: str = "hand"
+    model_text: str | None = None
+    builder: str | None = None
+    args: dict = field(default_factory=dict)
+    merge: str | None = None
+    value: str | None = None
+    files: dict = field(default_factory=dict)
+    steps: list = field(default_factory=list)
+    target: str | None = None
+    rewrite: dict | None = None
+    raw: dict = field(default_factory=dict)
+    corpus: pathlib.Path | None = None
+    _built: Any = None
+
+    @property
+    def level(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    @property
+    def area(self) -> str:
+        return self.id.split(".")[1]
+
+    # ------------------------------------------------------------------------------- materialize
+    def build(self):
+        """(model bytes, external files {relative path: bytes}, builder extras), built once."""
+        if self._built is None:
+            self._built = _materialize(self)
+        return self._built
+
+    def model_bytes(self) -> bytes:
+        return self.build()[0]
+
+    def external_files(self) -> dict[str, bytes]:
+        return self.build()[1]
+
+    def extras(self) -> dict:
+        return self.build()[2]
+
+    def write_files(self, directory: str | os.PathLike) -> None:
+        for relative, data in self.external_files().items():
+            target = pathlib.Path(directory) / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+    def sha256(self) -> str:
+        """Digest of everything that defines the case: its manifest entry, model and files."""
+        digest = hashlib.sha256()
+        digest.update(json.dumps(self.raw, sort_keys=True, separators=(",", ":"), default=str).encode())
+        digest.update(self.model_bytes())
+        for relative, data in sorted(self.external_files().items()):
+            digest.update(relative.encode() + b"\0" + hashlib.sha256(data).digest())
+        return digest.hexdigest()
+
+    def summary(self) -> str:
+        """What the case expects, in one line."""
+        expect = self.expect
+        if self.op == "state":
+            return f"state trace of {len(self.steps)} steps"
+        if "error" in expect:
+            return f"rejected with {expect['error']}"
+        if "values" in expect or expect.get("values_from_builder"):
+            tol = f" (atol {expect.get('atol', 0)}, rtol {expect.get('rtol', 0)})"
+            return f"decodes {self.value!r} to the expected values{tol}"
+        return "accepted"
+
+
+# --------------------------------------------------------------------------------------- loading
+@functools.lru_cache(maxsize=4)
+def load_cases(corpus: str | None = None) -> tuple[Case, ...]:
+    """Every case of the corpus, validated for unique IDs, known clauses, profiles and operations."""
+    root = pathlib.Path(corpus) if corpus else default_corpus()
+    case_dir = root / "cases"
+    if not case_dir.is_dir():
+        raise SuiteError(f"no case directory at {case_dir}")
+    shared = _load_toml(case_dir / "_templates.toml") if (case_dir / "_templates.toml").exists() else {}
+    shared_templates = shared.get("templates", {})
+    cases: list[Case] = []
+    for manifest in sorted(case_dir.rglob("*.toml")):
+        if manifest.name.startswith("_"):
+            continue
+        data = _load_toml(manifest)
+        templates = {**shared_templates, **data.get("templates", {})}
+        defaults = {k: data[k] for k in ("profile", "op", "expectation_source") if k in data}
+        relative = manifest.relative_to(root).as_posix()
+        for entry in data.get("case", []):
+            cases.append(_make_case({**defaults, **entry}, templates, manifest.parent, relative, root))
+        for family in data.get("family", []):
+            for entry in _expand_family(family):
+                cases.append(_make_case({**defaults, **entry}, templates, manifest.parent, relative, root))
+    _check_unique(cases)
+    return tuple(sorted(cases, key=lambda c: c.id))
+
+
+def _load_toml(path: pathlib.Path) -> dict:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise SuiteError(f"{path}: {error}") from None
+
+
+def _substitute(obj: Any, variables: dict) -> Any:
+    if isinstance(obj, str):
+        return string.Template(obj).safe_substitute({k: str(v) for k, v in variables.items()})
+    if isinstance(obj, list):
+        return [_substitute(item, variables) for item in obj]
+    if isinstance(obj, dict):
+        return {key: _substitute(item, variables) for key, item in obj.items()}
+    return obj
+
+
+def _expand_family(family: dict) -> list[dict]:
+    """A family is a case template plus ``matrix`` (cartesian) or ``rows`` (explicit) of variables."""
+    body = {k: v for k, v in family.items() if k not in ("matrix", "rows")}
+    rows = list(family.get("rows", []))
+    if "matrix" in family:
+        names = list(family["matrix"])
+        rows += [dict(zip(names, combo)) for combo in itertools.product(*(family["matrix"][n] for n in names))]
+    entries = []
+    for row in rows:
+        entry = _substitute(copy.deepcopy(body), row)
+        entry["vars"] = {**_substitute(body.get("vars", {}), row), **row}
+        # args/expect keep their native TOML types where a row supplies a whole value
+        for key in ("args", "expect"):
+            if key in body:
+                entry[key] = _typed_substitute(body[key], row)
+        entries.append(entry)
+    return entries
+
+
+def _typed_substitute(obj: Any, row: dict) -> Any:
+    if isinstance(obj, str):
+        match = re.fullmatch(r"\$(\w+)|\$\{(\w+)\}", obj)
+        if match:
+            name = match.group(1) or match.group(2)
+            if name in row:
+                return row[name]
+        return _substitute(obj, row)
+    if isinstance(obj, list):
+        return [_typed_substitute(item, row) for item in obj]
+    if isinstance(obj, dict):
+        return {key: _typed_substitute(item, row) for key, item in obj.items()}
+    return obj
+
+
+def _make_case(entry: dict, templates: dict, directory: pathlib.Path, source: str, root: pathlib.Path) -> Case:
+    case_id = entry.get("id", "")
+    where = f"{source}: case {case_id or '<no id>'}"
+    if not _ID.match(case_id):
+        raise SuiteError(f"{where}: IDs are Level.Area.Topic.Case with Level in {LEVELS}")
+    op = entry.get("op")
+    if op not in OPERATIONS:
+        raise SuiteError(f"{where}: op {op!r} is not one of {OPERATIONS}")
+    profile = entry.get("profile")
+    if profile not in PROFILES:
+        raise SuiteError(f"{where}: profile {profile!r} is not one of {sorted(PROFILES)}")
+    clauses = entry.get("clause") or []
+    if isinstance(clauses, str):
+        clauses = [clauses]
+    from reference_impl.clauses import CLAUSES
+
+    unknown = [c for c in clauses if c not in CLAUSES]
+    if not clauses or unknown:
+        raise SuiteError(f"{where}: clauses {unknown or '(none)'} are not spec clause IDs")
+    source_kind = entry.get("expectation_source", "hand")
+    if source_kind not in EXPECTATION_SOURCES:
+        raise SuiteError(f"{where}: expectation_source {source_kind!r} not in {EXPECTATION_SOURCES}")
+    text = None
+    variables = entry.get("vars", {})
+    if "model" in entry:
+        text = _substitute((directory / entry["model"]).read_text(), variables)
+    elif "model_text" in entry:
+        text = _substitute(entry["model_text"], variables)
+    elif "template" in entry:
+        template = templates.get(entry["template"])
+        if template is None:
+            raise SuiteError(f"{where}: unknown template {entry['template']!r}")
+        if isinstance(template, dict):
+            variables = {**template.get("vars", {}), **variables}
+            template = template["text"]
+        text = _expand_template(template, variables, templates, where)
+    elif "builder" not in entry:
+        raise SuiteError(f"{where}: a case needs model, model_text, template or builder")
+    merge = entry.get("merge")
+    if merge is not None:
+        merge = _expand_template(merge, variables, templates, where)
+    expect = entry.get("expect", {})
+    if op in ("verify", "decode", "fields", "roundtrip", "export", "rewrite") and not expect:
+        raise SuiteError(f"{where}: the case states no expectation")
+    raw = {k: v for k, v in entry.items() if k not in ("model", "template")}
+    raw["model_text"] = text
+    raw["merge"] = merge
+    return Case(id=case_id, clauses=list(clauses), op=op, profile=profile, expect=expect, source=source,
+                description=entry.get("description", ""), expectation_source=source_kind, model_text=text,
+                builder=entry.get("builder"), args=entry.get("args", {}), merge=merge,
+                value=entry.get("value"), files=entry.get("files", {}), steps=entry.get("step", []),
+                target=entry.get("target"), rewrite=entry.get("rewrite"), raw=raw, corpus=root)
+
+
+def _expand_template(template: str, variables: dict, templates: dict, where: str) -> str:
+    """``$name`` from vars; ``@{template}`` includes another template (expanded with the same vars)."""
+    def include(match: re.Match) -> str:
+        inner = templates.get(match.group(1))
+        if inner is None:
+            raise SuiteError(f"{where}: unknown included template {match.group(1)!r}")
+        if isinstance(inner, dict):
+            inner = inner["text"]
+        return _expand_template(inner, variables, templates, where)
+
+    text = re.sub(r"@\{(\w+)\}", include, template)
+    try:
+        return string.Template(text).substitute({k: render_var(v) for k, v in variables.items()})
+    except (KeyError, ValueError) as error:
+        raise SuiteError(f"{where}: template variable {error} is not set") from None
+
+
+def render_var(value: Any) -> str:
+    """Template values: a list of integers renders as tensor shape dims, anything else as text."""
+    if isinstance(value, list) and all(isinstance(d, int) for d in value):
+        return " ".join(f"dim {{ dim_value: {d} }}" for d in value)
+    return str(value)
+
+
+def _check_unique(cases: list[Case]) -> None:
+    seen: dict[str, str] = {}
+    for case in cases:
+        if case.id in seen:
+            raise SuiteError(f"case {case.id} is defined in {seen[case.id]} and {case.source}")
+        seen[case.id] = case.source
+
+
+# ---------------------------------------------------------------------------------- materializing
+def _materialize(case: Case):
+    from google.protobuf import text_format
+
+    from reference_impl import schema
+
+    extras: dict = {}
+    files: dict[str, bytes] = {}
+    if case.builder:
+        built = builders(case.corpus)[case.builder](**case.args)
+        model = built.get("model")
+        files.update(built.get("files", {}))
+        extras = {k: v for k, v in built.items() if k not in ("model", "files")}
+        if isinstance(model, (bytes, bytearray)):
+            model = schema.parse_model(bytes(model)) if case.merge else bytes(model)
+    else:
+        try:
+            model = schema.parse_text(case.model_text, "ModelProto")
+        except text_format.ParseError as error:
+            raise SuiteError(f"{case.id}: model text does not parse: {error}") from None
+    if case.merge:
+        try:
+            text_format.Merge(case.merge, model)
+        except text_format.ParseError as error:
+            raise SuiteError(f"{case.id}: merge text does not parse: {error}") from None
+    for relative, spec in case.files.items():
+        files[relative] = file_bytes(spec, case.id)
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    return data, files, extras
+
+
+def file_bytes(spec: Any, case_id: str = "") -> bytes:
+    """Bytes of an external payload file: ``{hex = "..."}``, ``{size = n, fill = b}`` or concatenations
+    ``{parts = [...]}``."""
+    if isinstance(spec, dict):
+        if "hex" in spec:
+            return bytes.fromhex(spec["hex"].replace(" ", ""))
+        if "size" in spec:
+            return bytes([spec.get("fill", 0)]) * spec["size"]
+        if "parts" in spec:
+            return b"".join(file_bytes(part, case_id) for part in spec["parts"])
+    raise SuiteError(f"{case_id}: cannot read file spec {spec!r}")
+
+
+@functools.lru_cache(maxsize=4)
+def _load_builders(corpus: str) -> dict:
+    path = pathlib.Path(corpus) / "builders" / "__init__.py"
+    if not path.exists():
+        return {}
+    name = "conformance_corpus_builders"
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=[str(path.parent)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return dict(module.BUILDERS)
+
+
+def builders(corpus: pathlib.Path | None = None) -> dict:
+    """Named builders (``corpus/builders``): functions returning {model, files?, expected?, ...}."""
+    return _load_builders(str(corpus or default_corpus()))
+
+
+def select(cases, patterns: list[str] | None = None, level: str | None = None, profiles: set[str] | None = None,
+           shard: tuple[int, int] | None = None) -> list[Case]:
+    """Filter by glob-ish patterns (``*`` wildcards, prefix match), level, profiles, then shard i/n."""
+    import fnmatch
+
+    chosen = []
+    for case in cases:
+        if level and case.level != level:
+            continue
+        if profiles and case.profile not in profiles:
+            continue
+        if patterns and not any(fnmatch.fnmatchcase(case.id, p) or case.id.startswith(p + ".") or case.id == p
+                                for p in patterns):
+            continue
+        chosen.append(case)
+    if shard:
+        index, count = shard
+        chosen = [case for n, case in enumerate(chosen) if n % count == index - 1]
+    return chosen

@@ -1,0 +1,50 @@
+"""The clause table: every normative clause of the spec with the cases that cover it.
+
+The suite's self-check fails when a clause has no case or a case cites an unknown clause.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from reference_impl.clauses import CLAUSES
+
+
+def coverage(cases) -> dict[str, list[str]]:
+    table: dict[str, list[str]] = {cid: [] for cid in CLAUSES}
+    for case in cases:
+        for clause in case.clauses:
+            table.setdefault(clause, []).append(case.id)
+    return table
+
+
+def uncovered(cases) -> list[str]:
+    return [cid for cid, ids in coverage(cases).items() if not ids]
+
+
+def render(cases, markdown: bool = False, with_cases: bool = False) -> str:
+    table = coverage(cases)
+    by_section: dict[str, list[str]] = defaultdict(list)
+    for cid, clause in CLAUSES.items():
+        by_section[clause.section].append(cid)
+    lines = []
+    if markdown:
+        lines += ["| Clause | Section | Normative text | Cases |", "| --- | --- | --- | ---: |"]
+    for section, ids in by_section.items():
+        if not markdown:
+            lines.append(section)
+        for cid in ids:
+            count = len(table[cid])
+            if markdown:
+                text = CLAUSES[cid].text.replace("|", "\\|")
+                lines.append(f"| {cid} | {section} | {text} | {count} |")
+            else:
+                mark = " " if count else "!"
+                lines.append(f" {mark} {cid:24s} {count:4d} case(s)")
+                if with_cases:
+                    lines += [f"        {case_id}" for case_id in table[cid]]
+    missing = uncovered(cases)
+    lines.append("")
+    lines.append(f"{len(CLAUSES) - len(missing)} of {len(CLAUSES)} clauses covered"
+                 + (f"; uncovered: {', '.join(missing)}" if missing else ""))
+    return "\n".join(lines)

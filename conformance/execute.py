@@ -1,0 +1,314 @@
+"""Running one case against one adapter and judging the outcome.
+
+Nothing an adapter does can crash the runner: a ``Rejected`` or ``NotSupported`` is classified, any
+other exception fails the case with its traceback recorded.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from conformance import values as V
+from conformance.adapters import NotSupported, Rejected, SuiteError
+from conformance.cases import Case
+
+PASSED, FAILED, NOT_SUPPORTED = "passed", "failed", "not supported"
+
+
+@dataclass
+class Result:
+    """The verdict of one case: ``passed``, ``failed`` or ``not supported`` (expected failures are
+    decided later, against a failure list)."""
+
+    id: str
+    verdict: str
+    message: str = ""
+    expected: str = ""
+    actual: str = ""
+    detail: str = ""
+    traceback: str = ""
+    duration: float = 0.0
+    clauses: list[str] = field(default_factory=list)
+    profile: str = ""
+    level: str = ""
+    code_checked: bool | None = None  # False when a rejection carried no error code
+    expected_failure: bool = False
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class CaseFailure(Exception):
+    """The adapter's behaviour departs from the case's expectation."""
+
+    def __init__(self, message: str, expected: str = "", actual: str = "", detail: str = ""):
+        super().__init__(message)
+        self.message, self.expected, self.actual, self.detail = message, expected, actual, detail
+
+
+class Outcome:
+    """What one adapter call did: returned a value, was rejected, or was not supported."""
+
+    def __init__(self, value: Any = None, rejected: Rejected | None = None):
+        self.value = value
+        self.rejected = rejected
+
+
+def call(adapter: Any, method: str, *args: Any) -> Outcome:
+    """Call an adapter method, classifying exceptions. NotSupported and unclassified exceptions
+    propagate (the first becomes the verdict, the second a failure with traceback)."""
+    fn = getattr(adapter, method, None)
+    if fn is None:
+        raise NotSupported(f"the adapter has no {method}()")
+    try:
+        return Outcome(value=fn(*args))
+    except Rejected as rejected:
+        return Outcome(rejected=rejected)
+    except NotSupported:
+        raise
+    except Exception as exc:  # noqa: BLE001 - classified below or reported with its traceback
+        classified = classify(adapter, exc)
+        if isinstance(classified, Rejected):
+            return Outcome(rejected=classified)
+        if isinstance(classified, NotSupported):
+            raise classified from exc
+        raise
+
+
+def classify(adapter: Any, exc: BaseException):
+    classifier = getattr(adapter, "classify", None)
+    if classifier is None:
+        return None
+    try:
+        return classifier(exc)
+    except Exception:  # noqa: BLE001 - a broken classifier must not hide the original exception
+        return None
+
+
+def run_case(case: Case, adapter: Any, require_codes: bool = False) -> Result:
+    """Execute ``case`` on ``adapter`` and return its verdict."""
+    result = Result(case.id, FAILED, clauses=case.clauses, profile=case.profile, level=case.level)
+    result.expected = case.summary()
+    start = time.perf_counter()
+    workdir = tempfile.mkdtemp(prefix="conformance-")
+    try:
+        claimed = _claimed(adapter)
+        if claimed is not None and case.profile not in claimed:
+            raise NotSupported(f"the adapter does not claim profile {case.profile!r}")
+        case.write_files(workdir)
+        handler = _HANDLERS[case.op]
+        code_checked = handler(case, adapter, workdir, require_codes)
+        result.verdict = PASSED
+        result.code_checked = code_checked
+        result.message = "passed" if code_checked is not False else "passed (rejection carried no error code)"
+    except NotSupported as exc:
+        result.verdict = NOT_SUPPORTED
+        result.message = str(exc) or "not supported"
+    except CaseFailure as failure:
+        result.message = failure.message
+        result.actual = failure.actual
+        result.detail = failure.detail
+        if failure.expected:
+            result.expected = failure.expected
+    except SuiteError as exc:
+        result.message = f"suite error: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the runner never crashes on an adapter exception
+        result.message = f"unclassified {type(exc).__name__}: {_one_line(str(exc))}"
+        result.actual = f"raised {type(exc).__name__}"
+        result.traceback = traceback.format_exc()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        result.duration = time.perf_counter() - start
+    return result
+
+
+def _claimed(adapter: Any) -> set[str] | None:
+    profiles = getattr(adapter, "profiles", None)
+    if profiles is None:
+        return None
+    return set(profiles() if callable(profiles) else profiles)
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# ---------------------------------------------------------------------------- judging outcomes
+def judge_rejection(outcome: Outcome, expect: dict, what: str, require_codes: bool) -> bool | None:
+    """Check an outcome against ``expect`` ({error = CODE} or acceptance). Returns whether an error
+    code was checked (None when no rejection was expected)."""
+    wanted = expect.get("error")
+    if wanted is None:
+        if outcome.rejected is not None:
+            raise CaseFailure(f"{what} was rejected but should be accepted: {_one_line(str(outcome.rejected))}",
+                              actual=f"rejected {outcome.rejected.code or '(no code)'}",
+                              detail=outcome.rejected.message)
+        return None
+    if outcome.rejected is None:
+        raise CaseFailure(f"{what} was accepted but should be rejected with {wanted}", expected=f"rejected with {wanted}",
+                          actual="accepted")
+    code = outcome.rejected.code
+    if code is None:
+        if require_codes:
+            raise CaseFailure(f"{what} was rejected without an error code; expected {wanted}",
+                              actual="rejected (no code)")
+        return False
+    allowed = [wanted] + list(expect.get("also", []))
+    if code not in allowed:
+        raise CaseFailure(f"{what} was rejected with {code}, expected {wanted}", expected=f"rejected with {wanted}",
+                          actual=f"rejected with {code}", detail=outcome.rejected.message)
+    return True
+
+
+def _verify(case: Case, adapter: Any, workdir: str, require_codes: bool):
+    outcome = call(adapter, "verify", case.model_bytes(), workdir)
+    return judge_rejection(outcome, case.expect, "the model", require_codes)
+
+
+def _decode(case: Case, adapter: Any, workdir: str, require_codes: bool):
+    outcome = call(adapter, "decode", case.model_bytes(), case.value, workdir)
+    checked = judge_rejection(outcome, case.expect, f"decoding {case.value!r}", require_codes)
+    if "error" in case.expect:
+        return checked
+    expected = expected_values(case)
+    compare(expected, outcome.value, case.expect, f"decoded {case.value!r}")
+    return checked
+
+
+def expected_values(case: Case) -> Any:
+    if "values" in case.expect:
+        return V.build(case.expect["values"])
+    if "expected" in case.extras():
+        return case.extras()["expected"]
+    raise SuiteError(f"{case.id}: no expected values")
+
+
+def compare(expected: Any, actual: Any, expect: dict, what: str, path: str = "value") -> None:
+    reason = V.mismatch(expected, actual, expect.get("atol", 0.0), expect.get("rtol", 0.0), path)
+    if reason:
+        raise CaseFailure(f"{what}: {reason}", expected=V.describe(expected), actual=V.describe(actual),
+                          detail=reason)
+
+
+def _fields(case: Case, adapter: Any, workdir: str, require_codes: bool):
+    outcome = call(adapter, "read_fields", case.model_bytes(), case.value, workdir)
+    checked = judge_rejection(outcome, case.expect, f"reading fields of {case.value!r}", require_codes)
+    if "error" in case.expect:
+        return checked
+    got = outcome.value
+    for name, literal in case.expect.get("fields", {}).items():
+        if name not in got:
+            raise CaseFailure(f"field {name!r} missing; fields are {sorted(got)}", actual=str(sorted(got)))
+        compare(V.build(literal), np.asarray(got[name]), case.expect, f"field {name!r}", name)
+    return checked
+
+
+def _roundtrip(case: Case, adapter: Any, workdir: str, require_codes: bool):
+    data = case.model_bytes()
+    outcome = call(adapter, "roundtrip", data)
+    checked = judge_rejection(outcome, case.expect, "the round trip", require_codes)
+    if "error" not in case.expect:
+        check_model_bytes(data, outcome.value, case.expect)
+    return checked
+
+
+def _export(case: Case, adapter: Any, workdir: str, require_codes: bool):
+    data = case.model_bytes()
+    outcome = call(adapter, "export", data, case.target or "onnx-light")
+    checked = judge_rejection(outcome, case.expect, f"export to {case.target}", require_codes)
+    if "error" not in case.expect:
+        check_model_bytes(data, outcome.value, case.expect)
+    return checked
+
+
+def _rewrite(case: Case, adapter: Any, workdir: str, require_codes: bool):
+    data = case.model_bytes()
+    outcome = call(adapter, "rewrite", data, dict(case.rewrite or {}))
+    checked = judge_rejection(outcome, case.expect, f"rewrite {case.rewrite}", require_codes)
+    if "error" not in case.expect:
+        check_model_bytes(data, outcome.value, case.expect)
+    return checked
+
+
+def check_model_bytes(original: bytes, produced: Any, expect: dict) -> None:
+    """Checks on a model an adapter wrote back: exact survival, bindings, names, absence of extensions."""
+    from reference_impl import schema
+
+    if not isinstance(produced, (bytes, bytearray)):
+        raise CaseFailure(f"expected model bytes, got {type(produced).__name__}", actual=type(produced).__name__)
+    produced = bytes(produced)
+    try:
+        model = schema.parse_model(produced)
+    except Exception as exc:  # noqa: BLE001 - unparsable output is a failure, not a crash
+        raise CaseFailure(f"the produced model does not parse: {exc}", actual="unparsable bytes") from None
+    if expect.get("same_message"):
+        before = schema.parse_model(original).SerializeToString(deterministic=True)
+        after = model.SerializeToString(deterministic=True)
+        if before != after:
+            raise CaseFailure("the produced model differs from the input (fields or unknown fields lost)",
+                              expected=f"{len(before)} bytes, identical content", actual=f"{len(after)} bytes",
+                              detail=_first_diff(before, after))
+    if "bindings" in expect:
+        got = [[b.input_name, b.output_name] for b in model.graph.persistent_bindings]
+        if got != [list(pair) for pair in expect["bindings"]]:
+            raise CaseFailure(f"bindings {got}, expected {expect['bindings']}", expected=str(expect["bindings"]),
+                              actual=str(got))
+    for key, group in (("inputs", "input"), ("outputs", "output")):
+        if key in expect:
+            got = [vi.name for vi in getattr(model.graph, group)]
+            if got != list(expect[key]):
+                raise CaseFailure(f"graph {key} {got}, expected {expect[key]}", actual=str(got))
+    if expect.get("standard_onnx"):
+        _check_standard(model)
+    if "struct_types" in expect and len(model.struct_types) != expect["struct_types"]:
+        raise CaseFailure(f"{len(model.struct_types)} struct types, expected {expect['struct_types']}")
+    if "encoded_initializers" in expect:
+        got = sorted(v.name for v in model.graph.encoded_initializer)
+        if got != sorted(expect["encoded_initializers"]):
+            raise CaseFailure(f"encoded initializers {got}, expected {expect['encoded_initializers']}")
+
+
+def _check_standard(model) -> None:
+    """A standard ONNX export carries no local extension (fields 1000-1099) anywhere."""
+    import onnx
+
+    plain = onnx.ModelProto()
+    plain.ParseFromString(model.SerializeToString())
+    if model.struct_types or model.graph.encoded_initializer or model.graph.persistent_bindings:
+        raise CaseFailure("a standard ONNX export still carries local extension fields")
+    try:
+        onnx.checker.check_model(plain)
+    except Exception as exc:  # noqa: BLE001 - the checker's verdict is the point
+        raise CaseFailure(f"the standard export fails onnx.checker: {_one_line(str(exc))}") from None
+
+
+def _first_diff(a: bytes, b: bytes) -> str:
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"first difference at byte {index}: {x:#04x} versus {y:#04x}"
+    return f"lengths {len(a)} versus {len(b)}"
+
+
+def _state(case: Case, adapter: Any, workdir: str, require_codes: bool):
+    from conformance.trace import run_trace
+
+    return run_trace(case, adapter, workdir, require_codes)
+
+
+_HANDLERS = {
+    "verify": _verify,
+    "decode": _decode,
+    "fields": _fields,
+    "roundtrip": _roundtrip,
+    "state": _state,
+    "export": _export,
+    "rewrite": _rewrite,
+}

@@ -1,0 +1,98 @@
+"""Reports of a run: per-case JSON, JUnit XML, and a Markdown summary fit for a CI job summary."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from dataclasses import asdict
+
+from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, Result
+from conformance.runner import RunInfo, summary_line
+
+MAX_LISTED_FAILURES = 50
+
+
+def safe_name(case_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", case_id)
+
+
+def write_json(directory: pathlib.Path, results: list[Result], info: RunInfo) -> None:
+    cases_dir = directory / "cases"
+    cases_dir.mkdir(parents=True, exist_ok=True)
+    for result in results:
+        (cases_dir / f"{safe_name(result.id)}.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    payload = {"run": asdict(info), "summary": summary_line(results), "results": [r.to_json() for r in results]}
+    (directory / "results.json").write_text(json.dumps(payload, indent=1) + "\n")
+
+
+def junit_xml(results: list[Result], info: RunInfo) -> bytes:
+    suites = ET.Element("testsuites", name=info.suite.get("name", "conformance"))
+    by_area: dict[str, list[Result]] = defaultdict(list)
+    for result in results:
+        by_area[".".join(result.id.split(".")[:2])].append(result)
+    for area, group in sorted(by_area.items()):
+        failures = sum(r.verdict == FAILED and not r.expected_failure for r in group)
+        skipped = sum(r.verdict == NOT_SUPPORTED or r.expected_failure for r in group)
+        suite = ET.SubElement(suites, "testsuite", name=area, tests=str(len(group)), failures=str(failures),
+                              skipped=str(skipped), errors="0", time=f"{sum(r.duration for r in group):.3f}")
+        for result in group:
+            case = ET.SubElement(suite, "testcase", classname=area, name=result.id, time=f"{result.duration:.4f}")
+            if result.verdict == FAILED and not result.expected_failure:
+                failure = ET.SubElement(case, "failure", message=result.message[:500])
+                failure.text = "\n".join(filter(None, [f"expected: {result.expected}", f"actual: {result.actual}",
+                                                        result.detail, result.traceback]))
+            elif result.verdict == FAILED:
+                ET.SubElement(case, "skipped", message=f"expected failure: {result.message[:400]}")
+            elif result.verdict == NOT_SUPPORTED:
+                ET.SubElement(case, "skipped", message=f"not supported: {result.message[:400]}")
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+
+
+def markdown(results: list[Result], info: RunInfo, problems: list[str] | None = None) -> str:
+    adapter = info.adapter
+    lines = [f"## Conformance: {adapter.get('name')} ({adapter.get('version')})", "",
+             f"**{summary_line(results)}** in {info.duration:.1f} s — suite {info.suite.get('version')}, "
+             f"spec revision {info.spec.get('revision')}", ""]
+    lines += ["| Profile | Passed | Failed | Not supported | Expected failures |",
+              "| --- | ---: | ---: | ---: | ---: |"]
+    by_profile: dict[str, list[Result]] = defaultdict(list)
+    for result in results:
+        by_profile[result.profile].append(result)
+    for profile, group in sorted(by_profile.items()):
+        counts = _counts(group)
+        lines.append(f"| {profile} | {counts[PASSED]} | {counts[FAILED]} | {counts[NOT_SUPPORTED]} | "
+                     f"{counts['xfail']} |")
+    failing = [r for r in results if r.verdict == FAILED and not r.expected_failure]
+    if failing:
+        lines += ["", f"### Failures ({len(failing)})", ""]
+        for result in failing[:MAX_LISTED_FAILURES]:
+            lines.append(f"- `{result.id}` — {_md(result.message)}")
+        if len(failing) > MAX_LISTED_FAILURES:
+            lines.append(f"- … and {len(failing) - MAX_LISTED_FAILURES} more (see results.json)")
+    if problems:
+        lines += ["", "### Failure-list problems", ""] + [f"- {_md(p)}" for p in problems]
+    return "\n".join(lines) + "\n"
+
+
+def _counts(group: list[Result]) -> dict:
+    return {PASSED: sum(r.verdict == PASSED for r in group),
+            FAILED: sum(r.verdict == FAILED and not r.expected_failure for r in group),
+            NOT_SUPPORTED: sum(r.verdict == NOT_SUPPORTED for r in group),
+            "xfail": sum(r.verdict == FAILED and r.expected_failure for r in group)}
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")[:300]
+
+
+def write_all(directory: str | pathlib.Path, results: list[Result], info: RunInfo,
+              problems: list[str] | None = None) -> pathlib.Path:
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_json(directory, results, info)
+    (directory / "junit.xml").write_bytes(junit_xml(results, info))
+    (directory / "summary.md").write_text(markdown(results, info, problems))
+    return directory

@@ -1,0 +1,270 @@
+"""State traces: scripted open/run/values/reset/close steps with expected outputs, errors and buffer
+identities.
+
+Step tables (``[[case.step]]``)::
+
+    {op = "open",   initial = {name = <literal>}, as = "init", error = "CODE"?}
+    {op = "run",    feeds = {...}, as = "r1", outputs = {name = <literal>}, output_names = [...], error?}
+    {op = "values", as = "v1", values = {...}, names = [...]}
+    {op = "reset",  initial = {...}, as = "init2", error?}
+    {op = "close",  error?}
+    {op = "check",  ref = "r1|present", equals = <literal>}           # an outstanding view is intact
+    {op = "identity", same = [["init|past", "v1|past"]], distinct = [["r1|y", "r2|y"]]}
+    {op = "concurrent", first = {feeds = {...}}, second = {op = "run", feeds = {...}}, error = "STATE_BUSY",
+     scale_feed = "iterations"}
+
+A reference ``label|name[|field...]`` names a value seen at a labelled step: a run's outputs (or its
+feeds), a values() result, or the initial values given to open/reset. Literals may be ``{ref = ...}``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from conformance import values as V
+from conformance.adapters import NotSupported, Rejected, SuiteError
+from conformance.execute import CaseFailure, Outcome, call, classify, compare, judge_rejection
+
+#: How long the first of two concurrent calls is given to start before the second is issued.
+CONCURRENT_DELAY = 0.05
+CONCURRENT_ATTEMPTS = 4
+
+
+class Inconclusive(Exception):
+    """The first call finished before the second could overlap it; retry with a longer first call."""
+
+
+class Trace:
+    def __init__(self, case, adapter, workdir: str, require_codes: bool, scale: int):
+        self.case = case
+        self.adapter = adapter
+        self.workdir = workdir
+        self.require_codes = require_codes
+        self.scale = scale
+        self.handle = None
+        self.seen: dict[str, dict[str, Any]] = {}
+        self.code_checked: bool | None = None
+
+    # --------------------------------------------------------------------------------- helpers
+    def ref(self, text: str) -> Any:
+        label, _, rest = text.partition("|")
+        if label not in self.seen:
+            raise SuiteError(f"{self.case.id}: reference {text!r} names no labelled step")
+        parts = rest.split("|")
+        found = self.seen[label]
+        if parts[0] not in found:
+            raise CaseFailure(f"{text!r}: {parts[0]!r} is not among {sorted(found)}", actual=str(sorted(found)))
+        try:
+            return V.leaf(found[parts[0]], parts[1:])
+        except (KeyError, IndexError, ValueError):
+            raise CaseFailure(f"{text!r}: the value has no field path {parts[1:]}") from None
+
+    def build(self, literals: dict) -> dict[str, Any]:
+        return {name: V.build(literal, self.ref) for name, literal in (literals or {}).items()}
+
+    def identify(self, value: Any) -> int | None:
+        probe = getattr(self.handle, "buffer_id", None)
+        if probe is not None:
+            return probe(value)
+        return V.default_buffer_id(value)
+
+    def judge(self, outcome: Outcome, step: dict, what: str) -> bool:
+        """True when the step succeeded (and success was expected)."""
+        expect = {"error": step["error"], "also": step.get("also", [])} if "error" in step else {}
+        checked = judge_rejection(outcome, expect, what, self.require_codes)
+        if checked is not None:
+            self.code_checked = checked if self.code_checked is not False else False
+        return outcome.rejected is None
+
+    def need_handle(self, index: int) -> None:
+        if self.handle is None:
+            raise SuiteError(f"{self.case.id}: step {index} needs an open state")
+
+    # ----------------------------------------------------------------------------------- steps
+    def step_open(self, index: int, step: dict) -> None:
+        initial = self.build(step.get("initial"))
+        outcome = call(self.adapter, "open_state", self.case.model_bytes(), initial, self.workdir)
+        if self.judge(outcome, step, f"step {index} (open)"):
+            self.handle = outcome.value
+            self.remember(step, initial)
+
+    def step_run(self, index: int, step: dict) -> None:
+        self.need_handle(index)
+        feeds = self.build(step.get("feeds"))
+        outcome = call(self.handle_with_classifier(), "run", feeds)
+        if not self.judge(outcome, step, f"step {index} (run)"):
+            return
+        outputs = outcome.value
+        if not isinstance(outputs, dict):
+            raise CaseFailure(f"step {index}: run() returned {type(outputs).__name__}, not a dict")
+        if "output_names" in step and sorted(outputs) != sorted(step["output_names"]):
+            raise CaseFailure(f"step {index}: outputs {sorted(outputs)}, expected {sorted(step['output_names'])}")
+        self.expect_values(index, "output", outputs, step.get("outputs", {}), step)
+        self.remember(step, outputs, feeds)
+
+    def step_values(self, index: int, step: dict) -> None:
+        self.need_handle(index)
+        outcome = call(self.handle_with_classifier(), "values")
+        if not self.judge(outcome, step, f"step {index} (values)"):
+            return
+        current = outcome.value
+        if "names" in step and sorted(current) != sorted(step["names"]):
+            raise CaseFailure(f"step {index}: retained values {sorted(current)}, expected {sorted(step['names'])}",
+                              expected=str(sorted(step["names"])), actual=str(sorted(current)))
+        self.expect_values(index, "retained value", current, step.get("values", {}), step)
+        self.remember(step, current)
+
+    def step_reset(self, index: int, step: dict) -> None:
+        self.need_handle(index)
+        initial = self.build(step.get("initial"))
+        outcome = call(self.handle_with_classifier(), "reset", initial)
+        if self.judge(outcome, step, f"step {index} (reset)"):
+            self.remember(step, initial)
+
+    def step_close(self, index: int, step: dict) -> None:
+        self.need_handle(index)
+        self.judge(call(self.handle_with_classifier(), "close"), step, f"step {index} (close)")
+
+    def step_check(self, index: int, step: dict) -> None:
+        actual = self.ref(step["ref"])
+        compare(V.build(step["equals"], self.ref), actual, step, f"step {index}: {step['ref']}")
+
+    def step_identity(self, index: int, step: dict) -> None:
+        for group in step.get("same", []):
+            ids = [self.identify(self.ref(r)) for r in group]
+            if None in ids or len(set(ids)) != 1:
+                raise CaseFailure(f"step {index}: {group} should share one buffer",
+                                  expected="one buffer", actual=", ".join(f"{r}={_hex(i)}" for r, i in zip(group, ids)))
+        for group in step.get("distinct", []):
+            ids = [self.identify(self.ref(r)) for r in group]
+            if len(set(ids)) != len(ids):
+                raise CaseFailure(f"step {index}: {group} should be distinct buffers",
+                                  expected="distinct buffers", actual=", ".join(_hex(i) for i in ids))
+
+    def step_concurrent(self, index: int, step: dict) -> None:
+        """Issue ``second`` while ``first`` (a run) is still active; the second must be rejected."""
+        self.need_handle(index)
+        feeds = self.build(step["first"].get("feeds"))
+        scale_feed = step.get("scale_feed")
+        if scale_feed:
+            feeds[scale_feed] = (np.asarray(feeds[scale_feed]) * self.scale).astype(np.asarray(feeds[scale_feed]).dtype)
+        handle = self.handle_with_classifier()
+        box: dict[str, Outcome | BaseException] = {}
+        started = threading.Event()
+
+        def first() -> None:
+            started.set()
+            try:
+                box["first"] = call(handle, "run", feeds)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the trace thread
+                box["first"] = exc
+
+        worker = threading.Thread(target=first, daemon=True)
+        worker.start()
+        started.wait()
+        time.sleep(CONCURRENT_DELAY)
+        overlapped = worker.is_alive()
+        second = step["second"]
+        op = second.get("op", "run")
+        args = (self.build(second.get("feeds")),) if op == "run" else \
+            (self.build(second.get("initial")),) if op == "reset" else ()
+        try:
+            second_outcome = call(handle, op, *args)
+        finally:
+            worker.join(timeout=120)
+        first_outcome = box.get("first")
+        if isinstance(first_outcome, BaseException):
+            raise first_outcome
+        if not overlapped or worker.is_alive():
+            if worker.is_alive():
+                raise CaseFailure(f"step {index}: the first call did not finish within 120 s")
+            raise Inconclusive()
+        if first_outcome.rejected is not None:
+            raise CaseFailure(f"step {index}: the first call failed: {first_outcome.rejected}",
+                              actual=str(first_outcome.rejected))
+        self.judge(second_outcome, step, f"step {index} ({op} during an active run)")
+        self.remember(step, first_outcome.value or {})
+
+    # --------------------------------------------------------------------------------- support
+    def handle_with_classifier(self):
+        """The handle, with the adapter's classifier available to ``call``."""
+        return _Classified(self.handle, self.adapter)
+
+    def remember(self, step: dict, named: dict[str, Any], feeds: dict[str, Any] | None = None) -> None:
+        """Label a step's values; a run's outputs shadow its feeds of the same name."""
+        label = step.get("as")
+        if label:
+            self.seen[label] = {**(feeds or {}), **named}
+
+    def expect_values(self, index: int, kind: str, got: dict, expected: dict, step: dict) -> None:
+        for name, literal in expected.items():
+            if name not in got:
+                raise CaseFailure(f"step {index}: no {kind} {name!r}; got {sorted(got)}", actual=str(sorted(got)))
+            compare(V.build(literal, self.ref), got[name], step, f"step {index}: {kind} {name!r}", name)
+
+
+class _Classified:
+    """A state handle seen through its adapter's exception classifier."""
+
+    def __init__(self, handle, adapter):
+        self._handle = handle
+        self._adapter = adapter
+
+    def __getattr__(self, name: str):
+        return getattr(self._handle, name)
+
+    def classify(self, exc: BaseException):
+        own = getattr(self._handle, "classify", None)
+        found = own(exc) if own else None
+        return found if found is not None else classify(self._adapter, exc)
+
+
+def _hex(value: int | None) -> str:
+    return "none" if value is None else hex(value)
+
+
+_STEPS = {"open": Trace.step_open, "run": Trace.step_run, "values": Trace.step_values, "reset": Trace.step_reset,
+          "close": Trace.step_close, "check": Trace.step_check, "identity": Trace.step_identity,
+          "concurrent": Trace.step_concurrent}
+
+
+def run_trace(case, adapter, workdir: str, require_codes: bool) -> bool | None:
+    """Run every step; a concurrency step that could not overlap is retried with a longer first call."""
+    scale = 1
+    for attempt in range(CONCURRENT_ATTEMPTS):
+        trace = Trace(case, adapter, workdir, require_codes, scale)
+        try:
+            _run_steps(trace)
+            return trace.code_checked
+        except Inconclusive:
+            scale *= 8
+        finally:
+            _close_quietly(trace)
+    raise CaseFailure("could not observe two overlapping calls: the first call always finished first",
+                      actual=f"{CONCURRENT_ATTEMPTS} attempts, last scale {scale // 8}")
+
+
+def _run_steps(trace: Trace) -> None:
+    for index, step in enumerate(trace.case.steps):
+        op = step.get("op")
+        handler = _STEPS.get(op)
+        if handler is None:
+            raise SuiteError(f"{trace.case.id}: unknown step op {op!r}")
+        handler(trace, index, step)
+        if op == "open" and trace.handle is None:
+            return  # a rejected open ends the trace
+
+
+def _close_quietly(trace: Trace) -> None:
+    if trace.handle is None:
+        return
+    try:
+        trace.handle.close()
+    except (Rejected, NotSupported):
+        pass
+    except Exception:  # noqa: BLE001 - closing twice is allowed to fail
+        pass
