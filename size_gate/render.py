@@ -63,11 +63,12 @@ def check_text(metrics: LibraryMetrics, budget: Budget, stage: Stage, findings: 
     head = [f"{metrics.path}",
             f"  budget {budget.path}, stage {stage.name}" + (f" ({stage.description})" if stage.description
                                                             else "")]
-    rows = [["Check", "Actual", "Limit", "Headroom", f"vs {budget.baseline_name} baseline", "Status"]]
+    rows = [["Check", "Actual", "Limit", "Headroom", f"vs {budget.baseline_name}", "Status"]]
     for f in findings:
         if f.check in ("limit", "ceiling", "report") and isinstance(f.actual, int):
             base = budget.baseline.get(f.metric) if f.check != "ceiling" else None
-            versus = "" if base is None else f"{f.actual - base:+,} ({100 * (f.actual - base) / base:+.2f}%)"
+            versus = "" if base is None else signed(f.actual - base) + (
+                f" ({pct(100 * (f.actual - base) / base)})" if base else "")
             headroom = "" if f.limit is None else f"{f.limit - f.actual:,}"
             limit = "" if f.limit is None else num(f.limit)
             rows.append([f.label, num(f.actual), limit, headroom, versus, _MARK[f.status]])

@@ -92,6 +92,14 @@ def test_check_over_budget_names_metric_limit_actual_and_overshoot(capsys, tmp_p
     assert code == 0
 
 
+def test_check_against_a_zero_baseline_figure(capsys, tmp_path):
+    budget = _tight_budget(tmp_path, 10**6)
+    budget.write_text(budget.read_text().replace("text_bytes = 100\n", "text_bytes = 0\n", 1))
+    code, out, _ = _run(capsys, "check", DEFAULT, "--budget", budget)
+    text = measure_path(DEFAULT, "*").text_bytes
+    assert code == 0 and re.search(rf"^  \.text bytes .* {text:+,}  ", out, re.M)
+
+
 def test_check_unallowed_dependency(capsys):
     code, out, _ = _run(capsys, "check", EXTRA)
     assert code == 1 and "DT_NEEDED libm.so.6 is not on the allowlist" in out
