@@ -97,7 +97,7 @@ def test_check_against_a_zero_baseline_figure(capsys, tmp_path):
     budget.write_text(budget.read_text().replace("text_bytes = 100\n", "text_bytes = 0\n", 1))
     code, out, _ = _run(capsys, "check", DEFAULT, "--budget", budget)
     text = measure_path(DEFAULT, "*").text_bytes
-    assert code == 0 and re.search(rf"^  \.text bytes .* {text:+,}  ", out, re.M)
+    assert code == 0 and re.search(rf"^  \.text bytes .* {text:+,}  ", out, re.MULTILINE)
 
 
 def test_check_unallowed_dependency(capsys):
