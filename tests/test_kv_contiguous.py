@@ -369,3 +369,20 @@ def test_tensor_scatter_rejections():
         kvc.tensor_scatter(past, past, axis=0)
     with pytest.raises(ContractError):
         kvc.tensor_scatter(past, past, mode="ring")
+
+
+@pytest.mark.clause("KV-APPEND", "ZC-RETAIN")
+def test_token_major_cache_stays_c_contiguous_while_growing_in_place():
+    """(1, S, H, D) views of a token-major allocation are contiguous prefixes: retainable as they are."""
+    rng = np.random.default_rng(13)
+    past = kvc.empty_cache(1, 2, 4, 32, token_major=True)
+    expected = np.zeros((1, 2, 0, 4), F32)
+    for _ in range(10):
+        new = _tokens(rng, 1, 2, 2)
+        with counting() as counters:
+            present = kvc.append(past, new)
+        expected = np.concatenate([expected, new], axis=2)
+        bshd = present.transpose(0, 2, 1, 3)
+        assert bshd.flags.c_contiguous and counters.in_place_appends == 1
+        np.testing.assert_array_equal(present, expected)
+        past = bshd.transpose(0, 2, 1, 3)  # the model transposes the retained (B, S, H, D) back

@@ -64,9 +64,14 @@ def capacity_policy(initial: int = 256, fixed: bool = False):
 
 
 def empty_cache(batch: int, heads: int, head_size: int, capacity: int, dtype=np.float32,
-                fixed: bool = True) -> np.ndarray:
-    """A zero-length (B, H, 0, D) past view backed by an allocation of ``capacity`` tokens."""
-    storage = KVStorage(batch, heads, capacity, head_size, dtype, growable=not fixed, path="kv.empty_cache")
+                fixed: bool = True, token_major: bool = False) -> np.ndarray:
+    """A zero-length (B, H, 0, D) past view backed by an allocation of ``capacity`` tokens.
+
+    ``token_major`` stores tokens outermost, so ``present.transpose(0, 2, 1, 3)`` (B, S, H, D) stays
+    C-contiguous for batch 1 as the cache grows in place.
+    """
+    storage = KVStorage(batch, heads, capacity, head_size, dtype, growable=not fixed, path="kv.empty_cache",
+                        token_major=token_major)
     return storage.view(0)
 
 
@@ -99,7 +104,7 @@ def append(past: np.ndarray, new: np.ndarray, cancel=None, path: str = "kv.appen
     if _claim_in_place(storage, past, needed):
         try:
             check_cancel(cancel, path)
-            storage.data[:, :, length:needed] = new
+            storage.slots()[:, :, length:needed] = new
         except BaseException:
             with storage.lock:  # release the reservation so the same past can append again
                 if storage.claimed == needed:
@@ -115,10 +120,13 @@ def append(past: np.ndarray, new: np.ndarray, cancel=None, path: str = "kv.appen
         policy = _POLICY.get()
         capacity, growable = policy.capacity_for(needed), not policy.fixed
     batch, heads, _, head = past.shape
-    fresh = KVStorage(batch, heads, capacity, head, past.dtype, growable, path)
+    token_major = storage.token_major if storage is not None else False
+    fresh = KVStorage(batch, heads, capacity, head, past.dtype, growable, path, token_major)
     check_cancel(cancel, path)
-    fresh.data[:, :, :length] = past
-    fresh.data[:, :, length:needed] = new
+    slots = fresh.slots()
+    slots[:, :, :length] = past
+    slots[:, :, length:needed] = new
+    del slots
     record(KVCounters(appended_bytes=new.nbytes, relocated_bytes=past.nbytes))
     return fresh.view(needed)
 

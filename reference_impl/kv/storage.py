@@ -83,10 +83,16 @@ _REGISTRY: dict[int, "KVStorage"] = {}
 
 
 class KVStorage:
-    """One (B, H, capacity, D) allocation, its claimed extent and whether it may grow by relocation."""
+    """One K or V allocation, its claimed extent and whether it may grow by relocation.
+
+    Logical views are always (B, H, tokens, D). Physically the allocation is head-major
+    (B, H, capacity, D) or, with ``token_major``, (B, capacity, H, D): then a prefix of tokens is one
+    contiguous run of bytes, so the (B, tokens, H, D) layout of a batch-1 cache stays C-contiguous
+    while it grows in place.
+    """
 
     def __init__(self, batch: int, heads: int, capacity: int, head_size: int, dtype, growable: bool,
-                 path: str = "kv.storage"):
+                 path: str = "kv.storage", token_major: bool = False):
         capacity = check_capacity(capacity, f"{path}.capacity")
         batch, heads, head_size = check_dims((batch, heads, head_size), path)
         dtype = np.dtype(dtype)
@@ -94,7 +100,9 @@ class KVStorage:
         if nbytes > MAX_STORAGE_BYTES:
             raise fail(E.KV_CAPACITY_INVALID, f"{path}.capacity",
                        f"{nbytes} bytes exceed the {MAX_STORAGE_BYTES}-byte allocation limit")
-        self.data = np.zeros((batch, heads, capacity, head_size), dtype=dtype)
+        shape = (batch, capacity, heads, head_size) if token_major else (batch, heads, capacity, head_size)
+        self.data = np.zeros(shape, dtype=dtype)
+        self.token_major = token_major
         self.claimed = 0
         self.growable = growable
         self.lock = threading.Lock()
@@ -106,32 +114,41 @@ class KVStorage:
 
     @property
     def capacity(self) -> int:
-        return self.data.shape[2]
+        return self.data.shape[1 if self.token_major else 2]
+
+    @property
+    def heads(self) -> int:
+        return self.data.shape[2 if self.token_major else 1]
 
     @property
     def nbytes(self) -> int:
         return self.data.nbytes
 
     def token_bytes(self, tokens: int) -> int:
-        batch, heads, _, head = self.data.shape
-        return batch * heads * tokens * head * self.data.dtype.itemsize
+        batch, _, _, head = self.data.shape
+        return batch * self.heads * tokens * head * self.data.dtype.itemsize
 
     def has_views(self) -> bool:
         """True while any NumPy view of the allocation exists (refs: ``self.data`` + the call argument)."""
         return sys.getrefcount(self.data) > 2
 
+    def slots(self) -> np.ndarray:
+        """Writable logical (B, H, capacity, D) view for the cache's own writes; never handed out."""
+        return self.data.transpose(0, 2, 1, 3) if self.token_major else self.data
+
     def view(self, stop: int) -> np.ndarray:
-        """Read-only view of positions [0, stop); marks them observable."""
+        """Read-only logical view of positions [0, stop); marks them observable."""
         with self.lock:
             self.claimed = max(self.claimed, stop)
-        out = self.data[:, :, :stop]
+        out = self.slots()[:, :, :stop]
         out.flags.writeable = False
         return out
 
     def is_prefix_view(self, array: np.ndarray) -> bool:
-        """Whether ``array`` is exactly data[:, :, :n] for some n (same memory, strides and dims)."""
-        return (array.base is self.data and array.strides == self.data.strides
-                and array.shape[:2] == self.data.shape[:2] and array.shape[3] == self.data.shape[3]
+        """Whether ``array`` is exactly the logical view of positions [0, n) for some n."""
+        slots = self.slots()
+        return (array.base is self.data and array.strides == slots.strides
+                and array.shape[:2] == slots.shape[:2] and array.shape[3] == slots.shape[3]
                 and array.__array_interface__["data"][0] == self.data.__array_interface__["data"][0])
 
 
