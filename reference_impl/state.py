@@ -22,7 +22,7 @@ from reference_impl.errors import ContractError
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 from reference_impl.executor import CancelToken, Executor
-from reference_impl.values import EncodedValue, InvocationBorrow, StructValue, check_value
+from reference_impl.values import EncodedValue, InvocationBorrow, StructValue, check_value, leaves
 
 _CDATA = ctypes.c_char.__mro__[-2]  # _ctypes._CData, the base of every ctypes instance
 _POINTER = ctypes.POINTER(ctypes.c_char).__mro__[1]  # _ctypes._Pointer
@@ -44,30 +44,30 @@ class Counters:
 
 
 # ----------------------------------------------------------------------------------------- adoption
-def adopt(value: Any, path: str, counters: Counters, *, persistent: bool, owned: bool = False) -> Any:
+def adopt(value: Any, path: str, counters: Counters, *, persistent: bool, owned: bool = False,
+          caller_objects: frozenset[int] = frozenset()) -> Any:
     """Take ``value`` on without copying its payload; the result is what the state holds or passes.
 
     ``owned`` marks values the executor produced for this call: their arrays are frozen in place.
-    Caller values get a read-only view instead, so the caller's own objects are never modified.
+    Caller values (and arrays listed in ``caller_objects``) get a read-only view instead, so the
+    caller's own objects are never modified.
     """
-    if isinstance(value, np.ndarray):
-        return _adopt_array(value, path, counters, persistent, owned)
+    if type(value) is np.ndarray or isinstance(value, np.ndarray):
+        return _adopt_array(value, path, counters, persistent, owned and id(value) not in caller_objects)
+    kw = {"persistent": persistent, "owned": owned, "caller_objects": caller_objects}
     if isinstance(value, StructValue):
-        fields = {name: adopt(item, f"{path}.{name}", counters, persistent=persistent, owned=owned)
-                  for name, item in value.items()}
+        fields = {name: adopt(item, f"{path}.{name}", counters, **kw) for name, item in value.items()}
         if all(fields[name] is value[name] for name in fields):
             return value
         return StructValue(fields, value.type_id)
     if isinstance(value, EncodedValue):
         return _adopt_encoded(value, path, counters, persistent)
     if isinstance(value, list):
-        return [adopt(item, f"{path}[{i}]", counters, persistent=persistent, owned=owned)
-                for i, item in enumerate(value)]
+        return [adopt(item, f"{path}[{i}]", counters, **kw) for i, item in enumerate(value)]
     if isinstance(value, dict):
         if persistent and any(isinstance(key, str) for key in value):
             raise fail(E.BINDING_STRING, path, "a persistent map cannot have string keys")
-        return {key: adopt(item, f"{path}[{key!r}]", counters, persistent=persistent, owned=owned)
-                for key, item in value.items()}
+        return {key: adopt(item, f"{path}[{key!r}]", counters, **kw) for key, item in value.items()}
     if value is None:
         return None
     if isinstance(value, InvocationBorrow):
@@ -109,10 +109,10 @@ def _adopt_array(array: np.ndarray, path: str, counters: Counters, persistent: b
 
 
 def _record(counters: Counters, source: np.ndarray, result: np.ndarray) -> None:
-    """Measure, not assume: a result whose data pointer moved was a copy."""
+    """Measure, not assume: a new result object whose data pointer moved was a copy."""
     counters.adopted_leaves += 1
     counters.adopted_bytes += result.nbytes
-    if result.nbytes and _address(result) != _address(source):
+    if result is not source and result.nbytes and _address(result) != _address(source):
         counters.payload_bytes_copied += result.nbytes
         counters.payload_allocations += 1
 
@@ -142,6 +142,20 @@ def _ownerless(array: np.ndarray) -> bool:
         else:
             return False
     return True
+
+
+def _reject_ownerless_outputs(outputs: Mapping[str, Any]) -> None:
+    """A returned output may not alias memory nobody owns (e.g. a borrowed feed forwarded unchanged)."""
+    for name, value in outputs.items():
+        if type(value) is np.ndarray:
+            if value.base is not None and _ownerless(value):
+                raise fail(E.STATE_UNRETAINABLE, f"outputs[{name!r}]",
+                           "an output aliases a borrowed buffer without an owner; it cannot be returned")
+            continue
+        for path, leaf in leaves(value, f"outputs[{name!r}]"):
+            if isinstance(leaf, np.ndarray) and leaf.base is not None and _ownerless(leaf):
+                raise fail(E.STATE_UNRETAINABLE, path,
+                           "an output aliases a borrowed buffer without an owner; it cannot be returned")
 
 
 def _adopt_encoded(value: EncodedValue, path: str, counters: Counters, persistent: bool) -> EncodedValue:
@@ -186,6 +200,8 @@ class State:
         self._executor: Executor | None = executor
         self._bindings = executor.bindings
         self._bound = {b.input_name: b for b in self._bindings}
+        self._plan = tuple((b.input_name, b.output_name, b.spec, f"outputs[{b.output_name!r}]")
+                           for b in self._bindings)
         self._inputs = frozenset(executor.input_names)
         self._lock = threading.Lock()
         self._closed = False
@@ -219,10 +235,10 @@ class State:
         self._enter("state.run")
         try:
             executor = self._executor
-            merged = self._feeds(feeds)
             current = self._values
+            merged, caller_objects = self._feeds(feeds)
+            executor.check_feeds(merged, validated=current)
             merged.update(current)
-            executor.check_feeds(merged)
             try:
                 outputs = executor.run(merged, cancel=cancel, check_feeds=False)
             except ContractError as err:
@@ -231,16 +247,16 @@ class State:
                 raise fail(E.STATE_RUN_FAILED, err.path,
                            f"{err.code.value}: {err.message} (state unchanged)") from err
             next_values = {}
-            for binding in self._bindings:
-                path = f"outputs[{binding.output_name!r}]"
-                value = outputs[binding.output_name]
-                check_value(value, binding.spec, path)
-                next_values[binding.input_name] = adopt(value, path, self.counters, persistent=True,
-                                                        owned=True)
+            for input_name, output_name, spec, path in self._plan:
+                value = outputs[output_name]
+                check_value(value, spec, path)
+                next_values[input_name] = adopt(value, path, self.counters, persistent=True,
+                                                owned=True, caller_objects=caller_objects)
             if cancel is not None and cancel.cancelled:
                 raise fail(E.STATE_CANCELLED, "state.run", "cancelled before publication; state unchanged")
-            for binding in self._bindings:
-                outputs[binding.output_name] = next_values[binding.input_name]
+            for input_name, output_name, _, _ in self._plan:
+                outputs[output_name] = next_values[input_name]
+            _reject_ownerless_outputs(outputs)
             self._values = MappingProxyType(next_values)  # the atomic publication
             self.steps += 1
             return outputs
@@ -302,16 +318,26 @@ class State:
             values[binding.input_name] = value
         return MappingProxyType(values)
 
-    def _feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+    def _feeds(self, feeds: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[int]]:
+        """Per-call feeds by reference. NumPy arrays pass as they are (they are not retained unless a
+        graph forwards them to a bound output, where they are adopted then); other entry points
+        (PyTorch, structs of them) are adopted now. Returns the ids of caller-owned arrays."""
         merged = {}
+        caller = []
         for name, value in feeds.items():
             path = f"feeds[{name!r}]"
             if name in self._bound:
                 raise fail(E.STATE_FEED_OVERRIDES, path, f"{name!r} is supplied by the retained state")
             if name not in self._inputs:
                 raise fail(E.STATE_FEED_UNKNOWN, path, f"{name!r} is not a graph input")
-            merged[name] = adopt(value, path, self.counters, persistent=False)
-        return merged
+            if type(value) is not np.ndarray:
+                value = adopt(value, path, self.counters, persistent=False)
+            merged[name] = value
+            if type(value) is np.ndarray:
+                caller.append(id(value))
+            else:
+                caller.extend(id(leaf) for _, leaf in leaves(value, path))
+        return merged, frozenset(caller)
 
 
 def make_state(model, initial: Mapping[str, Any], **executor_options: Any) -> State:

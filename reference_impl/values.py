@@ -144,6 +144,13 @@ class TensorSpec:
     elem_type: int
     dims: tuple | None  # None = unknown rank; entries are ints, symbol strings or None
 
+    def __post_init__(self) -> None:
+        # Precomputed for the per-call check: the NumPy scalar type and the fixed dimensions.
+        np_type = None if self.elem_type == dtypes.STRING else numpy_dtype(self.elem_type).type
+        fixed = None if self.dims is None else tuple((i, d) for i, d in enumerate(self.dims) if isinstance(d, int))
+        object.__setattr__(self, "_np_type", np_type)
+        object.__setattr__(self, "_fixed", fixed)
+
 
 @dataclass(frozen=True)
 class StructSpec:
@@ -319,6 +326,11 @@ def numpy_dtype(elem_type: int) -> np.dtype:
 
 def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOMPATIBLE) -> None:
     """Validate actual value metadata against a compiled spec (no payload is read or copied)."""
+    if type(spec) is TensorSpec and type(value) is np.ndarray and spec._np_type is not None:
+        # The per-call fast path; anything unusual falls through to the full check below.
+        if value.dtype.type is spec._np_type and (spec.dims is None or (
+                value.ndim == len(spec.dims) and all(value.shape[i] == d for i, d in spec._fixed))):
+            return
     if isinstance(spec, AnySpec):
         if spec.structural_only and not isinstance(value, (StructValue, EncodedValue)):
             raise fail(code, path, f"expected a struct value, got {type(value).__name__}")
@@ -377,7 +389,9 @@ def _check_struct_value(value: Any, spec: StructSpec, path: str, code: E) -> Non
 
 def leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
     """Every payload-carrying leaf (arrays, encoded values, borrows) inside a value, with its path."""
-    if isinstance(value, StructValue):
+    if type(value) is np.ndarray:  # the common case, without abstract-class checks
+        yield path, value
+    elif isinstance(value, StructValue):
         for name, item in value.items():
             yield from leaves(item, f"{path}.{name}")
     elif isinstance(value, list):

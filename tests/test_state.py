@@ -341,19 +341,46 @@ def test_unretainable_initial_values_rejected_not_copied(make):
 _KEEP = []
 
 
-@pytest.mark.clause("PAY-OWNERLESS", "PAY-UNSUPPORTED-OWNERSHIP")
-def test_borrowed_raw_pointer_rejected():
-    storage = (ctypes.c_float * (2 * D))()
+def borrowed(shape, ctype=ctypes.c_float):
+    """An array over a raw address: nothing the state could keep alive owns its memory."""
+    count = int(np.prod(shape))
+    storage = (ctype * count)()
     _KEEP.append(storage)
-    pointer = ctypes.cast(storage, ctypes.POINTER(ctypes.c_float))
-    borrowed = np.ctypeslib.as_array(pointer, shape=(1, 2, D))
-    assert code(make_state, kv_model(), {"past_key": borrowed}) is ErrorCode.STATE_UNRETAINABLE
-    state = make_state(kv_model(), {"past_key": empty_past()})
-    tok = np.ctypeslib.as_array((ctypes.c_int64 * 1).from_address(ctypes.addressof(
-        _KEEP.append((ctypes.c_int64 * 1)(1)) or _KEEP[-1]))).reshape(1, 1)
-    assert code(state.run, {"tokens": tok}) is ErrorCode.STATE_UNRETAINABLE
-    owned = np.ctypeslib.as_array(storage).reshape(1, 2, D)  # owned ctypes array: accepted
+    pointer = ctypes.cast(storage, ctypes.POINTER(ctype))
+    return np.ctypeslib.as_array(pointer, shape=shape), storage
+
+
+def forward_model():
+    """z = Neg(u) is bound back to x; y = Identity(u) forwards the feed to a returned output."""
+    nodes = [helper.make_node("Identity", ["u"], ["y"]), helper.make_node("Neg", ["u"], ["z"])]
+    graph = helper.make_graph(nodes, "fwd", [helper.make_tensor_value_info(n, T.FLOAT, [2]) for n in "xu"],
+                              [helper.make_tensor_value_info(n, T.FLOAT, [2]) for n in "yz"])
+    model = schema.from_onnx(helper.make_model(graph, opset_imports=opsets()))
+    model.graph.persistent_bindings.add(input_name="x", output_name="z")
+    return model
+
+
+@pytest.mark.clause("PAY-OWNERLESS", "PAY-UNSUPPORTED-OWNERSHIP")
+def test_borrowed_raw_pointer_cannot_become_state():
+    past, storage = borrowed((1, 2, D))
+    assert code(make_state, kv_model(), {"past_key": past}) is ErrorCode.STATE_UNRETAINABLE
+    owned = np.ctypeslib.as_array(storage).reshape(1, 2, D)  # a ctypes array that owns its memory
     assert address(make_state(kv_model(), {"past_key": owned}).values["past_key"]) == address(owned)
+
+
+@pytest.mark.clause("PAY-OWNERLESS")
+def test_borrowed_feed_may_be_read_but_not_retained_or_returned():
+    state = make_state(kv_model(), {"past_key": empty_past()})
+    tok, _ = borrowed((1, 1), ctypes.c_int64)
+    assert state.run({"tokens": tok})["present_key"].shape == (1, 1, D)  # invocation-only use is fine
+    state = make_state(forward_model(), {"x": np.zeros(2, np.float32)})
+    before = state.values
+    u, _ = borrowed((2,))
+    assert code(state.run, {"u": u}) is ErrorCode.STATE_UNRETAINABLE
+    assert state.values is before
+    u = np.ones(2, np.float32)
+    out = state.run({"u": u})
+    assert out["y"] is u and address(state.values["x"]) == address(out["z"])
 
 
 @pytest.mark.clause("BIND-EXACT-NAMES", "BIND-WHOLE")

@@ -42,7 +42,7 @@ def test_zero_bytes_copied_over_a_thousand_steps_with_pointer_identity():
     assert float(previous[0, 0]) == 1000.0
     counters = state.counters
     assert counters.payload_bytes_copied == 0 and counters.payload_allocations == 0
-    assert counters.adopted_leaves >= 2000  # every step adopted the feed and the next state
+    assert counters.adopted_leaves >= 1000  # every step adopted its next state
 
 
 @pytest.mark.clause("ZC-RETAIN", "STATE-WHOLE-STRUCT")
