@@ -1,0 +1,115 @@
+"""Wire-level builders: models whose bytes are assembled by hand from field numbers, so the cases check
+the frozen numbering (1000, 1001) and the survival of unknown fields independently of any schema."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from conformance_corpus_builders import builder
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def field_varint(number: int, value: int) -> bytes:
+    return varint(number << 3) + varint(value)
+
+
+def string(number: int, text: str) -> bytes:
+    return field(number, text.encode())
+
+
+def _float_tensor_type(dims) -> bytes:
+    """TypeProto{tensor_type: Tensor{elem_type: FLOAT, shape: {dim...}}}."""
+    shape = b"".join(field(1, field_varint(1, d)) for d in dims)
+    return field(1, field_varint(1, 1) + field(2, shape))
+
+
+def _uint8_scalar_type() -> bytes:
+    return field(1, field_varint(1, 2) + field(2, b""))
+
+
+@builder
+def hand_encoded_struct_model():
+    """ModelProto with struct_types (field 1000) holding a two-UINT8-field declaration 7, and a graph
+    whose encoded_initializer (GraphProto field 1000) references it with two records."""
+    decl = field_varint(10, 7) + field(2, field(1, string(1, "a") + field(2, _uint8_scalar_type()))
+                                       + field(1, string(1, "b") + field(2, _uint8_scalar_type())))
+    layout = field_varint(4, 7)  # StructTypeProto.type_ref
+    value = field(2, layout) + field(4, bytes([1, 2, 3, 4])) + string(7, "v")  # struct_type, raw_data, name
+    graph = string(2, "hand") + field(1000, value)
+    model = field_varint(1, 10) + field(8, string(1, "") + field_varint(2, 23)) + field(7, graph) + field(1000, decl)
+    return {"model": model, "expected_fields": {"a": [[1], [3]], "b": [[2], [4]]}}
+
+
+@builder
+def hand_encoded_affine_model():
+    """An affine encoded initializer written at GraphProto field 1000 by hand: INT8 codes [2, -4]
+    with scale 0.5 (expected [1.0, -2.0])."""
+    scale = field_varint(2, 1) + field(4, np.array([0.5], "<f4").tobytes())  # data_type, float_data (packed)
+    affine = field_varint(1, 3) + field(2, scale)
+    value = field(1, affine) + field(3, _float_tensor_type([2])) + field(4, bytes([2, 0xFC])) + string(7, "w")
+    graph = string(2, "hand") + field(1000, value)
+    model = field_varint(1, 10) + field(8, field_varint(2, 23)) + field(7, graph)
+    return {"model": model, "expected": np.array([1.0, -2.0], dtype=np.float32)}
+
+
+@builder
+def hand_encoded_bindings_model():
+    """A pass-through graph with a persistent binding written at GraphProto field 1001 by hand."""
+    from reference_impl import schema
+
+    base = schema.parse_text('''
+      ir_version: 10 opset_import { domain: "" version: 23 }
+      graph { name: "g" node { op_type: "Add" input: "past" input: "x" output: "present" }
+        input { name: "past" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } }
+        input { name: "x" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } }
+        output { name: "present" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } } }''')
+    graph = base.graph.SerializeToString() + field(1001, string(1, "past") + string(2, "present"))
+    base.ClearField("graph")
+    return {"model": base.SerializeToString() + field(7, graph)}
+
+
+@builder
+def unknown_fields(where: str):
+    """The spec example catalogue model with unknown fields spliced in at ``where``: model (field 1099),
+    graph (field 1098), encoded value (field 99), struct declaration (field 99) or all of them."""
+    from reference_impl import schema
+    from conformance_corpus_builders.common import encoded, model, spec_catalogue
+
+    m = model("unknown")
+    m.struct_types.extend(spec_catalogue())
+    m.graph.encoded_initializer.append(encoded("v", 1102, bytes([0xE4] * 8) + np.array([2.0], "<f4").tobytes(),
+                                               [32]))
+    extra = field(1099, b"future model data") if where in ("model", "all") else b""
+    graph = m.graph.SerializeToString()
+    if where in ("graph", "all"):
+        graph += field(1098, b"future graph data") + field_varint(1097, 5)
+    if where in ("value", "all"):
+        value = m.graph.encoded_initializer[0].SerializeToString() + field(99, b"future value data")
+        head = schema.GraphProto()
+        head.ParseFromString(graph)
+        head.ClearField("encoded_initializer")
+        graph = head.SerializeToString() + field(1000, value)
+    decls = b""
+    for decl in m.struct_types:
+        decls += field(1000, decl.SerializeToString() + (field(99, b"future decl") if where in ("decl", "all")
+                                                          else b""))
+    m.ClearField("graph")
+    m.ClearField("struct_types")
+    return {"model": m.SerializeToString() + field(7, graph) + decls + extra,
+            "expected": np.tile(np.array([-2.0, -0.5, 0.5, 2.0], np.float32), 8)}
