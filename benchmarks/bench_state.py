@@ -6,7 +6,7 @@ state side is ``State.run``. Rounds are interleaved and each starts from the sam
 the ratio isolates state management; process CPU time with single-threaded kernels keeps other load on
 the machine out of the figures. Target: ratio <= 1.05. Prints the state's copy counters too.
 
-    python benchmarks/bench_state.py [--past 512] [--hidden 256] [--vocab 4096] [--steps 64] [--rounds 15]
+    python benchmarks/bench_state.py [--past 1024] [--hidden 512] [--vocab 8192] [--steps 64] [--rounds 15]
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def decode_model(hidden: int, vocab: int):
         [helper.make_tensor_value_info("logits", T.FLOAT, [1, 1, vocab]),
          helper.make_tensor_value_info("present_key", T.FLOAT, [1, "total", hidden]),
          helper.make_tensor_value_info("present_value", T.FLOAT, [1, "total", hidden])],
-        [numpy_helper.from_array((rng.standard_normal(s) * 0.05).astype(np.float32), n) for n, s in weights.items()])
+        [numpy_helper.from_array((rng.standard_normal(s) * 0.05).astype(np.float32), n)
+         for n, s in weights.items()])
     model = schema.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
     for name in ("key", "value"):
         model.graph.persistent_bindings.add(input_name=f"past_{name}", output_name=f"present_{name}")
@@ -66,9 +67,9 @@ def decode_model(hidden: int, vocab: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--past", type=int, default=512)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--vocab", type=int, default=4096)
+    parser.add_argument("--past", type=int, default=1024)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--steps", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
@@ -106,9 +107,10 @@ def main() -> None:
           f"rounds={args.rounds}")
     for label, pick in (("best round", min), ("median round", statistics.median)):
         bare_step, state_step = pick(bare) / args.steps, pick(stateful) / args.steps
-        print(f"[{label}] bare Executor.run {bare_step * 1e6:8.1f} us/step | State.run {state_step * 1e6:8.1f} "
-              f"us/step | overhead {(state_step - bare_step) * 1e6:6.1f} us | ratio {state_step / bare_step:.3f} "
-              "(target <= 1.05)")
+        print(f"[{label}] bare Executor.run {bare_step * 1e6:8.1f} us/step | "
+              f"State.run {state_step * 1e6:8.1f} us/step | "
+              f"overhead {(state_step - bare_step) * 1e6:6.1f} us | "
+              f"ratio {state_step / bare_step:.3f} (target <= 1.05)")
     print("copy counters     : " + ", ".join(f"{k}={v}" for k, v in counters.items()))
 
 

@@ -109,7 +109,8 @@ def _reject_nested_declarations(model) -> None:
         for attr in node.attribute:
             graphs = [attr.g] if attr.type == _GRAPH else list(attr.graphs) if attr.type == _GRAPHS else []
             for g_index, sub in enumerate(graphs):
-                sub_path = f"{path}.attribute[{attr.name!r}]" + (f"[{g_index}]" if attr.type == _GRAPHS else "")
+                suffix = f"[{g_index}]" if attr.type == _GRAPHS else ""
+                sub_path = f"{path}.attribute[{attr.name!r}]{suffix}"
                 if len(sub.persistent_bindings):
                     raise fail(E.BINDING_IN_SUBGRAPH, f"{sub_path}.persistent_bindings",
                                "persistent bindings are supported on the root graph only")

@@ -50,7 +50,8 @@ def rename_value(model, old: str, new: str):
     graph = model.graph
     names = _defined_names(graph)
     if old not in names:
-        raise fail(E.REWRITE_DROPS_BINDING, f"model.graph[{old!r}]", f"{old!r} is not a value of the root graph")
+        raise fail(E.REWRITE_DROPS_BINDING, f"model.graph[{old!r}]",
+                   f"{old!r} is not a value of the root graph")
     if new in names:
         raise fail(E.REWRITE_DROPS_BINDING, f"model.graph[{new!r}]",
                    f"renaming {old!r} to {new!r} would merge two values")
@@ -136,7 +137,8 @@ def check_rewrite(before, after) -> None:
             now = compile_type(declared[name].type if declared[name].HasField("type") else None,
                                catalogue, f"{side} {name!r}")
             if was != now:
-                raise fail(E.REWRITE_DROPS_BINDING, path, f"the rewrite changed the type of bound {side} {name!r}")
+                raise fail(E.REWRITE_DROPS_BINDING, path,
+                           f"the rewrite changed the type of bound {side} {name!r}")
         if (binding.input_name, binding.output_name) not in after_bindings:
             raise fail(E.REWRITE_DROPS_BINDING, path,
                        f"the rewrite dropped binding {binding.input_name!r} <- {binding.output_name!r}")
@@ -181,7 +183,8 @@ def export_standard(model, *, lower: bool = False) -> StandardExport:
     clone.graph.ClearField("persistent_bindings")
     plain = schema.to_onnx(clone)
     if _has_unknown_fields(plain):
-        raise fail(E.EXPORT_UNSUPPORTED, "model", "the model carries extension fields standard ONNX would drop")
+        raise fail(E.EXPORT_UNSUPPORTED, "model",
+                   "the model carries extension fields standard ONNX would drop")
     return StandardExport(plain, bindings)
 
 

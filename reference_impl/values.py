@@ -147,7 +147,8 @@ class TensorSpec:
     def __post_init__(self) -> None:
         # Precomputed for the per-call check: the NumPy scalar type and the fixed dimensions.
         np_type = None if self.elem_type == dtypes.STRING else numpy_dtype(self.elem_type).type
-        fixed = None if self.dims is None else tuple((i, d) for i, d in enumerate(self.dims) if isinstance(d, int))
+        fixed = None if self.dims is None else tuple(
+            (i, d) for i, d in enumerate(self.dims) if isinstance(d, int))
         object.__setattr__(self, "_np_type", np_type)
         object.__setattr__(self, "_fixed", fixed)
 

@@ -203,7 +203,8 @@ def test_bindings_inside_a_function_body_subgraph_rejected():
     function.opset_import.add(domain="", version=21)
     model.functions.append(function)
     del model.graph.node[:]
-    model.graph.node.add().CopyFrom(schema.from_onnx(helper.make_node("F", ["a", "c"], ["b"], domain="local")))
+    call = helper.make_node("F", ["a", "c"], ["b"], domain="local")
+    model.graph.node.add().CopyFrom(schema.from_onnx(call))
     with pytest.raises(ContractError) as info:
         validate_bindings(model)
     assert info.value.code is ErrorCode.BINDING_IN_SUBGRAPH and "functions[0]" in info.value.path

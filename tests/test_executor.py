@@ -59,7 +59,8 @@ def _function(name, body_nodes, inputs, outputs, attributes=()):
 def _transport_model():
     """x -> Carry(function) -> If(c) { Identity } else { Carry } -> y, plus a computed z = x * 2."""
     carry = _function("Carry", [helper.make_node("Identity", ["a"], ["b"])], ["a"], ["b"])
-    then_g = helper.make_graph([helper.make_node("Identity", ["carried"], ["t"])], "then", [], [fvi("t", None)])
+    then_g = helper.make_graph([helper.make_node("Identity", ["carried"], ["t"])], "then", [],
+                               [fvi("t", None)])
     else_g = helper.make_graph([helper.make_node("Carry", ["carried"], ["e"], domain="local")], "else", [],
                                [fvi("e", None)])
     nodes = [helper.make_node("Carry", ["x"], ["carried"], domain="local"),
@@ -257,7 +258,8 @@ def test_operator_failure_is_classified_with_its_node():
 
 
 def test_unknown_operator_rejected_at_load():
-    model = model_of([helper.make_node("Nope", ["x"], ["y"], domain="nowhere")], [fvi("x", [1])], [fvi("y", [1])])
+    model = model_of([helper.make_node("Nope", ["x"], ["y"], domain="nowhere")], [fvi("x", [1])],
+                     [fvi("y", [1])])
     with pytest.raises(ContractError) as info:
         Executor(model)
     assert info.value.code is ErrorCode.OPERATOR_UNSUPPORTED
@@ -275,9 +277,10 @@ def test_feed_type_mismatch_rejected():
 
 def test_loop_runs_through_standard_control_flow():
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc", "x"], ["acc2"])],
-        "body", [helper.make_tensor_value_info("i", T.INT64, []), helper.make_tensor_value_info("cond_in", T.BOOL, []),
-                 fvi("acc", [2])],
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["acc", "x"], ["acc2"])],
+        "body", [helper.make_tensor_value_info("i", T.INT64, []),
+                 helper.make_tensor_value_info("cond_in", T.BOOL, []), fvi("acc", [2])],
         [helper.make_tensor_value_info("cond_out", T.BOOL, []), fvi("acc2", [2])])
     loop = helper.make_node("Loop", ["n", "c", "x"], ["y"], body=body)
     model = model_of([loop], [fvi("x", [2]), helper.make_tensor_value_info("n", T.INT64, []),

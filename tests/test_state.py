@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto as T
 from onnx import helper
-from test_state_models import CACHE_TYPE, D, address, empty_cache, kv_model, opsets, set_struct, struct_cache_model
-from test_state_models import cache_declaration, tokens
+from test_state_models import CACHE_TYPE, D, address, cache_declaration, empty_cache, kv_model, opsets
+from test_state_models import set_struct, struct_cache_model, tokens
 
 from reference_impl import schema
 from reference_impl.errors import ContractError, ErrorCode
@@ -119,7 +119,7 @@ def test_two_values_of_one_struct_type_with_different_bindings():
     state = make_state(struct_cache_model(extra_struct_input=True), {"cache": empty_cache()})
     draft = empty_cache(4)
     out = state.run({"tokens": tokens(1), "draft": draft})
-    assert out["draft_out"]["keys"] is not None and address(out["draft_out"]["keys"]) == address(draft["keys"])
+    assert address(out["draft_out"]["keys"]) == address(draft["keys"])
     assert set(state.values) == {"cache"}  # draft shares the type but is not bound
 
 
@@ -387,8 +387,9 @@ def test_borrowed_feed_may_be_read_but_not_retained_or_returned():
 def test_dotted_input_name_is_distinct_from_a_struct_field():
     nodes = [helper.make_node("GetField", ["cache"], ["k"], domain=LOCAL_DOMAIN, field="keys"),
              helper.make_node("Add", ["cache.keys", "k"], ["next.keys"])]
-    graph = helper.make_graph(nodes, "dotted", [helper.make_tensor_value_info("cache", T.FLOAT, None),
-                                                 helper.make_tensor_value_info("cache.keys", T.FLOAT, [1, 1, D])],
+    inputs = [helper.make_tensor_value_info("cache", T.FLOAT, None),
+              helper.make_tensor_value_info("cache.keys", T.FLOAT, [1, 1, D])]
+    graph = helper.make_graph(nodes, "dotted", inputs,
                               [helper.make_tensor_value_info("next.keys", T.FLOAT, [1, 1, D])])
     model = schema.from_onnx(helper.make_model(graph, opset_imports=opsets()))
     model.struct_types.append(cache_declaration())

@@ -47,7 +47,8 @@ def stateful_models(draw):
         bindings.append((input_name, f"next{index}"))
     nodes.append(helper.make_node("Identity", [available[-1]], ["extra"]))
     outputs.append("extra")
-    graph = helper.make_graph(nodes, "random", [helper.make_tensor_value_info(n, T.FLOAT, SHAPE) for n in names],
+    graph = helper.make_graph(nodes, "random",
+                              [helper.make_tensor_value_info(n, T.FLOAT, SHAPE) for n in names],
                               [helper.make_tensor_value_info(n, T.FLOAT, SHAPE) for n in outputs])
     model = schema.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
     for input_name, output_name in bindings:

@@ -21,7 +21,8 @@ def accumulator_model():
     """x <- x + u with a pass-through view of x (fixed-size state, many cheap steps)."""
     nodes = [helper.make_node("Add", ["x", "u"], ["next_x"]), helper.make_node("Identity", ["x"], ["seen_x"])]
     graph = helper.make_graph(nodes, "acc", [helper.make_tensor_value_info(n, T.FLOAT, [4, 4]) for n in "xu"],
-                              [helper.make_tensor_value_info(n, T.FLOAT, [4, 4]) for n in ("next_x", "seen_x")])
+                              [helper.make_tensor_value_info(n, T.FLOAT, [4, 4])
+                               for n in ("next_x", "seen_x")])
     model = schema.from_onnx(helper.make_model(graph, opset_imports=opsets()))
     model.graph.persistent_bindings.add(input_name="x", output_name="next_x")
     return model
@@ -122,7 +123,8 @@ def large_kv_model():
     for i in range(200):
         model.graph.node.add().CopyFrom(schema.from_onnx(
             helper.make_node("Neg", [f"chain{i}" if i else "logits"], [f"chain{i + 1}"])))
-    model.graph.output.add().CopyFrom(schema.from_onnx(helper.make_tensor_value_info("chain200", T.FLOAT, None)))
+    last = helper.make_tensor_value_info("chain200", T.FLOAT, None)
+    model.graph.output.add().CopyFrom(schema.from_onnx(last))
     return model
 
 

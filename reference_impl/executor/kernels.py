@@ -160,7 +160,8 @@ def make_make_struct(node, session) -> Kernel:
     names = attrs.get("fields")
     if names is None:
         if not isinstance(spec, StructSpec):
-            raise fail(E.OPERATOR_UNSUPPORTED, "MakeStruct", "MakeStruct needs 'fields' or a structure type_id")
+            raise fail(E.OPERATOR_UNSUPPORTED, "MakeStruct",
+                       "MakeStruct needs 'fields' or a structure type_id")
         names = [field for field, _ in spec.fields]
     if len(names) != len(node.input):
         raise fail(E.OPERATOR_UNSUPPORTED, "MakeStruct", f"{len(node.input)} inputs for {len(names)} fields")

@@ -72,7 +72,8 @@ class Program:
         self.output_names = tuple(output_names)
         self.constants = dict(constants)
         self.path = path
-        self.steps = [compile_node(node, session, opsets, f"{path}.node[{i}]") for i, node in enumerate(nodes)]
+        self.steps = [compile_node(node, session, opsets, f"{path}.node[{i}]")
+                      for i, node in enumerate(nodes)]
 
     def run(self, feeds: Mapping[str, Any], ctx: RunContext, outer: Mapping[str, Any] | None = None) -> list:
         values: dict[str, Any] = dict(outer) if outer is not None else {}
@@ -85,7 +86,8 @@ class Program:
             try:
                 args = [values[name] for name in step.inputs]
             except KeyError as err:
-                raise fail(E.EXECUTION_FAILED, step.path, f"{step.op}: input {err.args[0]!r} has no value") from None
+                raise fail(E.EXECUTION_FAILED, step.path,
+                           f"{step.op}: input {err.args[0]!r} has no value") from None
             try:
                 results = step.kernel(args, ctx, values)
             except ContractError:

@@ -17,22 +17,18 @@ from reference_impl import schema
 from reference_impl.bindings import Binding, validate_bindings
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
-from reference_impl.executor.kernels import Kernel
 from reference_impl.executor.program import CancelToken, Program, RunContext
 from reference_impl.verifier import verify_model
 from reference_impl.tensors import to_array
 from reference_impl.values import EncodedValue, InvocationBorrow, Spec, check_value, compile_struct, leaves
 from reference_impl.values import compile_type
 
-#: A user-registered kernel: (inputs, attributes, context) -> outputs. It may consume encoded values.
-RegisteredKernel = Kernel
-
-
 class Executor:
     """A loaded model. ``run(feeds)`` is stateless and thread-safe; ``make_state`` builds on it.
 
-    ``kernels`` registers consumers by (domain, op_type); ``registry`` is the decoder registry handed
-    to ``decode_value``.
+    ``kernels`` registers consumers by (domain, op_type): ``fn(inputs, attributes, context) -> outputs``;
+    unlike standard operators they may take struct and encoded values. ``registry`` is the decoder
+    registry handed to ``decode_value``.
     """
 
     def __init__(self, model, *, base_dir: str | None = None,
