@@ -137,7 +137,7 @@ def load_cases(corpus: str | None = None) -> tuple[Case, ...]:
             continue
         data = _load_toml(manifest)
         templates = {**shared_templates, **data.get("templates", {})}
-        defaults = {k: data[k] for k in ("profile", "op", "expectation_source") if k in data}
+        defaults = {k: data[k] for k in ("profile", "op", "expectation_source", "value") if k in data}
         relative = manifest.relative_to(root).as_posix()
         for entry in data.get("case", []):
             cases.append(_make_case({**defaults, **entry}, templates, manifest.parent, relative, root))

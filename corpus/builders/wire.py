@@ -113,3 +113,9 @@ def unknown_fields(where: str):
     m.ClearField("struct_types")
     return {"model": m.SerializeToString() + field(7, graph) + decls + extra,
             "expected": np.tile(np.array([-2.0, -0.5, 0.5, 2.0], np.float32), 8)}
+
+
+@builder
+def garbage(kind: str):
+    """Bytes that are not a valid ModelProto: a length prefix running past the end."""
+    return {"model": field_varint(1, 10) + varint(7 << 3 | 2) + varint(50) + b"\x00\x01"}
