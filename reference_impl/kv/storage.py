@@ -38,6 +38,7 @@ class KVCounters:
     allocations: int = 0
     allocated_bytes: int = 0
     in_place_appends: int = 0
+    encoded_bytes: int = 0  # bytes of quantized blocks produced by sealing or conversion
 
     def add(self, other: "KVCounters") -> None:
         for name in self.__dataclass_fields__:

@@ -1,0 +1,248 @@
+"""Block representations for paged K/V caches, each carried as an encoded value.
+
+A block of K (or V) is logically FLOAT[tokens, heads, head_size] (token-major, so a growing dense
+block is a contiguous byte prefix). It is stored in one of:
+
+* ``dense``: struct type KV_DENSE_FLOAT32 (3001), one little-endian FLOAT per record;
+* ``int8``/``uint8``/``int4``/``uint4``/``int2``/``uint2``: the built-in affine branch, blocked along
+  head_size (``int4/32``: one scale, and for unsigned types one zero point, per 32 values);
+* ``codebook2``: the spec's SCALED_CODEBOOK2_BLOCK_32 (1102 -> 1101), 32 two-bit indices and a scale.
+
+``BlockCodec`` is bound once per value (layout checked against the payload size) and decodes one block
+into a fresh float32 array; nothing here ever decodes more than one block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from reference_impl import affine, dtypes, schema
+from reference_impl.bits import pack_sub_byte
+from reference_impl.decoders import DecoderRegistry, default_registry
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import fail
+from reference_impl.records import compile_layout
+from reference_impl.structs import Catalogue
+from reference_impl.tensors import to_array
+from reference_impl.values import EncodedValue
+
+KV_DENSE_FLOAT32 = 3001
+KV_BLOCK = 3100
+KV_PAGED_CACHE = 3101
+SCALED_CODEBOOK2_BLOCK_32 = 1102
+CODEBOOK_TABLE = np.array([-1.0, -0.25, 0.25, 1.0], np.float32)  # type 1101's constant
+
+KV_CATALOGUE_TEXT = """
+struct_types {
+  type_id: 3001
+  name: "KV_DENSE_FLOAT32"
+  structure { field { name: "value" type { tensor_type { elem_type: 1 shape { } } } } }
+  decoder { name: "DecodeKVDenseFloat32" }
+}
+struct_types {
+  type_id: 3100
+  name: "KV_BLOCK"
+  doc_string: "One K/V block: its first token position, valid token count, and K and V as encoded values."
+  structure {
+    field { name: "start" type { tensor_type { elem_type: 7 shape { } } } }
+    field { name: "valid_length" type { tensor_type { elem_type: 7 shape { } } } }
+    field { name: "key" type { struct_type { } } }
+    field { name: "value" type { struct_type { } } }
+  }
+}
+struct_types {
+  type_id: 3101
+  name: "KV_PAGED_CACHE"
+  doc_string: "The block table in logical order, and the number of valid tokens."
+  structure {
+    field { name: "blocks" type { sequence_type { elem_type { struct_type { type_ref: 3100 } } } } }
+    field { name: "length" type { tensor_type { elem_type: 7 shape { } } } }
+  }
+}
+"""
+
+_AFFINE = {"int8": dtypes.INT8, "uint8": dtypes.UINT8, "int4": dtypes.INT4, "uint4": dtypes.UINT4,
+           "int2": dtypes.INT2, "uint2": dtypes.UINT2}
+NAMES = ("dense", *_AFFINE, "codebook2")
+
+
+def kv_struct_types() -> list:
+    """The paged-cache declarations plus the spec's codebook types they use (1101, 1102)."""
+    from reference_impl.examples import spec_struct_types
+
+    codebook = [st for st in spec_struct_types() if st.type_id in (1101, 1102)]
+    return codebook + list(schema.parse_text(KV_CATALOGUE_TEXT).struct_types)
+
+
+def kv_catalogue() -> Catalogue:
+    catalogue = Catalogue(kv_struct_types())
+    catalogue.check_all()
+    return catalogue
+
+
+def decode_dense(layout, payload: np.ndarray) -> np.ndarray:
+    """KV_DENSE_FLOAT32: the records are the values."""
+    return layout.read(payload, "value").reshape(-1)
+
+
+def kv_registry() -> DecoderRegistry:
+    """The default decoders plus the dense KV block decoder."""
+    registry = default_registry()
+    registry.register(KV_DENSE_FLOAT32, "DecodeKVDenseFloat32", kv_struct_types(), decode_dense)
+    return registry
+
+
+# ----------------------------------------------------------------------------- formats
+@dataclass(frozen=True)
+class BlockFormat:
+    """A block representation: ``dense``, an affine type with an optional group, or ``codebook2``."""
+
+    name: str
+    group: int | None = None
+
+    @classmethod
+    def parse(cls, text: "str | BlockFormat") -> "BlockFormat":
+        if isinstance(text, BlockFormat):
+            return text
+        name, _, group = str(text).partition("/")
+        if name not in NAMES or (group and (name not in _AFFINE or not group.isdigit() or int(group) <= 0)):
+            raise fail(E.KV_BLOCK_INVALID, "kv.format", f"unknown block format {text!r}; use one of {NAMES}"
+                       " (affine types may add /group)")
+        return cls(name, int(group) if group else None)
+
+    @property
+    def storage_type(self) -> int | None:
+        return _AFFINE.get(self.name)
+
+    def __str__(self) -> str:
+        return self.name if self.group is None else f"{self.name}/{self.group}"
+
+
+DENSE = BlockFormat("dense")
+
+
+def _header(layout_setter, shape: tuple[int, ...]):
+    header = schema.EncodedValueProto()
+    layout_setter(header)
+    tensor = header.logical_type.tensor_type
+    tensor.elem_type = dtypes.FLOAT
+    tensor.shape.SetInParent()
+    for dim in shape:
+        tensor.shape.dim.add(dim_value=dim)
+    return header
+
+
+def _struct_value(type_id: int, payload: bytes | np.ndarray, shape: tuple[int, ...]) -> EncodedValue:
+    header = _header(lambda h: setattr(h.struct_type, "type_ref", type_id), shape)
+    if isinstance(payload, (bytes, bytearray)):
+        payload = np.frombuffer(payload, np.uint8)
+    return EncodedValue(header, payload)
+
+
+def dense_value(payload: np.ndarray, shape: tuple[int, ...]) -> EncodedValue:
+    """A dense block over ``payload`` (uint8 bytes of float32 values) without copying it."""
+    return _struct_value(KV_DENSE_FLOAT32, payload, shape)
+
+
+def _affine_parameters(groups: np.ndarray, storage_type: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per-group scale (and zero point for unsigned types) covering each group's range."""
+    low, high = affine.code_range(storage_type)
+    if storage_type in dtypes.SIGNED_INTEGERS:
+        amax = np.max(np.abs(groups), axis=-1)
+        return np.where(amax > 0, amax / high, 1.0).astype(np.float32), None
+    lo = np.minimum(np.min(groups, axis=-1), 0.0)
+    hi = np.maximum(np.max(groups, axis=-1), 0.0)
+    scale = np.where(hi > lo, (hi - lo) / (high - low), 1.0).astype(np.float32)
+    zero_point = np.clip(np.rint(low - lo / scale), low, high).astype(np.int64)
+    return scale, zero_point
+
+
+def encode_block(x: np.ndarray, fmt: BlockFormat | str) -> EncodedValue:
+    """Encode a FLOAT[tokens, heads, head_size] block in the given format."""
+    fmt = BlockFormat.parse(fmt)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    shape = x.shape
+    if fmt.name == "dense":
+        return dense_value(x.reshape(-1).view(np.uint8), shape)
+    if fmt.storage_type is not None:
+        head = shape[2]
+        group = min(fmt.group or head, head)
+        padded_head = -(-head // group) * group
+        padded = np.zeros(shape[:2] + (padded_head,), np.float32)
+        padded[..., :head] = x
+        scale, zero_point = _affine_parameters(padded.reshape(shape[:2] + (-1, group)), fmt.storage_type)
+        proto = affine.make_affine_value(x, fmt.storage_type, scale, zero_point, axis=2, block_size=group)
+        payload = np.frombuffer(proto.raw_data, np.uint8)
+        proto.ClearField("raw_data")
+        return EncodedValue(proto, payload)
+    flat = x.reshape(-1)
+    if flat.size % 32:
+        raise fail(E.KV_BLOCK_INVALID, "kv.format", f"codebook2 needs a multiple of 32 values, got {flat.size}")
+    groups = flat.reshape(-1, 32)
+    scale = np.max(np.abs(groups), axis=1).astype(np.float32)
+    normalized = groups / np.where(scale > 0, scale, 1.0)[:, None]
+    index = np.argmin(np.abs(normalized[:, :, None] - CODEBOOK_TABLE[None, None, :]), axis=2)
+    codes = np.frombuffer(pack_sub_byte(index.reshape(-1), 2), np.uint8).reshape(-1, 8)
+    records = np.hstack([codes, scale.astype("<f4").reshape(-1, 1).view(np.uint8)])
+    return _struct_value(SCALED_CODEBOOK2_BLOCK_32, records.tobytes(), shape)
+
+
+# ----------------------------------------------------------------------------- decoding
+class BlockCodec:
+    """Decodes one block value to float32 [tokens, heads, head_size]; bound once per value."""
+
+    def __init__(self, value: EncodedValue, heads: int, head_size: int, catalogue: Catalogue,
+                 registry: DecoderRegistry, path: str):
+        header = value.header
+        tensor = header.logical_type.tensor_type
+        dims = tuple(d.dim_value for d in tensor.shape.dim)
+        if header.logical_type.WhichOneof("value") != "tensor_type" or tensor.elem_type != dtypes.FLOAT \
+                or len(dims) != 3 or dims[1:] != (heads, head_size) or dims[0] <= 0:
+            raise fail(E.KV_BLOCK_INVALID, f"{path}.logical_type",
+                       f"a block is FLOAT[tokens, {heads}, {head_size}], got {dims}")
+        self.shape = dims
+        self.count = dims[0] * heads * head_size
+        self.path = path
+        layout = header.WhichOneof("layout")
+        if layout == "affine":
+            self._bind_affine(header.affine, value.payload.nbytes)
+        elif layout == "struct_type" and header.struct_type.WhichOneof("kind") == "type_ref":
+            self.kind = "dense" if header.struct_type.type_ref == KV_DENSE_FLOAT32 else "struct"
+            self.layout = compile_layout(header.struct_type, catalogue, f"{path}.struct_type")
+            self.decoder = registry.bind(header.struct_type.type_ref, self.layout, f"{path}.struct_type")
+            if value.payload.nbytes % self.layout.record_bytes:
+                raise fail(E.PAYLOAD_PARTIAL_RECORD, path, "payload is not a whole number of records")
+            if self.kind == "dense" and value.payload.nbytes != 4 * self.count:
+                raise fail(E.KV_BLOCK_INVALID, path, f"{value.payload.nbytes} bytes for {self.count} floats")
+        else:
+            raise fail(E.CONSUMER_MISSING, f"{path}.struct_type", "a block needs an affine layout or a type_ref")
+
+    def _bind_affine(self, layout, nbytes: int) -> None:
+        self.kind = "affine"
+        self.storage_type = layout.storage_type
+        if self.storage_type not in affine.STORAGE_TYPES:
+            raise fail(E.AFFINE_STORAGE_INVALID, f"{self.path}.affine.storage_type", "not an affine type")
+        self.scale = to_array(layout.scale, f"{self.path}.affine.scale").astype(np.float32)
+        self.zero_point = to_array(layout.zero_point, f"{self.path}.affine.zero_point").astype(np.int64) \
+            if layout.HasField("zero_point") else None
+        self.axis = affine.normalize_axis(layout.axis, 3, f"{self.path}.affine.axis") \
+            if layout.HasField("axis") else None
+        self.block_size = layout.block_size if layout.HasField("block_size") else None
+        expected = affine.parameter_shape(self.shape, self.axis, self.block_size)
+        if self.scale.shape != expected or (self.zero_point is not None and self.zero_point.shape != expected):
+            raise fail(E.AFFINE_PARAM_SHAPE, f"{self.path}.affine", f"parameters need shape {expected}")
+        if nbytes != affine.payload_bytes(self.storage_type, self.count):
+            raise fail(E.AFFINE_PAYLOAD_SIZE, self.path, f"{nbytes} payload bytes for {self.count} codes")
+
+    def decode(self, payload: np.ndarray) -> np.ndarray:
+        if self.kind == "dense":
+            return payload.view("<f4").reshape(self.shape)
+        if self.kind == "affine":
+            return affine.dequantize(payload, self.storage_type, self.scale, self.zero_point, self.axis,
+                                     self.block_size, self.shape)
+        flat = self.decoder.decode(self.layout, payload)
+        if flat.size != self.count:
+            raise fail(E.LOGICAL_SHAPE_MISMATCH, self.path, f"decoder produced {flat.size} of {self.count} values")
+        return flat.astype(np.float32, copy=False).reshape(self.shape)
