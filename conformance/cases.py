@@ -178,7 +178,7 @@ def _expand_family(family: dict) -> list[dict]:
         entry = _substitute(copy.deepcopy(body), row)
         entry["vars"] = {**_substitute(body.get("vars", {}), row), **row}
         # args/expect keep their native TOML types where a row supplies a whole value
-        for key in ("args", "expect"):
+        for key in ("args", "expect", "step", "rewrite"):
             if key in body:
                 entry[key] = _typed_substitute(body[key], row)
         entries.append(entry)

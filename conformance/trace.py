@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from conformance import values as V
-from conformance.adapters import NotSupported, Rejected, SuiteError
+from conformance.adapters import SuiteError
 from conformance.execute import CaseFailure, Outcome, call, classify, compare, judge_rejection
 
 #: How long the first of two concurrent calls is given to start before the second is issued.
@@ -45,7 +45,8 @@ class Trace:
         self.workdir = workdir
         self.require_codes = require_codes
         self.scale = scale
-        self.handle = None
+        self.handles: dict[str, Any] = {}
+        self.current = "main"
         self.seen: dict[str, dict[str, Any]] = {}
         self.code_checked: bool | None = None
 
@@ -80,16 +81,20 @@ class Trace:
             self.code_checked = checked if self.code_checked is not False else False
         return outcome.rejected is None
 
+    @property
+    def handle(self):
+        return self.handles.get(self.current)
+
     def need_handle(self, index: int) -> None:
         if self.handle is None:
-            raise SuiteError(f"{self.case.id}: step {index} needs an open state")
+            raise SuiteError(f"{self.case.id}: step {index} needs an open state {self.current!r}")
 
     # ----------------------------------------------------------------------------------- steps
     def step_open(self, index: int, step: dict) -> None:
         initial = self.build(step.get("initial"))
         outcome = call(self.adapter, "open_state", self.case.model_bytes(), initial, self.workdir)
         if self.judge(outcome, step, f"step {index} (open)"):
-            self.handle = outcome.value
+            self.handles[self.current] = outcome.value
             self.remember(step, initial)
 
     def step_run(self, index: int, step: dict) -> None:
@@ -129,6 +134,21 @@ class Trace:
         self.need_handle(index)
         self.judge(call(self.handle_with_classifier(), "close"), step, f"step {index} (close)")
 
+    def step_repeat(self, index: int, step: dict) -> None:
+        inner = step["step"]
+        handler = _STEPS[inner.get("op", "run")]
+        for _ in range(int(step["count"])):
+            handler(self, index, inner)
+
+    def step_readonly(self, index: int, step: dict) -> None:
+        """A retained or returned view must not be writable through the view the runtime handed out."""
+        for ref in step["refs"]:
+            value = self.ref(ref)
+            flags = getattr(value, "flags", None)
+            if flags is not None and flags.writeable:
+                raise CaseFailure(f"step {index}: {ref} is writable; shared and retained buffers are read-only",
+                                  expected="read-only view", actual="writable array")
+
     def step_check(self, index: int, step: dict) -> None:
         actual = self.ref(step["ref"])
         compare(V.build(step["equals"], self.ref), actual, step, f"step {index}: {step['ref']}")
@@ -150,8 +170,9 @@ class Trace:
         self.need_handle(index)
         feeds = self.build(step["first"].get("feeds"))
         scale_feed = step.get("scale_feed")
-        if scale_feed:
-            feeds[scale_feed] = (np.asarray(feeds[scale_feed]) * self.scale).astype(np.asarray(feeds[scale_feed]).dtype)
+        if scale_feed and self.scale > 1:
+            array = np.asarray(feeds[scale_feed])
+            feeds[scale_feed] = np.ascontiguousarray(np.tile(array, (self.scale,) + (1,) * (array.ndim - 1)))
         handle = self.handle_with_classifier()
         box: dict[str, Outcome | BaseException] = {}
         started = threading.Event()
@@ -229,7 +250,7 @@ def _hex(value: int | None) -> str:
 
 _STEPS = {"open": Trace.step_open, "run": Trace.step_run, "values": Trace.step_values, "reset": Trace.step_reset,
           "close": Trace.step_close, "check": Trace.step_check, "identity": Trace.step_identity,
-          "concurrent": Trace.step_concurrent}
+          "concurrent": Trace.step_concurrent, "readonly": Trace.step_readonly, "repeat": Trace.step_repeat}
 
 
 def run_trace(case, adapter, workdir: str, require_codes: bool) -> bool | None:
@@ -254,17 +275,15 @@ def _run_steps(trace: Trace) -> None:
         handler = _STEPS.get(op)
         if handler is None:
             raise SuiteError(f"{trace.case.id}: unknown step op {op!r}")
+        trace.current = step.get("state", "main")
         handler(trace, index, step)
-        if op == "open" and trace.handle is None:
+        if op == "open" and trace.handle is None and not step.get("continue"):
             return  # a rejected open ends the trace
 
 
 def _close_quietly(trace: Trace) -> None:
-    if trace.handle is None:
-        return
-    try:
-        trace.handle.close()
-    except (Rejected, NotSupported):
-        pass
-    except Exception:  # noqa: BLE001 - closing twice is allowed to fail
-        pass
+    for handle in trace.handles.values():
+        try:
+            handle.close()
+        except Exception:  # noqa: BLE001 - closing twice is allowed to fail
+            pass

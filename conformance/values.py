@@ -55,7 +55,14 @@ def build(literal: Any, refs: Callable[[str], Any] | None = None) -> Any:
             raise LiteralError("a ref literal is only valid inside a state trace")
         return refs(literal["ref"])
     if "dtype" in literal:
-        return _tensor(literal)
+        array = _tensor(literal)
+        if literal.get("strided"):  # a non-contiguous view onto a larger buffer
+            step = int(literal["strided"])
+            base = np.repeat(array.reshape(-1), step).reshape(array.shape[:-1] + (-1,)) if array.ndim else array
+            return base[..., ::step] if array.ndim else array
+        if literal.get("readonly"):
+            array.flags.writeable = False
+        return array
     if "struct" in literal:
         fields = {name: build(item, refs) for name, item in literal["struct"].items()}
         return Struct(fields, literal.get("type_id"))
