@@ -47,8 +47,8 @@ class AttentionAttrs:
 
 class AttentionOutputs(NamedTuple):
     y: np.ndarray
-    present_key: np.ndarray | None
-    present_value: np.ndarray | None
+    present_key: np.ndarray
+    present_value: np.ndarray
     qk_matmul_output: np.ndarray
 
 
@@ -282,7 +282,7 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, attn_mask: np.ndarray
     _check_past(k4, v4, past_key, past_value, nonpad_kv_seqlen)
     dtype = q4.dtype
     past_len = 0
-    present_key = present_value = None
+    present_key, present_value = k4, v4  # without a cache, present is the new K/V (as onnx does)
     if past_key is not None:
         past_len = past_key.shape[2]
         present_key, present_value = append(past_key, k4), append(past_value, v4)

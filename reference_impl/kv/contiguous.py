@@ -36,6 +36,7 @@ class CapacityPolicy:
 
     initial: int = 256
     fixed: bool = False
+    token_major: bool = False  # layout of allocations made for plain (non-cache) pasts
 
     def capacity_for(self, needed: int, current: int | None = None) -> int:
         if self.fixed:
@@ -54,9 +55,10 @@ _POLICY: contextvars.ContextVar[CapacityPolicy] = contextvars.ContextVar("kv_pol
 
 
 @contextlib.contextmanager
-def capacity_policy(initial: int = 256, fixed: bool = False):
+def capacity_policy(initial: int = 256, fixed: bool = False, token_major: bool = False):
     """Set the policy ``append`` uses for caches it allocates (per thread/task)."""
-    token = _POLICY.set(CapacityPolicy(check_capacity(initial, "kv.capacity_policy.initial"), fixed))
+    token = _POLICY.set(CapacityPolicy(check_capacity(initial, "kv.capacity_policy.initial"), fixed,
+                                       token_major))
     try:
         yield
     finally:
@@ -120,7 +122,7 @@ def append(past: np.ndarray, new: np.ndarray, cancel=None, path: str = "kv.appen
         policy = _POLICY.get()
         capacity, growable = policy.capacity_for(needed), not policy.fixed
     batch, heads, _, head = past.shape
-    token_major = storage.token_major if storage is not None else False
+    token_major = storage.token_major if storage is not None else _POLICY.get().token_major
     fresh = KVStorage(batch, heads, capacity, head, past.dtype, growable, path, token_major)
     check_cancel(cancel, path)
     slots = fresh.slots()
