@@ -227,7 +227,7 @@ def _make_case(entry: dict, templates: dict, directory: pathlib.Path, source: st
     if "model" in entry:
         text = _substitute((directory / entry["model"]).read_text(), variables)
     elif "model_text" in entry:
-        text = _substitute(entry["model_text"], variables)
+        text = _expand_template(entry["model_text"], variables, templates, where)
     elif "template" in entry:
         template = templates.get(entry["template"])
         if template is None:
