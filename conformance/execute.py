@@ -229,7 +229,13 @@ def _export(case: Case, adapter: Any, workdir: str, require_codes: bool):
     outcome = call(adapter, "export", data, case.target or "onnx-light")
     checked = judge_rejection(outcome, case.expect, f"export to {case.target}", require_codes)
     if "error" not in case.expect:
-        check_model_bytes(data, outcome.value, case.expect)
+        produced, feedback = outcome.value, None
+        if isinstance(produced, tuple):
+            produced, feedback = produced
+        if "feedback" in case.expect and [list(p) for p in feedback or []] != case.expect["feedback"]:
+            raise CaseFailure(f"feedback mapping {feedback}, expected {case.expect['feedback']}",
+                              expected=str(case.expect["feedback"]), actual=str(feedback))
+        check_model_bytes(data, produced, case.expect)
     return checked
 
 

@@ -73,17 +73,73 @@ class ReferenceAdapter:
         return ReferenceState(state)
 
     # --------------------------------------------------------------------------- export/rewrite
-    def export(self, model_bytes: bytes, target: str) -> bytes:
+    def export(self, model_bytes: bytes, target: str):
+        """``onnx-light``: explicit save/load; ``onnx``: standard export; ``onnx-lowered``: standard
+        export lowered to a stateless model plus its feedback mapping."""
         utils = _graph_utils()
         if utils is None:
             raise NotSupported("reference_impl.graph_utils is not available")
-        return utils.export_model(model_bytes, target)
+        model = reference_impl.schema.parse_model(model_bytes)
+        if target == "onnx-light":
+            return utils.copy_model(model).SerializeToString()
+        if target in ("onnx", "onnx-lowered"):
+            exported = utils.export_standard(model, lower=target == "onnx-lowered")
+            data = exported.model.SerializeToString()
+            return (data, [list(pair) for pair in exported.feedback]) if target == "onnx-lowered" else data
+        raise NotSupported(f"export target {target!r}")
 
     def rewrite(self, model_bytes: bytes, rewrite: dict) -> bytes:
+        """The rewrites cases ask for, done the way the graph builder does them (bindings checked)."""
         utils = _graph_utils()
         if utils is None:
             raise NotSupported("reference_impl.graph_utils is not available")
-        return utils.apply_rewrite(model_bytes, rewrite)
+        model = reference_impl.schema.parse_model(model_bytes)
+        kind = rewrite.get("kind")
+        if kind == "rename":
+            return utils.rename_value(model, rewrite["old"], rewrite["new"]).SerializeToString()
+        edits = {"remove_output": _remove_output, "remove_input": _remove_input,
+                 "retype_output": _retype_output, "remove_binding": _remove_binding,
+                 "copy": lambda m, r: None, "prune_unused": _prune_unused}
+        if kind not in edits:
+            raise NotSupported(f"rewrite kind {kind!r}")
+        return utils.apply_rewrite(model, lambda m: edits[kind](m, rewrite)).SerializeToString()
+
+
+def _remove_output(model, rewrite: dict) -> None:
+    keep = [vi for vi in model.graph.output if vi.name != rewrite["name"]]
+    del model.graph.output[:]
+    model.graph.output.extend(keep)
+
+
+def _remove_input(model, rewrite: dict) -> None:
+    keep = [vi for vi in model.graph.input if vi.name != rewrite["name"]]
+    del model.graph.input[:]
+    model.graph.input.extend(keep)
+
+
+def _retype_output(model, rewrite: dict) -> None:
+    for vi in model.graph.output:
+        if vi.name == rewrite["name"]:
+            vi.type.tensor_type.elem_type = rewrite["elem_type"]
+
+
+def _remove_binding(model, rewrite: dict) -> None:
+    keep = [b for b in model.graph.persistent_bindings if b.input_name != rewrite["input"]]
+    del model.graph.persistent_bindings[:]
+    model.graph.persistent_bindings.extend(keep)
+
+
+def _prune_unused(model, rewrite: dict) -> None:
+    """Drop nodes whose outputs nobody reads (an optimization that must keep bindings)."""
+    graph = model.graph
+    needed = {vi.name for vi in graph.output}
+    kept = []
+    for node in reversed(list(graph.node)):
+        if any(out in needed for out in node.output):
+            kept.append(node)
+            needed.update(node.input)
+    del graph.node[:]
+    graph.node.extend(reversed(kept))
 
 
 class ReferenceState:
