@@ -270,7 +270,10 @@ def run_trace(case, adapter, workdir: str, require_codes: bool) -> bool | None:
 
 
 def _run_steps(trace: Trace) -> None:
-    for index, step in enumerate(trace.case.steps):
+    steps = trace.case.steps or trace.case.extras().get("steps", [])
+    if not steps:
+        raise SuiteError(f"{trace.case.id}: a state case needs steps")
+    for index, step in enumerate(steps):
         op = step.get("op")
         handler = _STEPS.get(op)
         if handler is None:

@@ -68,8 +68,12 @@ class ReferenceAdapter:
         if state_module is None:
             raise NotSupported("reference_impl.state is not available")
         model = reference_impl.schema.parse_model(model_bytes)
-        state = state_module.make_state(model, initial={k: to_runtime(v) for k, v in initial.items()},
-                                        base_dir=base_dir)
+        options = {"base_dir": base_dir}
+        # The KV kernels serve the local onnx_light.kv domain; standard Attention stays the functional one.
+        kv = _kv_kernels() if any(o.domain == "onnx_light.kv" for o in model.opset_import) else None
+        if kv is not None:
+            options["kernels"] = kv
+        state = state_module.make_state(model, initial={k: to_runtime(v) for k, v in initial.items()}, **options)
         return ReferenceState(state)
 
     # --------------------------------------------------------------------------- export/rewrite
@@ -202,6 +206,14 @@ def _graph_utils():
     except ImportError:
         return None
     return graph_utils
+
+
+def _kv_kernels():
+    try:
+        from reference_impl.kv.kernels import kv_kernels
+    except ImportError:
+        return None
+    return kv_kernels()
 
 
 def _kv_module():

@@ -29,5 +29,5 @@ def _load(name: str) -> None:
     spec.loader.exec_module(module)
 
 
-for _name in ("representation", "affine_sweep", "wire", "state_models"):
+for _name in ("representation", "affine_sweep", "wire", "state_models", "kv"):
     _load(_name)
