@@ -1,0 +1,69 @@
+"""KV kernels for the reference executor (``Executor(model, kernels=kv_kernels())``).
+
+* ``Attention`` (standard domain): ONNX Attention whose past/present update is the contiguous cache
+  append, so a decode step writes only the new tokens when the past is the claimed prefix of a cache
+  allocation (e.g. an ``empty_cache`` initial value). Results equal the functional operator.
+* ``onnx_light.kv.PagedAttention``: inputs (Q, K, V, cache), outputs (Y, next_cache), where the cache
+  is a KV_PAGED_CACHE struct value. The new K/V are appended (sealing full blocks in ``key_format`` /
+  ``value_format``) and the queries attend over the blocks one at a time.
+
+Kernels never create a second state system: the caches are ordinary values carried by the graph's
+persistent bindings.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import fail
+from reference_impl.kv import contiguous
+from reference_impl.kv.attention import AttentionAttrs, attention
+from reference_impl.kv.paged import PagedKVCache
+from reference_impl.kv.paged_attention import paged_attention
+
+KV_DOMAIN = "onnx_light.kv"
+_ATTRS = set(AttentionAttrs.__dataclass_fields__)
+
+
+def _attrs(attrs: dict, path: str, ignore: tuple[str, ...] = ()) -> AttentionAttrs:
+    unknown = set(attrs) - _ATTRS - set(ignore)
+    if unknown:
+        raise fail(E.ATTENTION_INPUT_INVALID, path, f"unknown attributes {sorted(unknown)}")
+    values = {name: value for name, value in attrs.items() if name in _ATTRS}
+    for name in ("scale", "softcap"):
+        if name in values:
+            values[name] = float(values[name])
+    return AttentionAttrs(**values)
+
+
+def attention_kernel(args: list, attrs: dict, ctx) -> list:
+    """Standard Attention with the in-place cache append as its past/present update."""
+    args = list(args) + [None] * (7 - len(args))
+    q, k, v, mask, past_key, past_value, nonpad = args[:7]
+    append = partial(contiguous.append, cancel=getattr(ctx, "cancel", None))
+    out = attention(q, k, v, mask, past_key, past_value, nonpad, attrs=_attrs(attrs, "Attention"), append=append)
+    return [out.y, out.present_key, out.present_value, out.qk_matmul_output]
+
+
+def paged_attention_kernel(args: list, attrs: dict, ctx) -> list:
+    """PagedAttention(Q, K, V, cache) -> (Y, next_cache) over a KV_PAGED_CACHE struct value."""
+    if len(args) != 4:
+        raise fail(E.ATTENTION_INPUT_INVALID, "PagedAttention", "inputs are (Q, K, V, cache)")
+    q, k, v, value = args
+    for name, x in (("Q", q), ("K", k), ("V", v)):
+        if not isinstance(x, np.ndarray) or x.ndim != 4 or x.shape[0] != 1:
+            raise fail(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}", "expected a (1, heads, S, size) tensor")
+    block_size = int(attrs.get("block_size", 16))
+    cache = PagedKVCache.from_struct(value, k.shape[1], k.shape[3], v.shape[3], block_size, "PagedAttention.cache")
+    cache = cache.append(k[0], v[0], attrs.get("key_format", "dense"), attrs.get("value_format", "dense"),
+                         cancel=getattr(ctx, "cancel", None))
+    settings = _attrs(attrs, "PagedAttention", ignore=("block_size", "key_format", "value_format"))
+    return [paged_attention(q, cache, attrs=settings), cache.to_struct()]
+
+
+def kv_kernels() -> dict:
+    """Executor kernels keyed by (domain, op_type)."""
+    return {("", "Attention"): attention_kernel, (KV_DOMAIN, "PagedAttention"): paged_attention_kernel}
