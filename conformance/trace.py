@@ -68,9 +68,12 @@ class Trace:
         return {name: V.build(literal, self.ref) for name, literal in (literals or {}).items()}
 
     def identify(self, value: Any) -> int | None:
-        probe = getattr(self.handle, "buffer_id", None)
-        if probe is not None:
-            return probe(value)
+        """The buffer id the adapter reports (any open state may know the value), else its address."""
+        for handle in self.handles.values():
+            probe = getattr(handle, "buffer_id", None)
+            found = probe(value) if probe is not None else None
+            if found is not None:
+                return found
         return V.default_buffer_id(value)
 
     def judge(self, outcome: Outcome, step: dict, what: str) -> bool:

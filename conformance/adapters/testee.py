@@ -1,0 +1,204 @@
+"""The testee adapter: a runtime in another process (any language) behind the framed protocol.
+
+A per-request timeout guards every call. A crashed or hung testee fails the case in progress; the
+process is killed and started again on the next call, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import threading
+from typing import Any
+
+from conformance import protocol as P
+from conformance.adapters import NotSupported, Rejected
+
+
+class TesteeFailure(Exception):
+    """The testee crashed, hung, broke the framing or reported an internal error."""
+
+
+class TesteeAdapter:
+    def __init__(self, command: str, timeout: float = 30.0):
+        self.command = command
+        self.timeout = timeout
+        self.identity = f"testee:{command}"
+        self._process: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self._pending: dict[int, list] = {}
+        self._next_id = 1
+        self._generation = 0
+        hello = self._call("hello", None).hello
+        self.name = hello.name or command
+        self.version = hello.version
+        self._profiles = set(hello.profiles)
+
+    # ------------------------------------------------------------------------------- process
+    def _start(self) -> None:
+        self._process = subprocess.Popen(shlex.split(self.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=None, bufsize=0)
+        self._generation += 1
+        reader = threading.Thread(target=self._read_loop, args=(self._process, self._generation), daemon=True)
+        reader.start()
+
+    def _read_loop(self, process: subprocess.Popen, generation: int) -> None:
+        while True:
+            try:
+                response = P.read_frame(process.stdout, P.Response)
+            except Exception:  # noqa: BLE001 - end of stream or garbage: fail whoever waits
+                break
+            with self._lock:
+                slot = self._pending.pop(response.id, None)
+            if slot is not None:
+                slot[1] = response
+                slot[0].set()
+        with self._lock:
+            if generation == self._generation:
+                for slot in self._pending.values():
+                    slot[0].set()
+                self._pending.clear()
+
+    def _kill(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+
+    def shutdown(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            try:
+                self._send(P.Request(shutdown=P.MESSAGES["Shutdown"]()), wait=2.0)
+            except Exception:  # noqa: BLE001 - best effort before the kill
+                pass
+        self._kill()
+
+    # --------------------------------------------------------------------------------- calls
+    def _send(self, request, wait: float) -> Any:
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self._start()
+            request.id = self._next_id
+            self._next_id += 1
+            slot = [threading.Event(), None]
+            self._pending[request.id] = slot
+            process = self._process
+            try:
+                P.write_frame(process.stdin, request)
+            except (BrokenPipeError, OSError):
+                self._pending.pop(request.id, None)
+                self._kill()
+                raise TesteeFailure("the testee closed its input (crashed); it will be restarted") from None
+        if not slot[0].wait(wait):
+            with self._lock:
+                self._pending.pop(request.id, None)
+                if self._process is process:
+                    self._kill()
+            raise TesteeFailure(f"the testee did not answer within {wait:.0f} s; killed, it will be restarted")
+        if slot[1] is None:
+            with self._lock:
+                if self._process is process:
+                    self._kill()
+            raise TesteeFailure("the testee exited or broke the framing; it will be restarted")
+        return slot[1]
+
+    def _call(self, op: str, body) -> Any:
+        request = P.Request()
+        if body is None:
+            getattr(request, op).SetInParent()
+        else:
+            getattr(request, op).CopyFrom(body)
+        response = self._send(request, self.timeout)
+        kind = response.WhichOneof("result")
+        if kind == "rejected":
+            raise Rejected(response.rejected.code or None, response.rejected.message)
+        if kind == "not_supported":
+            raise NotSupported(response.not_supported.reason)
+        if kind == "error":
+            raise TesteeFailure(f"{response.error.message}\n{response.error.traceback}")
+        return response
+
+    # ------------------------------------------------------------------------------ protocol
+    def profiles(self) -> set[str]:
+        return set(self._profiles)
+
+    def verify(self, model_bytes: bytes, base_dir: str | None) -> None:
+        self._call("verify", P.MESSAGES["Verify"](model=model_bytes, base_dir=base_dir or ""))
+
+    def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None):
+        body = P.MESSAGES["Decode"](model=model_bytes, value_name=value_name or "", base_dir=base_dir or "")
+        return P.from_proto(self._call("decode", body).value.value)
+
+    def read_fields(self, model_bytes: bytes, value_name: str, base_dir: str | None):
+        body = P.MESSAGES["ReadFields"](model=model_bytes, value_name=value_name or "", base_dir=base_dir or "")
+        return P.named_from_proto(self._call("read_fields", body).values.values)
+
+    def roundtrip(self, model_bytes: bytes) -> bytes:
+        return self._call("roundtrip", P.MESSAGES["RoundTrip"](model=model_bytes)).model.model
+
+    def export(self, model_bytes: bytes, target: str):
+        result = self._call("export", P.MESSAGES["Export"](model=model_bytes, target=target)).model
+        if result.has_feedback:
+            return result.model, [[f.input_name, f.output_name] for f in result.feedback]
+        return result.model
+
+    def rewrite(self, model_bytes: bytes, rewrite: dict) -> bytes:
+        body = P.MESSAGES["Rewrite"](model=model_bytes, rewrite_json=json.dumps(rewrite))
+        return self._call("rewrite", body).model.model
+
+    def open_state(self, model_bytes: bytes, initial: dict, base_dir: str | None = None):
+        body = P.MESSAGES["OpenState"](model=model_bytes, base_dir=base_dir or "")
+        P.named_to_proto(initial, body.initial)
+        response = self._call("open_state", body)
+        handle = TesteeState(self, response.state.state, self._generation)
+        P.adopt_ids(initial, response.state.received, handle.ids)
+        return handle
+
+
+class TesteeState:
+    """A state living in the testee; buffer identities are the ids the testee reports."""
+
+    def __init__(self, adapter: TesteeAdapter, state_id: int, generation: int):
+        self.adapter = adapter
+        self.state_id = state_id
+        self.generation = generation
+        self.ids: dict[int, int] = {}
+        self._keep: list = []  # keeps values alive so python ids stay unique while they are mapped
+
+    def _check(self) -> None:
+        if self.adapter._generation != self.generation:
+            raise TesteeFailure("the testee was restarted; this state no longer exists")
+
+    def run(self, feeds: dict) -> dict:
+        self._check()
+        body = P.MESSAGES["Run"](state=self.state_id)
+        P.named_to_proto(feeds, body.feeds)
+        response = self.adapter._call("run", body)
+        P.adopt_ids(feeds, response.values.received, self.ids)
+        outputs = P.named_from_proto(response.values.values, self.ids)
+        self._keep.append((feeds, outputs))
+        return outputs
+
+    def values(self) -> dict:
+        self._check()
+        response = self.adapter._call("values", P.MESSAGES["Values"](state=self.state_id))
+        values = P.named_from_proto(response.values.values, self.ids)
+        self._keep.append(values)
+        return values
+
+    def reset(self, initial: dict) -> None:
+        self._check()
+        body = P.MESSAGES["Reset"](state=self.state_id)
+        P.named_to_proto(initial, body.initial)
+        response = self.adapter._call("reset", body)
+        P.adopt_ids(initial, response.state.received, self.ids)
+        self._keep.append(initial)
+
+    def close(self) -> None:
+        if self.adapter._generation != self.generation:
+            return
+        self.adapter._call("close", P.MESSAGES["Close"](state=self.state_id))
+
+    def buffer_id(self, value: Any) -> int | None:
+        return self.ids.get(id(value))

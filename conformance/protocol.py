@@ -1,0 +1,266 @@
+"""The testee protocol in Python: message classes built from a descriptor that mirrors
+``conformance/testee.proto`` (a test compiles the .proto with protoc and checks they agree), the
+4-byte little-endian length framing, and conversion between protocol values and neutral values.
+
+Building the descriptor here needs no protoc at install time and no generated code pinned to one
+protobuf release.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, BinaryIO
+
+import numpy as np
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from conformance.values import Encoded, Struct, default_buffer_id, dtype_of
+
+PACKAGE = "onnx_light.conformance"
+PROTOCOL_VERSION = 1
+MAX_FRAME = 1 << 31
+
+_F = descriptor_pb2.FieldDescriptorProto
+_SCALARS = {"string": _F.TYPE_STRING, "bytes": _F.TYPE_BYTES, "int64": _F.TYPE_INT64, "uint64": _F.TYPE_UINT64,
+            "uint32": _F.TYPE_UINT32, "bool": _F.TYPE_BOOL}
+
+# name -> [(field, number, type (trailing * = repeated), oneof or None)], in .proto order
+_MESSAGES: list[tuple[str, list]] = [
+    ("Tensor", [("dtype", 1, "string"), ("shape", 2, "int64*"), ("data", 3, "bytes"), ("strings", 4, "string*"),
+                ("buffer_id", 5, "uint64"), ("read_only", 6, "bool"), ("strides", 7, "int64*")]),
+    ("StructField", [("name", 1, "string"), ("value", 2, "Value")]),
+    ("Struct", [("fields", 1, "StructField*"), ("type_id", 2, "uint64"), ("has_type_id", 3, "bool")]),
+    ("Sequence", [("items", 1, "Value*")]),
+    ("Encoded", [("header", 1, "bytes"), ("payload", 2, "bytes"), ("buffer_id", 3, "uint64")]),
+    ("Value", [("tensor", 1, "Tensor", "kind"), ("struct", 2, "Struct", "kind"), ("sequence", 3, "Sequence", "kind"),
+               ("encoded", 4, "Encoded", "kind"), ("none", 5, "bool", "kind")]),
+    ("NamedValue", [("name", 1, "string"), ("value", 2, "Value")]),
+    ("Hello", []),
+    ("Verify", [("model", 1, "bytes"), ("base_dir", 2, "string")]),
+    ("Decode", [("model", 1, "bytes"), ("value_name", 2, "string"), ("base_dir", 3, "string")]),
+    ("ReadFields", [("model", 1, "bytes"), ("value_name", 2, "string"), ("base_dir", 3, "string")]),
+    ("RoundTrip", [("model", 1, "bytes")]),
+    ("OpenState", [("model", 1, "bytes"), ("initial", 2, "NamedValue*"), ("base_dir", 3, "string")]),
+    ("Run", [("state", 1, "uint64"), ("feeds", 2, "NamedValue*")]),
+    ("Values", [("state", 1, "uint64")]),
+    ("Reset", [("state", 1, "uint64"), ("initial", 2, "NamedValue*")]),
+    ("Close", [("state", 1, "uint64")]),
+    ("Export", [("model", 1, "bytes"), ("target", 2, "string")]),
+    ("Rewrite", [("model", 1, "bytes"), ("rewrite_json", 2, "string")]),
+    ("Shutdown", []),
+    ("Request", [("id", 1, "uint64")] + [(name, number, cls, "op") for name, number, cls in (
+        ("hello", 2, "Hello"), ("verify", 3, "Verify"), ("decode", 4, "Decode"), ("read_fields", 5, "ReadFields"),
+        ("roundtrip", 6, "RoundTrip"), ("open_state", 7, "OpenState"), ("run", 8, "Run"), ("values", 9, "Values"),
+        ("reset", 10, "Reset"), ("close", 11, "Close"), ("export", 12, "Export"), ("rewrite", 13, "Rewrite"),
+        ("shutdown", 14, "Shutdown"))]),
+    ("HelloResult", [("name", 1, "string"), ("version", 2, "string"), ("profiles", 3, "string*"),
+                     ("protocol_version", 4, "uint32")]),
+    ("Ok", []),
+    ("ValueResult", [("value", 1, "Value")]),
+    ("NamedValues", [("values", 1, "NamedValue*"), ("received", 2, "NamedValue*")]),
+    ("FeedbackPair", [("input_name", 1, "string"), ("output_name", 2, "string")]),
+    ("ModelResult", [("model", 1, "bytes"), ("feedback", 2, "FeedbackPair*"), ("has_feedback", 3, "bool")]),
+    ("StateOpened", [("state", 1, "uint64"), ("received", 2, "NamedValue*")]),
+    ("Rejection", [("code", 1, "string"), ("message", 2, "string")]),
+    ("NotSupported", [("reason", 1, "string")]),
+    ("InternalError", [("message", 1, "string"), ("traceback", 2, "string")]),
+    ("Response", [("id", 1, "uint64")] + [(name, number, cls, "result") for name, number, cls in (
+        ("hello", 2, "HelloResult"), ("ok", 3, "Ok"), ("value", 4, "ValueResult"), ("values", 5, "NamedValues"),
+        ("model", 6, "ModelResult"), ("state", 7, "StateOpened"), ("rejected", 8, "Rejection"),
+        ("not_supported", 9, "NotSupported"), ("error", 10, "InternalError"))]),
+]
+
+
+def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
+    """The protocol's descriptor, field for field as in testee.proto."""
+    fdp = descriptor_pb2.FileDescriptorProto(name="conformance/testee.proto", package=PACKAGE, syntax="proto3")
+    for name, fields in _MESSAGES:
+        msg = fdp.message_type.add(name=name)
+        oneofs: list[str] = []
+        for entry in fields:
+            field_name, number, kind = entry[:3]
+            oneof = entry[3] if len(entry) > 3 else None
+            repeated = kind.endswith("*")
+            kind = kind.rstrip("*")
+            field = msg.field.add(name=field_name, number=number, json_name=_camel(field_name),
+                                  label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL)
+            if kind in _SCALARS:
+                field.type = _SCALARS[kind]
+            else:
+                field.type = _F.TYPE_MESSAGE
+                field.type_name = f".{PACKAGE}.{kind}"
+            if oneof:
+                if oneof not in oneofs:
+                    oneofs.append(oneof)
+                    msg.oneof_decl.add(name=oneof)
+                field.oneof_index = oneofs.index(oneof)
+    return fdp
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+_POOL = descriptor_pool.DescriptorPool()
+_POOL.Add(file_descriptor())
+MESSAGES = {name: message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+            for name, _ in _MESSAGES}
+Request = MESSAGES["Request"]
+Response = MESSAGES["Response"]
+
+
+# ------------------------------------------------------------------------------------------ framing
+class FramingError(Exception):
+    """The peer closed the stream or sent a malformed frame."""
+
+
+def write_frame(stream: BinaryIO, message) -> None:
+    data = message.SerializeToString()
+    stream.write(struct.pack("<I", len(data)) + data)
+    stream.flush()
+
+
+def read_exact(stream: BinaryIO, count: int) -> bytes:
+    chunks = []
+    while count:
+        chunk = stream.read(count)
+        if not chunk:
+            raise FramingError("stream closed")
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(stream: BinaryIO, cls):
+    (length,) = struct.unpack("<I", read_exact(stream, 4))
+    if length > MAX_FRAME:
+        raise FramingError(f"frame of {length} bytes exceeds the limit")
+    message = cls()
+    message.ParseFromString(read_exact(stream, length))
+    return message
+
+
+# ---------------------------------------------------------------------------------- value transport
+def to_proto(value: Any, out, buffer_id=default_buffer_id, with_data: bool = True) -> None:
+    """Fill a protocol Value from a neutral value (only shapes and buffer ids without ``with_data``)."""
+    if value is None:
+        out.none = True
+    elif isinstance(value, Encoded):
+        out.encoded.header = value.header.SerializeToString()
+        if with_data:
+            out.encoded.payload = np.ascontiguousarray(value.payload).tobytes()
+        out.encoded.buffer_id = buffer_id(value) or 0
+    elif isinstance(value, dict):
+        out.struct.SetInParent()
+        for name, item in value.items():
+            to_proto(item, out.struct.fields.add(name=name).value, buffer_id, with_data)
+        type_id = getattr(value, "type_id", None)
+        if type_id is not None:
+            out.struct.type_id = type_id
+            out.struct.has_type_id = True
+    elif isinstance(value, (list, tuple)):
+        out.sequence.SetInParent()
+        for item in value:
+            to_proto(item, out.sequence.items.add(), buffer_id, with_data)
+    else:
+        array = np.asarray(value)
+        tensor = out.tensor
+        tensor.shape.extend(array.shape)
+        if array.dtype.kind in "OUS":
+            tensor.dtype = "str"
+            if with_data:
+                tensor.strings.extend(str(s) for s in array.reshape(-1))
+        else:
+            tensor.dtype = array.dtype.name
+            strided = _span(array)
+            if strided is not None:
+                span, strides = strided
+                tensor.strides.extend(strides)
+                if with_data:
+                    tensor.data = span.tobytes()
+            elif with_data:
+                tensor.data = np.ascontiguousarray(array).tobytes()
+        tensor.buffer_id = buffer_id(value) or 0
+        tensor.read_only = bool(isinstance(value, np.ndarray) and not value.flags.writeable)
+
+
+def _span(array: np.ndarray):
+    """(covering span, element strides) of a non-contiguous array with positive strides, else None."""
+    if array.flags.c_contiguous or array.size == 0 or any(s <= 0 for s in array.strides):
+        return None
+    if any(s % array.itemsize for s in array.strides):
+        return None
+    strides = [s // array.itemsize for s in array.strides]
+    count = sum((n - 1) * s for n, s in zip(array.shape, strides)) + 1
+    span = np.lib.stride_tricks.as_strided(array, (count,), (array.itemsize,))
+    return np.array(span), strides
+
+
+def from_proto(value, ids: dict[int, int] | None = None) -> Any:
+    """A neutral value from a protocol Value; ``ids`` collects python id -> reported buffer id."""
+    kind = value.WhichOneof("kind")
+    if kind == "tensor" or kind is None:
+        tensor = value.tensor
+        shape = tuple(tensor.shape)
+        if tensor.dtype == "str":
+            array = np.array(list(tensor.strings), dtype=object).reshape(shape)
+        elif tensor.strides:
+            dtype = dtype_of(tensor.dtype)
+            span = np.frombuffer(tensor.data, dtype=dtype).copy()
+            array = np.lib.stride_tricks.as_strided(span, shape, [s * dtype.itemsize for s in tensor.strides])
+        else:
+            array = np.frombuffer(tensor.data, dtype=dtype_of(tensor.dtype)).reshape(shape)
+            if not tensor.read_only:
+                array = array.copy()
+        if ids is not None and tensor.buffer_id:
+            ids[id(array)] = tensor.buffer_id
+        return array
+    if kind == "struct":
+        fields = {field.name: from_proto(field.value, ids) for field in value.struct.fields}
+        return Struct(fields, value.struct.type_id if value.struct.has_type_id else None)
+    if kind == "sequence":
+        return [from_proto(item, ids) for item in value.sequence.items]
+    if kind == "encoded":
+        from reference_impl import schema
+
+        header = schema.EncodedValueProto()
+        header.ParseFromString(value.encoded.header)
+        result = Encoded(header, np.frombuffer(value.encoded.payload, dtype=np.uint8))
+        if ids is not None and value.encoded.buffer_id:
+            ids[id(result)] = value.encoded.buffer_id
+        return result
+    return None
+
+
+def named_to_proto(values: dict[str, Any], repeated, buffer_id=default_buffer_id, with_data: bool = True) -> None:
+    for name, value in values.items():
+        to_proto(value, repeated.add(name=name).value, buffer_id, with_data)
+
+
+def adopt_ids(values: dict[str, Any], received, ids: dict[int, int]) -> None:
+    """Map the runner's own leaves to the buffer ids the testee reported for its copies of them."""
+    reported = {item.name: item.value for item in received}
+    for name, value in values.items():
+        if name in reported:
+            _adopt(value, reported[name], ids)
+
+
+def _adopt(value: Any, proto, ids: dict[int, int]) -> None:
+    kind = proto.WhichOneof("kind")
+    if kind == "tensor" and proto.tensor.buffer_id:
+        ids[id(value)] = proto.tensor.buffer_id
+    elif kind == "encoded" and proto.encoded.buffer_id:
+        ids[id(value)] = proto.encoded.buffer_id
+    elif kind == "struct" and isinstance(value, dict):
+        fields = {f.name: f.value for f in proto.struct.fields}
+        for name, item in value.items():
+            if name in fields:
+                _adopt(item, fields[name], ids)
+    elif kind == "sequence" and isinstance(value, (list, tuple)):
+        for item, sub in zip(value, proto.sequence.items):
+            _adopt(item, sub, ids)
+
+
+def named_from_proto(repeated, ids: dict[int, int] | None = None) -> dict[str, Any]:
+    return {item.name: from_proto(item.value, ids) for item in repeated}

@@ -1,0 +1,177 @@
+"""``python -m conformance.testee [--adapter SPEC]``: serve an in-process adapter over the testee protocol.
+
+The reference implementation's testee is this module serving the reference adapter; the suite runs
+through it with ``--testee "python -m conformance.testee"``. Requests are handled on worker threads so
+a second call on a busy state reaches the runtime (which must reject it) instead of waiting in line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from conformance import protocol as P
+from conformance.adapters import NotSupported, Rejected, load_adapter
+from conformance.execute import classify
+from conformance.values import default_buffer_id
+
+
+class Server:
+    def __init__(self, adapter: Any, out_stream):
+        self.adapter = adapter
+        self.out = out_stream
+        self.write_lock = threading.Lock()
+        self.states: dict[int, Any] = {}
+        self.next_state = 1
+        self.state_lock = threading.Lock()
+
+    # ------------------------------------------------------------------------------------ plumbing
+    def send(self, response) -> None:
+        with self.write_lock:
+            P.write_frame(self.out, response)
+
+    def handle(self, request) -> None:
+        response = P.Response(id=request.id)
+        op = request.WhichOneof("op")
+        try:
+            getattr(self, f"op_{op}")(getattr(request, op), response)
+        except Rejected as rejected:
+            response.rejected.code = rejected.code or ""
+            response.rejected.message = rejected.message
+        except NotSupported as exc:
+            response.not_supported.reason = str(exc) or "not supported"
+        except Exception as exc:  # noqa: BLE001 - everything is answered, nothing kills the server
+            found = classify(self.adapter, exc)
+            if isinstance(found, Rejected):
+                response.rejected.code = found.code or ""
+                response.rejected.message = found.message
+            elif isinstance(found, NotSupported):
+                response.not_supported.reason = str(found)
+            else:
+                response.error.message = f"{type(exc).__name__}: {exc}"
+                response.error.traceback = traceback.format_exc()
+        self.send(response)
+
+    def buffer_id(self, handle):
+        probe = getattr(handle, "buffer_id", None)
+        return probe if probe is not None else default_buffer_id
+
+    def state(self, state_id: int):
+        handle = self.states.get(state_id)
+        if handle is None:
+            raise Rejected("STATE_CLOSED", f"no open state {state_id}")
+        return handle
+
+    @staticmethod
+    def _base_dir(text: str) -> str | None:
+        return text or None
+
+    # ---------------------------------------------------------------------------------- operations
+    def op_hello(self, body, response) -> None:
+        response.hello.name = str(getattr(self.adapter, "name", "adapter"))
+        response.hello.version = str(getattr(self.adapter, "version", ""))
+        response.hello.profiles.extend(sorted(self.adapter.profiles()))
+        response.hello.protocol_version = P.PROTOCOL_VERSION
+
+    def op_verify(self, body, response) -> None:
+        self.adapter.verify(body.model, self._base_dir(body.base_dir))
+        response.ok.SetInParent()
+
+    def op_decode(self, body, response) -> None:
+        value = self.adapter.decode(body.model, body.value_name, self._base_dir(body.base_dir))
+        P.to_proto(value, response.value.value)
+
+    def op_read_fields(self, body, response) -> None:
+        fields = self.adapter.read_fields(body.model, body.value_name, self._base_dir(body.base_dir))
+        response.values.SetInParent()
+        P.named_to_proto(fields, response.values.values)
+
+    def op_roundtrip(self, body, response) -> None:
+        response.model.model = self.adapter.roundtrip(body.model)
+
+    def op_open_state(self, body, response) -> None:
+        initial = P.named_from_proto(body.initial)
+        handle = self.adapter.open_state(body.model, initial, self._base_dir(body.base_dir))
+        with self.state_lock:
+            state_id = self.next_state
+            self.next_state += 1
+            self.states[state_id] = handle
+        response.state.state = state_id
+        P.named_to_proto(initial, response.state.received, self.buffer_id(handle), with_data=False)
+
+    def op_run(self, body, response) -> None:
+        handle = self.state(body.state)
+        feeds = P.named_from_proto(body.feeds)
+        outputs = handle.run(feeds)
+        response.values.SetInParent()
+        P.named_to_proto(outputs, response.values.values, self.buffer_id(handle))
+        P.named_to_proto(feeds, response.values.received, self.buffer_id(handle), with_data=False)
+
+    def op_values(self, body, response) -> None:
+        handle = self.state(body.state)
+        response.values.SetInParent()
+        P.named_to_proto(dict(handle.values()), response.values.values, self.buffer_id(handle))
+
+    def op_reset(self, body, response) -> None:
+        handle = self.state(body.state)
+        initial = P.named_from_proto(body.initial)
+        handle.reset(initial)
+        response.state.state = body.state
+        P.named_to_proto(initial, response.state.received, self.buffer_id(handle), with_data=False)
+
+    def op_close(self, body, response) -> None:
+        handle = self.state(body.state)
+        handle.close()
+        response.ok.SetInParent()
+
+    def op_export(self, body, response) -> None:
+        result = self.adapter.export(body.model, body.target)
+        if isinstance(result, tuple):
+            result, feedback = result
+            response.model.has_feedback = True
+            for input_name, output_name in feedback:
+                response.model.feedback.add(input_name=input_name, output_name=output_name)
+        response.model.model = result
+
+    def op_rewrite(self, body, response) -> None:
+        response.model.model = self.adapter.rewrite(body.model, json.loads(body.rewrite_json))
+
+    def op_shutdown(self, body, response) -> None:
+        response.ok.SetInParent()
+
+
+def serve(adapter: Any, in_stream, out_stream, workers: int = 8) -> None:
+    server = Server(adapter, out_stream)
+    with ThreadPoolExecutor(workers) as pool:
+        while True:
+            try:
+                request = P.read_frame(in_stream, P.Request)
+            except P.FramingError:
+                return
+            if request.WhichOneof("op") == "shutdown":
+                server.handle(request)
+                return
+            pool.submit(server.handle, request)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance.testee",
+                                     description="serve an adapter over the testee protocol on stdin/stdout")
+    parser.add_argument("--adapter", default="reference")
+    args = parser.parse_args(argv)
+    out_stream = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout = sys.stderr  # nothing but frames may reach the protocol stream
+    in_stream = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+    adapter = load_adapter(args.adapter)
+    serve(adapter, in_stream, out_stream)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
