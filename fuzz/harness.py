@@ -1,0 +1,74 @@
+"""The atheris entry point shared by the ``*_fuzzer.py`` files.
+
+``fuzz_main(name)`` instruments the target's packages, caps the address space (after libFuzzer has
+set itself up) and hands ``one_input`` to libFuzzer. Set ``FUZZ_STATS_FILE`` to get a JSON line of
+executions per second for progress reporting (``python -m fuzz run`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+class _Stats:
+    """Executions counted in process; written at most once a second (cheap enough for 10k exec/s)."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+        self.count = 0
+        self.start = time.monotonic()
+        self.last = self.start
+
+    def tick(self) -> None:
+        self.count += 1
+        if self.path and (self.count & 63) == 0:
+            now = time.monotonic()
+            if now - self.last >= 1.0:
+                self.last = now
+                with open(self.path, "a") as handle:
+                    handle.write(json.dumps({"t": round(now - self.start, 3), "execs": self.count}) + "\n")
+
+
+def fuzz_main(name: str, argv: list[str] | None = None) -> None:
+    import atheris
+
+    from fuzz.targets import TARGETS
+
+    if name not in TARGETS:
+        raise SystemExit(f"unknown target {name}")
+    with atheris.instrument_imports(include=list(_instrument(name)), exclude=["fuzz.harness"]):
+        from fuzz.targets import load
+
+        target = load(name)
+    stats = _Stats(os.environ.get("FUZZ_STATS_FILE"))
+    capped = []
+
+    def test_one_input(data: bytes) -> None:
+        if not capped:
+            from fuzz.invariants import cap_address_space
+
+            cap_address_space(int(os.environ.get("FUZZ_ADDRESS_SPACE_MB", "4096")))
+            capped.append(True)
+        stats.tick()
+        target.one_input(data)
+
+    args = list(sys.argv if argv is None else argv)
+    if not any(a.startswith("-max_len=") for a in args):
+        args.append(f"-max_len={target.MAX_LEN}")
+    atheris.Setup(args, test_one_input)
+    atheris.Fuzz()
+
+
+def _instrument(name: str) -> tuple[str, ...]:
+    """Packages to instrument, read from the target module without importing it uninstrumented."""
+    import ast
+    import pathlib
+
+    source = pathlib.Path(__file__).with_name("targets") / f"{name}.py"
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "INSTRUMENT" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    return ("reference_impl",)

@@ -1,0 +1,17 @@
+#!/usr/bin/env python3
+"""OSS-Fuzz entry point for the ``properties`` target (see fuzz/targets/properties.py)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from fuzz.harness import fuzz_main  # noqa: E402
+
+
+def main() -> None:
+    fuzz_main("properties")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""State operation scripts: a small stateful model, a sequence of operations, and their known outcomes.
+
+The model has a fresh input ``x`` (FLOAT["n"]), retained inputs ``s0..`` (FLOAT[n]) bound to outputs
+``next0..`` computed by Add/Sub/Mul/Identity, an unselected output ``y = x + s0`` and a ``Probe`` node
+(a registered kernel) through which an operation can re-enter the state during a call. Each
+operation states its outcome by construction: a valid run, or one broken rule with its code.
+
+``Runner`` applies operations to a ``State`` and checks every answer three ways: against NumPy, against
+the spec's manual output-to-input loop over the stateless executor, and against the rules (failed
+operations leave the previous mapping object in place, retained outputs are returned as the same
+objects, no payload byte is copied).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fuzz import layouts as L
+from fuzz.source import Source
+from reference_impl import ContractError, dtypes, schema
+from reference_impl.errors import ErrorCode as E
+from reference_impl.executor import CancelToken, Executor
+from reference_impl.state import make_state
+from reference_impl.values import InvocationBorrow
+
+UPDATES = ("Add", "Sub", "Mul", "Identity", "AddState")
+PROBE = ("fuzz", "Probe")
+
+
+class Mismatch(AssertionError):
+    """The state's answer differs from the script's expectation."""
+
+
+@dataclass
+class StateModel:
+    model: object
+    n: int
+    updates: list[tuple[str, int]]  # per retained input: (update op, partner state index for AddState)
+
+    @property
+    def bound(self) -> list[str]:
+        return [f"s{i}" for i in range(len(self.updates))]
+
+    def step(self, values: dict[str, np.ndarray], x: np.ndarray) -> tuple[dict, dict]:
+        """NumPy outputs and next retained values of one call."""
+        with np.errstate(all="ignore"):
+            outputs = {"y": (x + values["s0"]).astype(np.float32), "probe_out": values["s0"]}
+            nxt = {}
+            for index, (op, partner) in enumerate(self.updates):
+                s = values[f"s{index}"]
+                result = {"Add": lambda: s + x, "Sub": lambda: s - x, "Mul": lambda: s * x,
+                          "Identity": lambda: s, "AddState": lambda: s + values[f"s{partner}"]}[op]()
+                nxt[f"s{index}"] = np.asarray(result, dtype=np.float32)
+                outputs[f"next{index}"] = nxt[f"s{index}"]
+        return outputs, nxt
+
+
+def _vi(name: str, dims) -> object:
+    info = schema.ValueInfoProto(name=name)
+    info.type.CopyFrom(L.tensor_type(dtypes.FLOAT, dims))
+    return info
+
+
+def gen_state_model(src: Source) -> StateModel:
+    n = src.integer(1, 4)
+    count = src.integer(1, 3)
+    updates = [(src.choice(UPDATES), src.integer(0, count - 1)) for _ in range(count)]
+    model = schema.ModelProto(ir_version=10, producer_name="fuzz-state")
+    model.opset_import.add(domain="", version=23)
+    model.opset_import.add(domain="fuzz", version=1)
+    graph = model.graph
+    graph.name = "state"
+    graph.input.append(_vi("x", ("n",)))
+    graph.output.extend([_vi("y", ("n",)), _vi("probe_out", (n,))])
+    graph.node.add(op_type="Add", input=["x", "s0"], output=["y"])
+    graph.node.add(op_type="Probe", domain="fuzz", input=["s0"], output=["probe_out"])
+    for index, (op, partner) in enumerate(updates):
+        graph.input.append(_vi(f"s{index}", (n,)))
+        graph.output.append(_vi(f"next{index}", (n,)))
+        if op == "Identity":
+            graph.node.add(op_type="Identity", input=[f"s{index}"], output=[f"next{index}"])
+        elif op == "AddState":
+            graph.node.add(op_type="Add", input=[f"s{index}", f"s{partner}"], output=[f"next{index}"])
+        else:
+            graph.node.add(op_type=op, input=[f"s{index}", "x"], output=[f"next{index}"])
+        graph.persistent_bindings.add(input_name=f"s{index}", output_name=f"next{index}")
+    return StateModel(model, n, updates)
+
+
+def _floats(src: Source, shape: tuple) -> np.ndarray:
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = np.frombuffer(src.data(count).ljust(count, b"\0"), np.uint8)[:count]
+    return ((raw.astype(np.float32) - 128) / 4).reshape(shape)
+
+
+# ------------------------------------------------------------------------------------------ operations
+@dataclass
+class Op:
+    kind: str
+    feeds: dict = field(default_factory=dict)
+    initial: dict = field(default_factory=dict)
+    expected: str | None = None  # the code the operation must fail with (None: it succeeds)
+    inner: str | None = None  # for re-entrant operations: the code the inner call must get
+
+    def __str__(self) -> str:
+        return f"{self.kind}({', '.join(sorted(self.feeds or self.initial))}) -> {self.expected or 'ok'}"
+
+
+RUNS = ("run", "reenter_run", "reenter_reset", "reenter_close")
+OP_KINDS = ("run", "run", "run", "values", "reset", "close", "run_bad_shape", "run_override", "run_unknown",
+            "run_missing", "run_wrong_dtype", "run_cancelled", "reenter_run", "reenter_reset", "reenter_close",
+            "reset_missing", "reset_unknown", "reset_incompatible", "reset_noncontiguous", "reset_borrow")
+
+
+def initial_values(src: Source, sm: StateModel) -> dict:
+    return {name: _floats(src, (sm.n,)) for name in sm.bound}
+
+
+def gen_op(src: Source, sm: StateModel, kind: str | None = None) -> Op:
+    kind = kind or src.choice(OP_KINDS)
+    x_len = src.choice((sm.n, sm.n, 1))
+    x = _floats(src, (x_len,))
+    if kind in RUNS:
+        inner = {"reenter_run": E.STATE_BUSY.value, "reenter_reset": E.STATE_BUSY.value,
+                 "reenter_close": E.STATE_BUSY.value}.get(kind)
+        return Op(kind, {"x": x}, inner=inner)
+    if kind == "values" or kind == "close":
+        return Op(kind)
+    if kind == "reset":
+        return Op(kind, initial=initial_values(src, sm))
+    if kind == "run_bad_shape" and sm.n == 1:
+        # x broadcasts against the one-element states: the call runs, but a next state that took x's
+        # shape contradicts its declared [1] and is refused before publication.
+        grows = any(op in ("Add", "Sub", "Mul") for op, _ in sm.updates)
+        return Op("run_broadcast", {"x": _floats(src, (src.integer(2, 4),))},
+                  expected=E.STATE_VALUE_INCOMPATIBLE.value if grows else None)
+    if kind == "run_bad_shape":
+        return Op(kind, {"x": _floats(src, (sm.n + src.integer(1, 3),))}, expected=E.STATE_RUN_FAILED.value)
+    if kind == "run_override":
+        return Op(kind, {"x": x, src.choice(sm.bound): _floats(src, (sm.n,))}, expected=E.STATE_FEED_OVERRIDES.value)
+    if kind == "run_unknown":
+        return Op(kind, {"x": x, src.choice(("zz", "y", "next0", "s0.x")): x}, expected=E.STATE_FEED_UNKNOWN.value)
+    if kind == "run_missing":
+        return Op(kind, {}, expected=E.STATE_FEED_MISSING.value)
+    if kind == "run_wrong_dtype":
+        return Op(kind, {"x": x.astype(src.choice((np.float64, np.int64, np.float16)))},
+                  expected=E.STATE_VALUE_INCOMPATIBLE.value)
+    if kind == "run_cancelled":
+        return Op(kind, {"x": x}, expected=E.STATE_CANCELLED.value)
+    initial = initial_values(src, sm)
+    if kind == "reset_missing":
+        del initial[src.choice(sm.bound)]
+        return Op(kind, initial=initial, expected=E.STATE_INITIAL_MISSING.value)
+    if kind == "reset_unknown":
+        initial[src.choice(("x", "next0", "zz"))] = _floats(src, (sm.n,))
+        return Op(kind, initial=initial, expected=E.STATE_INITIAL_UNKNOWN.value)
+    if kind == "reset_incompatible":
+        name = src.choice(sm.bound)
+        initial[name] = src.choice((_floats(src, (sm.n + 1,)), initial[name].astype(np.float64),
+                                    initial[name].reshape(1, sm.n)))
+        return Op(kind, initial=initial, expected=E.STATE_VALUE_INCOMPATIBLE.value)
+    if kind == "reset_noncontiguous" and sm.n == 1:  # one element is contiguous whatever its stride
+        kind = "reset_borrow"
+    if kind == "reset_noncontiguous":
+        name = src.choice(sm.bound)
+        initial[name] = _floats(src, (sm.n * 2,))[::2]
+        return Op(kind, initial=initial, expected=E.STATE_UNRETAINABLE.value)
+    if kind == "reset_borrow":
+        name = src.choice(sm.bound)
+        initial[name] = InvocationBorrow(initial[name])
+        return Op(kind, initial=initial, expected=E.STATE_UNRETAINABLE.value)
+    raise ValueError(kind)
+
+
+@dataclass
+class Script:
+    sm: StateModel
+    initial: dict
+    ops: list[Op]
+
+
+def gen_script(src: Source, max_ops: int = 12) -> Script:
+    sm = gen_state_model(src)
+    initial = initial_values(src, sm)
+    return Script(sm, initial, [gen_op(src, sm) for _ in range(src.integer(1, max_ops))])
+
+
+# ---------------------------------------------------------------------------------------------- runner
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))
+
+
+class Runner:
+    """One ``State`` plus the two references it must agree with."""
+
+    def __init__(self, sm: StateModel, initial: dict):
+        self.sm = sm
+        self.hook = None
+        self.inner_codes: list[str] = []
+        self.executor = Executor(sm.model, kernels={PROBE: self._probe})
+        self.state = make_state(self.executor, initial={k: v.copy() for k, v in initial.items()})
+        self.expected = {k: v.copy() for k, v in initial.items()}  # NumPy reference
+        self.manual = dict(self.state.values)  # the spec's manual loop over the executor
+        self.closed = False
+
+    def _probe(self, args, attrs, ctx):
+        if self.hook is not None:
+            hook, self.hook = self.hook, None
+            try:
+                hook()
+                self.inner_codes.append("ok")
+            except ContractError as error:
+                self.inner_codes.append(error.code.value)
+        return [args[0]]
+
+    def apply(self, op: Op) -> str:
+        """Run ``op``; return its outcome ("ok" or a code) after checking it against the references."""
+        before = None if self.closed else self.state.values
+        expected_code = E.STATE_CLOSED.value if self.closed and op.kind != "close" else op.expected
+        try:
+            outputs = self._do(op)
+            outcome = "ok"
+        except ContractError as error:
+            outputs, outcome = None, error.code.value
+        if outcome != (expected_code or "ok"):
+            raise Mismatch(f"{op}: expected {expected_code or 'ok'}, state says {outcome}")
+        if op.inner is not None and outcome == "ok" and self.inner_codes[-1:] != [op.inner]:
+            raise Mismatch(f"{op}: the re-entrant call got {self.inner_codes[-1:]}, expected {op.inner}")
+        if outcome != "ok":
+            if before is not None and not self.closed and self.state.values is not before:
+                raise Mismatch(f"{op}: a failed operation replaced the retained values")
+        elif op.kind in RUNS or op.kind == "run_broadcast":
+            self._check_run(op, outputs)
+        elif op.kind == "reset":
+            self.expected = {k: v.copy() for k, v in op.initial.items()}
+            self.manual = dict(self.state.values)
+        elif op.kind == "close":
+            self.closed = True
+        self.check_values()
+        return outcome
+
+    def _do(self, op: Op):
+        state = self.state
+        if op.kind == "values":
+            return dict(state.values)
+        if op.kind == "close":
+            return state.close()
+        if op.kind.startswith("reset"):
+            return state.reset(op.initial)
+        if op.kind == "reenter_run":
+            self.hook = lambda: state.run(op.feeds)
+        elif op.kind == "reenter_reset":
+            self.hook = lambda: state.reset(dict(self.expected))
+        elif op.kind == "reenter_close":
+            self.hook = state.close
+        cancel = None
+        if op.kind == "run_cancelled":
+            cancel = CancelToken()
+            cancel.cancel()
+        try:
+            return state.run(op.feeds, cancel=cancel)
+        finally:
+            self.hook = None
+
+    def _check_run(self, op: Op, outputs: dict) -> None:
+        want, nxt = self.sm.step(self.expected, op.feeds["x"])
+        manual_out = self.executor.run({**op.feeds, **self.manual})
+        for name, value in want.items():
+            if not _same(outputs[name], value):
+                raise Mismatch(f"{op}: output {name} = {outputs[name]!r}, NumPy says {value!r}")
+            if not _same(outputs[name], manual_out[name]):
+                raise Mismatch(f"{op}: output {name} differs from the manual loop's {manual_out[name]!r}")
+        for index, name in enumerate(self.sm.bound):
+            if outputs[f"next{index}"] is not self.state.values[name]:
+                raise Mismatch(f"{op}: retained {name} is not the returned next{index} object")
+        self.expected = nxt
+        self.manual = {name: manual_out[f"next{index}"] for index, name in enumerate(self.sm.bound)}
+
+    def check_values(self) -> None:
+        if self.closed:
+            return
+        values = self.state.values
+        if set(values) != set(self.sm.bound):
+            raise Mismatch(f"retained names {sorted(values)} != bound {self.sm.bound}")
+        for name in self.sm.bound:
+            if not _same(values[name], self.expected[name]) or not _same(values[name], self.manual[name]):
+                raise Mismatch(f"retained {name} = {values[name]!r}, expected {self.expected[name]!r}")
+            if values[name].flags.writeable:
+                raise Mismatch(f"retained {name} is writeable")
+        counters = self.state.counters
+        if counters.payload_bytes_copied or counters.payload_allocations:
+            raise Mismatch(f"state management copied payloads: {counters.snapshot()}")
+
+
+def run_script(script: Script) -> list[str]:
+    runner = Runner(script.sm, script.initial)
+    return [runner.apply(op) for op in script.ops]
+
+
+#: Codes the script operations produce (checked by tests/test_fuzz_state.py).
+STATE_CODES = frozenset({E.STATE_RUN_FAILED, E.STATE_FEED_OVERRIDES, E.STATE_FEED_UNKNOWN, E.STATE_FEED_MISSING,
+                         E.STATE_VALUE_INCOMPATIBLE, E.STATE_CANCELLED, E.STATE_BUSY, E.STATE_INITIAL_MISSING,
+                         E.STATE_INITIAL_UNKNOWN, E.STATE_UNRETAINABLE, E.STATE_CLOSED})
+
+

@@ -1,0 +1,221 @@
+"""Implementations the differential target compares with the oracle, through the adapter protocol.
+
+Any conformance adapter is a subject (``conformance.adapters.load_adapter``: a builtin name,
+``module:attribute``, a file, or a subprocess testee command so that a crashing native testee only
+kills its own process). ``observe`` runs the same operations on a subject and returns comparable
+observations; ``compare`` lists the disagreements (verdict, error code, values beyond tolerance).
+
+``FaultyReference`` is the reference adapter with exactly one injected fault, used to show that the
+differential target finds a disagreement.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fuzz.invariants import Finding, origin
+
+#: Relative tolerance for floating outputs; integer outputs must be equal.
+RTOL = float(os.environ.get("FUZZ_RTOL", "1e-6"))
+ATOL = float(os.environ.get("FUZZ_ATOL", "0"))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One operation's result: accepted (with a value), rejected (with a code) or unsupported."""
+
+    kind: str  # "ok" | "reject" | "unsupported"
+    code: str | None = None
+    value: Any = None
+
+    def __str__(self) -> str:
+        return {"ok": "accept", "reject": f"reject {self.code}"}.get(self.kind, "unsupported")
+
+
+def _call(adapter, fn, *args) -> Outcome:
+    from conformance.adapters import NotSupported, Rejected
+
+    try:
+        return Outcome("ok", value=fn(*args))
+    except Rejected as rejected:
+        return Outcome("reject", code=rejected.code)
+    except NotSupported:
+        return Outcome("unsupported")
+    except Finding:
+        raise
+    except Exception as error:  # noqa: BLE001 - classify, or report as an unclassified exception
+        classify = getattr(adapter, "classify", None)
+        mapped = classify(error) if classify else None
+        if isinstance(mapped, Rejected):
+            return Outcome("reject", code=mapped.code)
+        if isinstance(mapped, NotSupported):
+            return Outcome("unsupported")
+        raise Finding("unclassified", f"{getattr(adapter, 'name', adapter)}: {type(error).__name__}: {error}",
+                      origin(error.__traceback__)) from None
+
+
+def value_names(model_bytes: bytes) -> list[tuple[str, bool]]:
+    """Names of root-graph encoded values and whether each has a registered decoder to try first."""
+    from reference_impl import schema
+
+    model = schema.parse_model(model_bytes)
+    names = []
+    for value in model.graph.encoded_initializer:
+        struct_generic = value.WhichOneof("layout") == "struct_type" and \
+            value.struct_type.WhichOneof("kind") != "type_ref"
+        names.append((value.name, not struct_generic))
+    return names
+
+
+def observe(adapter, model_bytes: bytes, base_dir: str | None) -> dict[str, Outcome]:
+    """verify, then every encoded value decoded (or read field by field when it has no decoder)."""
+    seen = {"verify": _call(adapter, adapter.verify, model_bytes, base_dir)}
+    if seen["verify"].kind != "ok":
+        return seen
+    for name, decodable in value_names(model_bytes):
+        if decodable:
+            outcome = _call(adapter, adapter.decode, model_bytes, name, base_dir)
+            seen[f"decode:{name}"] = outcome
+            if outcome.kind != "reject" or outcome.code != "CONSUMER_MISSING":
+                continue
+        reader = getattr(adapter, "read_fields", None)
+        if reader is not None:
+            seen[f"fields:{name}"] = _call(adapter, reader, model_bytes, name, base_dir)
+    return seen
+
+
+def _values_agree(a: Any, b: Any) -> str | None:
+    if isinstance(a, dict) or isinstance(b, dict):
+        if not isinstance(a, dict) or not isinstance(b, dict) or set(a) != set(b):
+            return "different field sets"
+        for key in a:
+            reason = _values_agree(a[key], b[key])
+            if reason:
+                return f"field {key}: {reason}"
+        return None
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return f"shape {a.shape} versus {b.shape}"
+    if a.dtype != b.dtype:
+        return f"dtype {a.dtype} versus {b.dtype}"
+    if a.dtype == object:
+        return None if a.tolist() == b.tolist() else "values differ"
+    if a.dtype.kind in "iub":
+        return None if np.array_equal(a, b) else "integer values differ"
+    x, y = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64), b.astype(
+        np.complex128 if b.dtype.kind == "c" else np.float64)
+    close = np.isclose(x, y, rtol=RTOL, atol=ATOL) | (np.isnan(x) & np.isnan(y))
+    if close.all():
+        return None
+    where = tuple(np.argwhere(~close)[0])
+    return f"value at {list(where)}: {x[where]} versus {y[where]} beyond rtol={RTOL} atol={ATOL}"
+
+
+def compare(expected: dict[str, Outcome], actual: dict[str, Outcome]) -> list[tuple[str, str, str]]:
+    """Disagreements (operation, kind, message) between the oracle's observations and a subject's;
+    kind is "verdict", "code" or "values". Operations the subject does not support are skipped."""
+    problems = []
+    for key, want in expected.items():
+        got = actual.get(key)
+        if got is None or got.kind == "unsupported" or want.kind == "unsupported":
+            continue
+        if want.kind != got.kind:
+            problems.append((key, "verdict", f"{key}: oracle {want}, subject {got}"))
+        elif want.kind == "reject" and want.code != got.code:
+            problems.append((key, "code", f"{key}: oracle rejects with {want.code}, subject with {got.code}"))
+        elif want.kind == "ok" and key != "verify":
+            reason = _values_agree(want.value, got.value)
+            if reason:
+                problems.append((key, "values", f"{key}: {reason}"))
+    return problems
+
+
+# --------------------------------------------------------------------------------- fault injection
+FAULTS = {
+    "blocked-tail-scale": "decodes the last, partial block of blocked affine values with the previous "
+                          "block's scale",
+    "accept-partial-record": "accepts payloads that are not a whole number of records",
+    "code-swap": "reports AFFINE_PAYLOAD_SIZE where PAYLOAD_PARTIAL_RECORD is due",
+}
+
+
+class FaultyReference:
+    """The reference adapter with one injected fault (``FUZZ_FAULT`` or the ``fault`` argument)."""
+
+    def __init__(self, fault: str | None = None):
+        from conformance.adapters.reference import ReferenceAdapter
+
+        self.inner = ReferenceAdapter()
+        self.fault = fault or os.environ.get("FUZZ_FAULT", "blocked-tail-scale")
+        if self.fault not in FAULTS:
+            raise ValueError(f"unknown fault {self.fault!r}; faults are {', '.join(FAULTS)}")
+        self.name = f"reference+{self.fault}"
+        self.version = self.inner.version
+
+    def profiles(self) -> set[str]:
+        return self.inner.profiles()
+
+    def classify(self, exc: BaseException):
+        return self.inner.classify(exc)
+
+    def verify(self, model_bytes: bytes, base_dir: str | None) -> None:
+        self._faulty(lambda: self.inner.verify(model_bytes, base_dir))
+
+    def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> np.ndarray:
+        result = self._faulty(lambda: self.inner.decode(model_bytes, value_name, base_dir))
+        if self.fault == "blocked-tail-scale":
+            result = _previous_scale_on_tail(model_bytes, value_name, result)
+        return result
+
+    def read_fields(self, model_bytes: bytes, value_name: str, base_dir: str | None):
+        return self._faulty(lambda: self.inner.read_fields(model_bytes, value_name, base_dir))
+
+    def _faulty(self, fn):
+        from conformance.adapters import Rejected
+
+        try:
+            return fn()
+        except Exception as error:  # noqa: BLE001 - rewrite one classified verdict
+            mapped = self.inner.classify(error)
+            if isinstance(mapped, Rejected):
+                if self.fault == "accept-partial-record" and mapped.code == "PAYLOAD_PARTIAL_RECORD":
+                    return None
+                if self.fault == "code-swap" and mapped.code == "PAYLOAD_PARTIAL_RECORD":
+                    raise type(mapped)("AFFINE_PAYLOAD_SIZE", mapped.message) from None
+            raise
+
+
+def _previous_scale_on_tail(model_bytes: bytes, name: str, decoded: np.ndarray) -> np.ndarray:
+    from reference_impl import schema
+    from reference_impl.tensors import to_array
+
+    model = schema.parse_model(model_bytes)
+    value = next(v for v in model.graph.encoded_initializer if v.name == name)
+    if value.WhichOneof("layout") != "affine" or not value.affine.HasField("block_size") or \
+            not value.affine.HasField("axis") or decoded.ndim == 0:
+        return decoded
+    axis = value.affine.axis % decoded.ndim
+    block = value.affine.block_size
+    dim = decoded.shape[axis]
+    blocks = -(-dim // block)
+    if dim % block == 0 or blocks < 2:
+        return decoded
+    scale = to_array(value.affine.scale, "scale").astype(np.float64)
+    tail = [slice(None)] * decoded.ndim
+    tail[axis] = slice((blocks - 1) * block, dim)
+    last, previous = [slice(None)] * decoded.ndim, [slice(None)] * decoded.ndim
+    last[axis], previous[axis] = slice(blocks - 1, blocks), slice(blocks - 2, blocks - 1)
+    with np.errstate(all="ignore"):
+        ratio = np.where(scale[tuple(last)] != 0, scale[tuple(previous)] / scale[tuple(last)], 1.0)
+        wrong = decoded.astype(np.float64)
+        wrong[tuple(tail)] *= ratio
+    return wrong.astype(decoded.dtype)
+
+
+def faulty_reference() -> FaultyReference:
+    """Factory for ``load_adapter("fuzz.subjects:faulty_reference")``."""
+    return FaultyReference()

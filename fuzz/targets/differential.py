@@ -1,0 +1,65 @@
+"""The same input on the oracle and on a subject implementation; any disagreement is a finding.
+
+The subject is ``FUZZ_SUBJECT`` (an adapter spec: ``reference``, ``module:attribute``,
+``path/to/file.py:attribute``) or ``FUZZ_TESTEE`` (a subprocess testee command line, so a native
+crash is caught in its own process). Input format: the first byte's low bit selects raw model bytes
+(the rest of the input) or a structure-aware case (``fuzz.targets.structured.build``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from fuzz.cases import Case, scratch
+from fuzz.invariants import Finding, guarded
+from fuzz.subjects import compare, observe
+
+INSTRUMENT = ("reference_impl", "conformance.adapters", "fuzz.subjects")
+DICTIONARY = "onnx_light.dict"
+MAX_LEN = 8192
+
+_ADAPTERS: dict[str, object] = {}
+
+
+def adapters() -> tuple[object, object]:
+    """(oracle adapter, subject adapter), loaded once per process."""
+    if not _ADAPTERS:
+        from conformance.adapters import load_adapter
+        from conformance.adapters.reference import ReferenceAdapter
+
+        _ADAPTERS["oracle"] = ReferenceAdapter()
+        _ADAPTERS["subject"] = load_adapter(os.environ.get("FUZZ_SUBJECT") or None,
+                                            testee=os.environ.get("FUZZ_TESTEE") or None,
+                                            timeout=float(os.environ.get("FUZZ_TESTEE_TIMEOUT", "10")))
+    return _ADAPTERS["oracle"], _ADAPTERS["subject"]
+
+
+def case_for(data: bytes) -> Case:
+    if data[:1] and data[0] & 1:
+        return Case(data[1:])
+    from fuzz.targets.structured import build
+
+    generated, case = build(data[1:])
+    return case if case is not None else Case(generated.model, "all", files=generated.files)
+
+
+def one_input(data: bytes) -> None:
+    oracle, subject = adapters()
+    case = guarded(lambda: case_for(data), what="generate")
+    model_bytes = case.model_bytes()
+    base_dir = scratch().populate(case.files)
+    expected = guarded(lambda: observe(oracle, model_bytes, base_dir), what="oracle")
+    actual = guarded(lambda: observe(subject, model_bytes, base_dir), what="subject")
+    problems = compare(expected, actual)
+    if problems:
+        key, kind, _ = problems[0]
+        operation = key.split(":", 1)[0]
+        raise Finding("disagreement", "; ".join(message for _, _, message in problems[:4]),
+                      f"{getattr(subject, 'name', 'subject')}:{operation}:{kind}")
+
+
+def seeds() -> list[bytes]:
+    """Structured streams (even first byte) and raw models (odd first byte)."""
+    from fuzz.corpus import generated_models, structured_streams
+
+    return structured_streams(60, prefix=b"\x00") + [b"\x01" + m for m in generated_models(30)]
