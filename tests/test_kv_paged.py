@@ -322,3 +322,16 @@ def test_invalid_formats_and_shapes_are_rejected():
     with pytest.raises(ContractError) as info:
         paged_attention(np.zeros((1, 2, 1, 8), F32), cache.append(tokens, tokens), qk_matmul_output_mode=1)
     assert info.value.code == ErrorCode.ATTENTION_INPUT_INVALID
+
+
+def test_stored_bytes_count_codes_and_parameters():
+    rng = np.random.default_rng(8)
+    keys, values = _kv(rng, 2, 32)
+    dense = paged.empty(2, 32, 32).append(keys, values)
+    int4 = paged.empty(2, 32, 32).append(keys, values, "int4/16", "uint4")
+    assert dense.stored_bytes() == dense.payload_bytes() == 2 * keys.nbytes
+    codes = keys.size // 2  # two INT4 codes per byte
+    key_scales = 32 * 2 * 2 * 4  # (tokens, heads, 32 / 16 groups) float32
+    value_params = 32 * 2 * 1 * 4 + 32 * 2 // 2  # one scale and one UINT4 zero point per row
+    assert int4.payload_bytes() == 2 * codes
+    assert int4.stored_bytes() == 2 * codes + key_scales + value_params

@@ -205,6 +205,7 @@ class BlockCodec:
         self.shape = dims
         self.count = dims[0] * heads * head_size
         self.path = path
+        self.parameter_bytes = 0  # affine scales and zero points carried in the header
         layout = header.WhichOneof("layout")
         if layout == "affine":
             self._bind_affine(header.affine, value.payload.nbytes)
@@ -233,6 +234,8 @@ class BlockCodec:
         expected = affine.parameter_shape(self.shape, self.axis, self.block_size)
         if self.scale.shape != expected or (self.zero_point is not None and self.zero_point.shape != expected):
             raise fail(E.AFFINE_PARAM_SHAPE, f"{self.path}.affine", f"parameters need shape {expected}")
+        self.parameter_bytes = self.scale.nbytes + (0 if self.zero_point is None else affine.payload_bytes(
+            self.storage_type, self.zero_point.size))
         if nbytes != affine.payload_bytes(self.storage_type, self.count):
             raise fail(E.AFFINE_PAYLOAD_SIZE, self.path, f"{nbytes} payload bytes for {self.count} codes")
 

@@ -217,7 +217,13 @@ class PagedKVCache:
         return k.transpose(1, 0, 2)[None], v.transpose(1, 0, 2)[None]
 
     def payload_bytes(self) -> int:
+        """Bytes of the blocks' payloads (codes or records)."""
         return sum(b.key.nbytes + b.value.nbytes for b in self.blocks)
+
+    def stored_bytes(self) -> int:
+        """Payload bytes plus per-value affine parameters (scales and zero points) in the headers."""
+        return self.payload_bytes() + sum(c.parameter_bytes for b in self.blocks
+                                          for c in (b.key_codec, b.value_codec))
 
     # ------------------------------------------------------------------------- struct form
     def to_struct(self) -> StructValue:

@@ -86,7 +86,7 @@ def _attend_row(q: np.ndarray, cache: PagedKVCache, mask, attrs: AttentionAttrs,
         bias = _block_bias(mask, sq, lo, hi, first, offset, attrs)
         if bias is not None:
             scores = scores + bias
-            attended |= ~np.isneginf(np.max(np.broadcast_to(bias, scores.shape), axis=-1, keepdims=True))
+            attended |= ~np.isneginf(np.max(bias, axis=-1, keepdims=True))
         else:
             attended[...] = True
         block_max = np.max(scores, axis=-1, keepdims=True)
