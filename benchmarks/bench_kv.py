@@ -19,15 +19,16 @@ import statistics
 import sys
 import time
 import tracemalloc
+from functools import partial
 
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from reference_impl.kv import contiguous, paged  # noqa: E402
-from reference_impl.kv.attention import attention  # noqa: E402
-from reference_impl.kv.paged_attention import paged_attention  # noqa: E402
-from reference_impl.kv.storage import counting  # noqa: E402
+from reference_impl.kv import contiguous, paged
+from reference_impl.kv.attention import attention
+from reference_impl.kv.paged_attention import paged_attention
+from reference_impl.kv.storage import counting
 
 
 def _ort_session(threads: int):
@@ -94,7 +95,7 @@ def bench_context(context: int, steps: int, args, session, rng) -> dict:
         row[f"{name}_append_B"] = counters.appended_bytes / steps
         row[f"{name}_encoded_B"] = counters.encoded_bytes / steps
         row[f"{name}_cache_B"] = cache.stored_bytes()
-        row[f"{name}_peak_B"] = _peak_bytes(lambda: paged_attention(tokens[0][0], cache, is_causal=1))
+        row[f"{name}_peak_B"] = _peak_bytes(partial(paged_attention, tokens[0][0], cache, is_causal=1))
     return row
 
 
@@ -120,6 +121,7 @@ def main() -> None:
     parser.add_argument("--head-size", type=int, default=64)
     parser.add_argument("--block-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
+    parser.add_argument("--e2e-steps", type=int, default=64, help="decode steps of the end-to-end report (0: skip)")
     args = parser.parse_args()
     import onnxruntime as ort
 
@@ -147,6 +149,34 @@ def main() -> None:
     print("# INT4 enc B/tok: quantized block bytes produced by sealing, amortized per token (one block per "
           f"{args.block_size} tokens).")
     print("# peak KiB: tracemalloc peak of one paged attention call (its workspace): bounded by a block.")
+    if args.e2e_steps:
+        end_to_end(args.e2e_steps)
+
+
+def end_to_end(steps: int) -> None:
+    """Per-token accounting of the Qwen-style fixture decoding through make_state, for each cache variant."""
+    from reference_impl.executor import Executor
+    from reference_impl.kv import measure, qwen
+    from reference_impl.kv.kernels import kv_kernels
+    from reference_impl.state import make_state
+
+    config = qwen.QwenConfig()
+    rng = np.random.default_rng(1)
+    feeds = [{"input_ids": rng.integers(0, config.vocab, (1, 8))}] + \
+        [{"input_ids": rng.integers(0, config.vocab, (1, 1))} for _ in range(steps)]
+    print(f"\n# End-to-end decode, {config.layers} layers, {config.q_heads}/{config.kv_heads} heads of "
+          f"{config.head_dim}, INT4 weights; prompt 8 tokens then {steps} single-token calls through make_state")
+    for variant in qwen.VARIANTS:
+        state = make_state(Executor(qwen.build(config, variant), kernels=kv_kernels()),
+                           qwen.initial_values(config, variant, capacity=128))
+        _, reports = measure.decode(state, feeds)
+        label = variant if variant != "paged" else \
+            f"paged (block {config.block_size}, K {config.key_format}, V {config.value_format})"
+        print(f"## {label}")
+        print(measure.format_reports(reports, every=16))
+        decode_steps = reports[1:]
+        print(f"# copied by state management: {sum(r.copied_bytes for r in reports)} B in total; append bytes per "
+              f"decode token: {sorted({r.appended_bytes for r in decode_steps})}")
 
 
 if __name__ == "__main__":

@@ -145,7 +145,6 @@ def test_backend_case_against_onnxruntime(name):
                 lowest = np.finfo(theirs.dtype).min
                 assert np.any(theirs == lowest) and not np.any(np.isneginf(theirs))
                 theirs = np.where(theirs == lowest, -np.inf, theirs).astype(theirs.dtype)
-            rtol, atol = TOLERANCE[ours.dtype]
             _assert_close(ours, theirs.astype(ours.dtype), f"{name}:{info.name} vs onnxruntime")
 
 
@@ -182,14 +181,14 @@ def test_mode0_with_softcap_is_the_raw_product():
 def _configs(draw):
     kv_heads = draw(st.sampled_from([1, 2, 3]))  # 1 with several query heads is MQA
     group = draw(st.sampled_from([1, 2, 4]))
-    return dict(
-        batch=draw(st.integers(1, 2)), q_heads=kv_heads * group, kv_heads=kv_heads,
-        q_len=draw(st.integers(1, 4)), kv_len=draw(st.integers(1, 6)), past=draw(st.integers(0, 5)),
-        head=draw(st.sampled_from([4, 8])), v_head=draw(st.sampled_from([4, 6])),
-        rank=draw(st.sampled_from([3, 4])), causal=draw(st.booleans()),
-        mask=draw(st.sampled_from([None, "bool", "float"])),
-        scale=draw(st.sampled_from([None, 0.3])), softcap=draw(st.sampled_from([0.0, 2.5])),
-        mode=draw(st.sampled_from([0, 1, 2, 3])), seed=draw(st.integers(0, 2**16)))
+    return {
+        "batch": draw(st.integers(1, 2)), "q_heads": kv_heads * group, "kv_heads": kv_heads,
+        "q_len": draw(st.integers(1, 4)), "kv_len": draw(st.integers(1, 6)), "past": draw(st.integers(0, 5)),
+        "head": draw(st.sampled_from([4, 8])), "v_head": draw(st.sampled_from([4, 6])),
+        "rank": draw(st.sampled_from([3, 4])), "causal": draw(st.booleans()),
+        "mask": draw(st.sampled_from([None, "bool", "float"])),
+        "scale": draw(st.sampled_from([None, 0.3])), "softcap": draw(st.sampled_from([0.0, 2.5])),
+        "mode": draw(st.sampled_from([0, 1, 2, 3])), "seed": draw(st.integers(0, 2**16))}
 
 
 @pytest.mark.clause("KV-ATTENTION")
@@ -201,7 +200,7 @@ def test_random_configurations_match_onnx_and_onnxruntime(cfg):
     rng = np.random.default_rng(cfg["seed"])
     b, hq, hkv, sq, sk, p = cfg["batch"], cfg["q_heads"], cfg["kv_heads"], cfg["q_len"], cfg["kv_len"], cfg["past"]
     d, dv = cfg["head"], cfg["v_head"]
-    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)
     q4, k4, v4 = f(b, hq, sq, d), f(b, hkv, sk, d), f(b, hkv, sk, dv)
     attrs = {"is_causal": int(cfg["causal"]), "qk_matmul_output_mode": cfg["mode"]}
     if cfg["scale"] is not None:
@@ -261,27 +260,27 @@ def _arrays(*shapes):
 
 @pytest.mark.clause("KV-ATTENTION")
 @pytest.mark.parametrize("case, kwargs", [
-    ("rank mismatch", dict(args=_arrays((1, 2, 3, 4), (1, 2, 3), (1, 2, 3, 4)))),
-    ("3-D without head counts", dict(args=_arrays((1, 3, 8), (1, 3, 8), (1, 3, 8)))),
-    ("hidden not divisible", dict(args=_arrays((1, 3, 9), (1, 3, 8), (1, 3, 8)), q_num_heads=2, kv_num_heads=2)),
-    ("heads not a multiple", dict(args=_arrays((1, 3, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)))),
-    ("head size mismatch", dict(args=_arrays((1, 2, 2, 4), (1, 2, 2, 8), (1, 2, 2, 4)))),
-    ("K/V length mismatch", dict(args=_arrays((1, 2, 2, 4), (1, 2, 3, 4), (1, 2, 2, 4)))),
-    ("4-D with wrong head count", dict(args=_arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)), q_num_heads=4)),
-    ("past without value", dict(args=_arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4), None, (1, 2, 1, 4)))),
-    ("past heads mismatch", dict(args=_arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)) + [None]
-                                 + _arrays((1, 1, 1, 4), (1, 1, 1, 4)))),
-    ("mask too long", dict(args=_arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4), (2, 3)))),
-    ("mask not broadcastable", dict(args=_arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4), (3, 2)))),
-    ("mask integer", dict(args=_arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)) + [np.zeros((2, 2), np.int32)])),
-    ("nonpad with past", dict(args=_arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)) + [None]
-                              + _arrays((1, 2, 1, 4), (1, 2, 1, 4)) + [np.array([1])])),
-    ("nonpad out of range", dict(args=_arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)) + [None, None, None,
-                                                                                         np.array([3])])),
-    ("integer inputs", dict(args=[np.zeros((1, 2, 2, 4), np.int32)] * 3)),
-    ("mode 4", dict(args=_arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)), qk_matmul_output_mode=4)),
-    ("softmax precision", dict(args=_arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)), softmax_precision=6)),
-    ("window", dict(args=_arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)), left_window_size=-2)),
+    ("rank mismatch", {"args": _arrays((1, 2, 3, 4), (1, 2, 3), (1, 2, 3, 4))}),
+    ("3-D without head counts", {"args": _arrays((1, 3, 8), (1, 3, 8), (1, 3, 8))}),
+    ("hidden not divisible", {"args": _arrays((1, 3, 9), (1, 3, 8), (1, 3, 8)), "q_num_heads": 2, "kv_num_heads": 2}),
+    ("heads not a multiple", {"args": _arrays((1, 3, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4))}),
+    ("head size mismatch", {"args": _arrays((1, 2, 2, 4), (1, 2, 2, 8), (1, 2, 2, 4))}),
+    ("K/V length mismatch", {"args": _arrays((1, 2, 2, 4), (1, 2, 3, 4), (1, 2, 2, 4))}),
+    ("4-D with wrong head count", {"args": _arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)), "q_num_heads": 4}),
+    ("past without value", {"args": _arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4), None, (1, 2, 1, 4))}),
+    ("past heads mismatch", {"args": _arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)) + [None]
+                                 + _arrays((1, 1, 1, 4), (1, 1, 1, 4))}),
+    ("mask too long", {"args": _arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4), (2, 3))}),
+    ("mask not broadcastable", {"args": _arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4), (3, 2))}),
+    ("mask integer", {"args": _arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)) + [np.zeros((2, 2), np.int32)]}),
+    ("nonpad with past", {"args": _arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)) + [None]
+                              + _arrays((1, 2, 1, 4), (1, 2, 1, 4)) + [np.array([1])]}),
+    ("nonpad out of range", {"args": _arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)) + [None, None, None,
+                                                                                         np.array([3])]}),
+    ("integer inputs", {"args": [np.zeros((1, 2, 2, 4), np.int32)] * 3}),
+    ("mode 4", {"args": _arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)), "qk_matmul_output_mode": 4}),
+    ("softmax precision", {"args": _arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)), "softmax_precision": 6}),
+    ("window", {"args": _arrays((1, 2, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)), "left_window_size": -2}),
 ])
 def test_invalid_inputs_are_classified(case, kwargs):
     args = kwargs.pop("args")

@@ -4,6 +4,7 @@ independent states in threads; reset; and the per-token byte accounting."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import numpy as np
@@ -174,7 +175,7 @@ def test_per_token_report(variant):
         assert report.copied_bytes == 0
         assert report.appended_bytes == per_token * report.new_tokens
         assert report.relocated_bytes == 0
-    growth = [b.state_bytes - a.state_bytes for a, b in zip(reports[1:], reports[2:])]
+    growth = [b.state_bytes - a.state_bytes for a, b in itertools.pairwise(reports[1:])]
     if variant == "paged":
         # Tokens land in the dense open block; each sealed block is re-encoded once (int8 K, int4 V).
         sealed = [r for r in reports if r.encoded_bytes]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+from functools import partial
 
 import numpy as np
 import pytest
@@ -76,7 +77,7 @@ def test_paged_equals_dense(block, kv_heads, group, chunks, q_len, causal, softc
         attn_mask = rng.random((q_len, total)) > 0.3
     elif mask == "float":
         attn_mask = rng.standard_normal((q_len, total)).astype(F32)
-    attrs = dict(is_causal=int(causal), softcap=softcap, left_window_size=window)
+    attrs = {"is_causal": int(causal), "softcap": softcap, "left_window_size": window}
     got = paged_attention(q, cache, attn_mask, **attrs)
     want = _dense_attention(q, keys[None], values[None], attn_mask, **attrs)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=DEQUANTIZED_ATOL)
@@ -221,7 +222,7 @@ def test_workspace_is_bounded_by_a_block_not_the_context(fmt):
         cache = paged.empty(heads, head, block)
         for _ in range(context // 256):
             cache = cache.append(*_kv(rng, heads, 256, head), fmt, fmt)
-        peaks[context] = _peak_bytes(lambda: paged_attention(q, cache))
+        peaks[context] = _peak_bytes(partial(paged_attention, q, cache))
     dense_cache_bytes = 2 * 4096 * heads * head * 4
     assert peaks[4096] < WORKSPACE_BLOCKS[fmt] * block_bytes < dense_cache_bytes / 4
     # 8x the blocks, and the peak moves by less than one block (Python object churn, not arrays).

@@ -7,8 +7,14 @@ builds the end-to-end decoder fixture and ``measure`` reports per-token bytes. S
 """
 
 from reference_impl.kv.attention import AttentionAttrs, AttentionOutputs, attention
-from reference_impl.kv.contiguous import (CapacityPolicy, ContiguousKVCache, append, capacity_policy, empty_cache,
-                                          tensor_scatter)
+from reference_impl.kv.contiguous import (
+    CapacityPolicy,
+    ContiguousKVCache,
+    append,
+    capacity_policy,
+    empty_cache,
+    tensor_scatter,
+)
 from reference_impl.kv.formats import BlockFormat, encode_block, kv_catalogue, kv_registry, kv_struct_types
 from reference_impl.kv.paged import KVBlock, PagedKVCache
 from reference_impl.kv.paged_attention import paged_attention

@@ -11,8 +11,9 @@ The bias and score helpers take the absolute positions of the keys they cover, s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np

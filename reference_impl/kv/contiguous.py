@@ -51,7 +51,8 @@ class CapacityPolicy:
         return capacity
 
 
-_POLICY: contextvars.ContextVar[CapacityPolicy] = contextvars.ContextVar("kv_policy", default=CapacityPolicy())
+_DEFAULT_POLICY = CapacityPolicy()
+_POLICY: contextvars.ContextVar[CapacityPolicy] = contextvars.ContextVar("kv_policy", default=_DEFAULT_POLICY)
 
 
 @contextlib.contextmanager

@@ -103,7 +103,7 @@ class BlockFormat:
     group: int | None = None
 
     @classmethod
-    def parse(cls, text: "str | BlockFormat") -> "BlockFormat":
+    def parse(cls, text: str | BlockFormat) -> BlockFormat:
         if isinstance(text, BlockFormat):
             return text
         name, _, group = str(text).partition("/")

@@ -24,7 +24,7 @@ class StepReport:
     step: int
     new_tokens: int
     context: int
-    state_bytes: int  # payload bytes the retained values expose
+    state_bytes: int  # payload bytes the retained values expose (plus encoded headers: scales, layout)
     allocated_bytes: int  # bytes of the distinct allocations behind them (spare capacity included)
     scratch_bytes: int  # peak transient memory of the call beyond what it returned or retained
     copied_bytes: int  # payload bytes copied by state management (must be 0)
@@ -53,14 +53,14 @@ def _owner(array: np.ndarray) -> tuple[int, int]:
 
 
 def state_bytes(values: Mapping[str, Any]) -> tuple[int, int]:
-    """(exposed payload bytes, bytes of the distinct allocations behind them) of retained values."""
+    """(exposed payload + encoded header bytes, bytes of the distinct allocations behind the payloads)."""
     exposed, owners = 0, {}
     for name, value in values.items():
         for _, leaf in leaves(value, name):
             array = _array(leaf)
             if array is None:
                 continue
-            exposed += array.nbytes
+            exposed += array.nbytes + (leaf.header.ByteSize() if isinstance(leaf, EncodedValue) else 0)
             key, size = _owner(array)
             owners[key] = size
     return exposed, sum(owners.values())

@@ -21,8 +21,17 @@ import numpy as np
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 from reference_impl.kv import contiguous
-from reference_impl.kv.formats import (DENSE, KV_BLOCK, KV_PAGED_CACHE, BlockCodec, BlockFormat, dense_value,
-                                       encode_block, kv_catalogue, kv_registry)
+from reference_impl.kv.formats import (
+    DENSE,
+    KV_BLOCK,
+    KV_PAGED_CACHE,
+    BlockCodec,
+    BlockFormat,
+    dense_value,
+    encode_block,
+    kv_catalogue,
+    kv_registry,
+)
 from reference_impl.kv.storage import KVCounters, KVStorage, check_cancel, check_capacity, record, storage_of
 from reference_impl.values import EncodedValue, StructValue
 
@@ -135,7 +144,7 @@ class PagedKVCache:
 
     # ------------------------------------------------------------------------- append
     def append(self, key: np.ndarray, value: np.ndarray, key_format: BlockFormat | str = DENSE,
-               value_format: BlockFormat | str = DENSE, cancel=None) -> "PagedKVCache":
+               value_format: BlockFormat | str = DENSE, cancel=None) -> PagedKVCache:
         """A cache with ``key``/``value`` [H, n, D] appended; full blocks are sealed in the formats."""
         key_format, value_format = BlockFormat.parse(key_format), BlockFormat.parse(value_format)
         key, value = self._check_tokens(key, value)
@@ -194,7 +203,7 @@ class PagedKVCache:
 
     # ------------------------------------------------------------------------- conversion
     def convert(self, indices: Sequence[int], key_format: BlockFormat | str | None = None,
-                value_format: BlockFormat | str | None = None) -> "PagedKVCache":
+                value_format: BlockFormat | str | None = None) -> PagedKVCache:
         """Re-encode the selected blocks (one at a time); the other blocks are shared unchanged."""
         blocks = list(self.blocks)
         for index in indices:
@@ -234,7 +243,7 @@ class PagedKVCache:
 
     @classmethod
     def from_struct(cls, value, kv_heads: int, head_size: int, v_head_size: int, block_size: int,
-                    path: str = "cache") -> "PagedKVCache":
+                    path: str = "cache") -> PagedKVCache:
         """Adopt a KV_PAGED_CACHE struct value, checking every block's layout and token range."""
         if not isinstance(value, StructValue) or value.type_id != KV_PAGED_CACHE:
             raise fail(E.KV_BLOCK_INVALID, path, "expected a KV_PAGED_CACHE struct value")

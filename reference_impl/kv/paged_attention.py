@@ -17,8 +17,17 @@ import numpy as np
 
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
-from reference_impl.kv.attention import (AttentionAttrs, apply_softcap, check_attrs, check_mask, grouped_scores,
-                                         grouped_values, mask_bias, position_bias, sqrt_scale)
+from reference_impl.kv.attention import (
+    AttentionAttrs,
+    apply_softcap,
+    check_attrs,
+    check_mask,
+    grouped_scores,
+    grouped_values,
+    mask_bias,
+    position_bias,
+    sqrt_scale,
+)
 from reference_impl.kv.paged import PagedKVCache
 
 _F32 = np.dtype(np.float32)

@@ -40,7 +40,7 @@ class KVCounters:
     in_place_appends: int = 0
     encoded_bytes: int = 0  # bytes of quantized blocks produced by sealing or conversion
 
-    def add(self, other: "KVCounters") -> None:
+    def add(self, other: KVCounters) -> None:
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
@@ -80,7 +80,7 @@ def check_dims(dims: tuple, path: str) -> tuple[int, ...]:
     return tuple(int(d) for d in dims)
 
 
-_REGISTRY: dict[int, "KVStorage"] = {}
+_REGISTRY: dict[int, KVStorage] = {}
 
 
 class KVStorage:
