@@ -15,6 +15,7 @@ class OrtSession:
     def __init__(self, model_bytes: bytes):
         import onnxruntime as ort
 
+        ort.set_default_logger_severity(3)
         options = ort.SessionOptions()
         options.log_severity_level = 3
         self.ort = ort
