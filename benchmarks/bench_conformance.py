@@ -15,8 +15,8 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-from conformance.cases import load_cases  # noqa: E402
-from conformance.runner import RunConfig, run, summary_line  # noqa: E402
+from conformance.cases import load_cases
+from conformance.runner import RunConfig, run, summary_line
 
 
 def timed(label: str, config: RunConfig, cases) -> float:

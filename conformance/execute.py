@@ -73,7 +73,7 @@ def call(adapter: Any, method: str, *args: Any) -> Outcome:
         return Outcome(rejected=rejected)
     except NotSupported:
         raise
-    except Exception as exc:  # noqa: BLE001 - classified below or reported with its traceback
+    except Exception as exc:
         classified = classify(adapter, exc)
         if isinstance(classified, Rejected):
             return Outcome(rejected=classified)

@@ -201,7 +201,7 @@ def test_protocol_matches_the_proto_file(tmp_path):
     ours = file_descriptor()
     assert [m.name for m in compiled.message_type] == [m.name for m in ours.message_type]
     for theirs, mine in zip(compiled.message_type, ours.message_type):
-        key = lambda f: (f.name, f.number, f.type, f.label, f.type_name, f.HasField("oneof_index"))  # noqa: E731
+        key = lambda f: (f.name, f.number, f.type, f.label, f.type_name, f.HasField("oneof_index"))
         assert [key(f) for f in theirs.field] == [key(f) for f in mine.field], theirs.name
 
 

@@ -123,5 +123,13 @@ def _is_adapter(obj: Any) -> bool:
     return not isinstance(obj, type) and hasattr(obj, "verify") and hasattr(obj, "profiles")
 
 
-__all__ = ["Adapter", "BUILTIN", "NotSupported", "PROFILES", "Rejected", "StateHandle", "SuiteError",
-           "load_adapter"]
+__all__ = [
+    "BUILTIN",
+    "PROFILES",
+    "Adapter",
+    "NotSupported",
+    "Rejected",
+    "StateHandle",
+    "SuiteError",
+    "load_adapter",
+]

@@ -4,7 +4,6 @@ evaluator running DequantizeLinear on the same codes (an independent implementat
 from __future__ import annotations
 
 import numpy as np
-
 from conformance_corpus_builders import builder
 from conformance_corpus_builders.common import add_float_logical, model, pack_crumbs, pack_nibbles
 

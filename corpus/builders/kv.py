@@ -4,7 +4,6 @@ softmax(Q K^T / sqrt(head_size)) V over the concatenated cache, with present = C
 from __future__ import annotations
 
 import numpy as np
-
 from conformance_corpus_builders import builder
 
 
@@ -125,6 +124,7 @@ def kv_paged_decode(steps: int = 6, heads: int = 2, head_size: int = 4, block_si
     call; blocks fill and are sealed in ``key_format``/``value_format``. Y is checked against dense
     attention over every token so far (with ``atol`` for quantized block formats)."""
     from conformance_corpus_builders.common import model
+
     from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
 
     m = model("kv_paged")

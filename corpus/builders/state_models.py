@@ -10,9 +10,9 @@ def slow_state(chain: int = 24, width: int = 256):
     """present = past + 1 (bound to past); y = a @ W @ W ... (``chain`` MatMuls, W = identity), so a run
     takes long enough, in proportion to the rows of ``a``, for a second call to overlap it."""
     import numpy as np
+    from conformance_corpus_builders.common import model
     from onnx import numpy_helper
 
-    from conformance_corpus_builders.common import model
     from reference_impl import schema
 
     m = model("slow")

@@ -4,7 +4,6 @@ the frozen numbering (1000, 1001) and the survival of unknown fields independent
 from __future__ import annotations
 
 import numpy as np
-
 from conformance_corpus_builders import builder
 
 
@@ -88,8 +87,9 @@ def hand_encoded_bindings_model():
 def unknown_fields(where: str):
     """The spec example catalogue model with unknown fields spliced in at ``where``: model (field 1099),
     graph (field 1098), encoded value (field 99), struct declaration (field 99) or all of them."""
-    from reference_impl import schema
     from conformance_corpus_builders.common import encoded, model, spec_catalogue
+
+    from reference_impl import schema
 
     m = model("unknown")
     m.struct_types.extend(spec_catalogue())
