@@ -141,6 +141,8 @@ class ErrorCode(str, enum.Enum):
     STATE_CLOSED = ("STATE_CLOSED", "STATE-RESET-CLOSE", "the state is closed")
     STATE_UNRETAINABLE = ("STATE_UNRETAINABLE", "PAY-UNSUPPORTED-OWNERSHIP",
                           "a value cannot be retained without a copy")
+    OWNERLESS_BORROW = ("OWNERLESS_BORROW", "PAY-OWNERLESS",
+                        "an invocation-only or ownerless borrow would become an output or retained state")
     STATE_RUN_FAILED = ("STATE_RUN_FAILED", "STATE-ATOMIC", "execution failed; state unchanged")
     STATE_CANCELLED = ("STATE_CANCELLED", "ZC-FAILURE", "execution was cancelled; state unchanged")
     # Execution, export and rewrites
@@ -151,6 +153,8 @@ class ErrorCode(str, enum.Enum):
                           "standard export would drop persistent bindings")
     EXPORT_UNSUPPORTED = ("EXPORT_UNSUPPORTED", "EXP-STRUCT",
                           "standard export would drop structured values")
+    REWRITE_NAME_CONFLICT = ("REWRITE_NAME_CONFLICT", "EXP-RENAME",
+                             "a rename names a missing value or merges two values")
     REWRITE_DROPS_BINDING = ("REWRITE_DROPS_BINDING", "EXP-RENAME",
                              "a rewrite removes or changes a bound input/output")
     # KV caches

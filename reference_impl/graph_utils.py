@@ -50,10 +50,10 @@ def rename_value(model, old: str, new: str):
     graph = model.graph
     names = _defined_names(graph)
     if old not in names:
-        raise fail(E.REWRITE_DROPS_BINDING, f"model.graph[{old!r}]",
+        raise fail(E.REWRITE_NAME_CONFLICT, f"model.graph[{old!r}]",
                    f"{old!r} is not a value of the root graph")
     if new in names:
-        raise fail(E.REWRITE_DROPS_BINDING, f"model.graph[{new!r}]",
+        raise fail(E.REWRITE_NAME_CONFLICT, f"model.graph[{new!r}]",
                    f"renaming {old!r} to {new!r} would merge two values")
     clone = copy_model(model)
     graph = clone.graph

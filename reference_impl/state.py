@@ -71,7 +71,7 @@ def adopt(value: Any, path: str, counters: Counters, *, persistent: bool, owned:
     if value is None:
         return None
     if isinstance(value, InvocationBorrow):
-        raise fail(E.STATE_UNRETAINABLE, path,
+        raise fail(E.OWNERLESS_BORROW, path,
                    "an invocation-only borrow cannot become a returned output or retained state")
     if hasattr(value, "__dlpack__"):
         return _adopt_dlpack(value, path, counters, persistent)
@@ -92,7 +92,7 @@ def _adopt_array(array: np.ndarray, path: str, counters: Counters, persistent: b
         raise fail(E.STATE_UNRETAINABLE, path,
                    f"non-contiguous layout (strides {array.strides}) would need a copy")
     if _ownerless(array):
-        raise fail(E.STATE_UNRETAINABLE, path,
+        raise fail(E.OWNERLESS_BORROW, path,
                    "the buffer has no owner the state can keep alive (borrowed raw pointer)")
     if array.flags.writeable:
         if owned:
@@ -149,12 +149,12 @@ def _reject_ownerless_outputs(outputs: Mapping[str, Any]) -> None:
     for name, value in outputs.items():
         if type(value) is np.ndarray:
             if value.base is not None and _ownerless(value):
-                raise fail(E.STATE_UNRETAINABLE, f"outputs[{name!r}]",
+                raise fail(E.OWNERLESS_BORROW, f"outputs[{name!r}]",
                            "an output aliases a borrowed buffer without an owner; it cannot be returned")
             continue
         for path, leaf in leaves(value, f"outputs[{name!r}]"):
             if isinstance(leaf, np.ndarray) and leaf.base is not None and _ownerless(leaf):
-                raise fail(E.STATE_UNRETAINABLE, path,
+                raise fail(E.OWNERLESS_BORROW, path,
                            "an output aliases a borrowed buffer without an owner; it cannot be returned")
 
 

@@ -253,8 +253,9 @@ def test_crashed_or_hung_testee_fails_the_case_and_the_run_goes_on(tmp_path):
 
 # ---------------------------------------------------------------------------------- pytest plugin
 def test_pytest_plugin_runs_cases_as_items():
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-                           "conformance.pytest_plugin", "--conformance-adapter=reference", "--conformance-only",
+    # The plugin is registered through the package's pytest11 entry point (pyproject.toml).
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--conformance-adapter=reference", "--conformance-only",
                            "--conformance-cases", "Required.Affine.Axis", "tests/test_affine.py"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:]

@@ -68,7 +68,7 @@ def test_rename_reaches_subgraphs_that_see_the_outer_value():
 def test_rename_onto_an_existing_name_fails():
     with pytest.raises(ContractError) as info:
         rename_value(kv_model(), "past_key", "tokens")
-    assert info.value.code is ErrorCode.REWRITE_DROPS_BINDING
+    assert info.value.code is ErrorCode.REWRITE_NAME_CONFLICT
 
 
 def _remove_input(name):

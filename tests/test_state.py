@@ -363,7 +363,7 @@ def forward_model():
 @pytest.mark.clause("PAY-OWNERLESS", "PAY-UNSUPPORTED-OWNERSHIP")
 def test_borrowed_raw_pointer_cannot_become_state():
     past, storage = borrowed((1, 2, D))
-    assert code(make_state, kv_model(), {"past_key": past}) is ErrorCode.STATE_UNRETAINABLE
+    assert code(make_state, kv_model(), {"past_key": past}) is ErrorCode.OWNERLESS_BORROW
     owned = np.ctypeslib.as_array(storage).reshape(1, 2, D)  # a ctypes array that owns its memory
     assert address(make_state(kv_model(), {"past_key": owned}).values["past_key"]) == address(owned)
 
@@ -376,7 +376,7 @@ def test_borrowed_feed_may_be_read_but_not_retained_or_returned():
     state = make_state(forward_model(), {"x": np.zeros(2, np.float32)})
     before = state.values
     u, _ = borrowed((2,))
-    assert code(state.run, {"u": u}) is ErrorCode.STATE_UNRETAINABLE
+    assert code(state.run, {"u": u}) is ErrorCode.OWNERLESS_BORROW
     assert state.values is before
     u = np.ones(2, np.float32)
     out = state.run({"u": u})

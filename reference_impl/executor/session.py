@@ -123,7 +123,7 @@ def reject_borrows(value: Any, path: str) -> None:
         return
     for leaf_path, leaf in leaves(value, path):
         if isinstance(leaf, InvocationBorrow):
-            raise fail(E.STATE_UNRETAINABLE, leaf_path,
+            raise fail(E.OWNERLESS_BORROW, leaf_path,
                        "an invocation-only borrow cannot become a returned output or retained state; "
                        "the producer must supply a lifetime owner")
 
