@@ -16,7 +16,7 @@ import tracemalloc
 import numpy as np
 from onnx import helper
 
-from reference_impl import affine, dtypes, examples, schema
+from reference_impl import affine, dtypes, schema
 from reference_impl.decode import decode_value
 from reference_impl.structs import Catalogue
 

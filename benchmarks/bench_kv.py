@@ -38,7 +38,8 @@ def _ort_session(threads: int):
     node = helper.make_node("Attention", ["Q", "K", "V", "", "past_key", "past_value"],
                             ["Y", "present_key", "present_value"], is_causal=1)
     names = ["Q", "K", "V", "past_key", "past_value"]
-    graph = helper.make_graph([node], "decode", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names],
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in names]
+    graph = helper.make_graph([node], "decode", inputs,
                               [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
                                for n in ("Y", "present_key", "present_value")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])

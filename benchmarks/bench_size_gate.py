@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from size_gate import measure_path
+from size_gate import measure_path  # noqa: E402 - after the path setup above
 
 BINUTILS = (
     ("readelf", "-S", "-W"),

@@ -153,7 +153,8 @@ def judge_rejection(outcome: Outcome, expect: dict, what: str, require_codes: bo
                               detail=outcome.rejected.message)
         return None
     if outcome.rejected is None:
-        raise CaseFailure(f"{what} was accepted but should be rejected with {wanted}", expected=f"rejected with {wanted}",
+        raise CaseFailure(f"{what} was accepted but should be rejected with {wanted}",
+                          expected=f"rejected with {wanted}",
                           actual="accepted")
     code = outcome.rejected.code
     if code is None:

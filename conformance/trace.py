@@ -259,7 +259,7 @@ _STEPS = {"open": Trace.step_open, "run": Trace.step_run, "values": Trace.step_v
 def run_trace(case, adapter, workdir: str, require_codes: bool) -> bool | None:
     """Run every step; a concurrency step that could not overlap is retried with a longer first call."""
     scale = 1
-    for attempt in range(CONCURRENT_ATTEMPTS):
+    for _attempt in range(CONCURRENT_ATTEMPTS):
         trace = Trace(case, adapter, workdir, require_codes, scale)
         try:
             _run_steps(trace)

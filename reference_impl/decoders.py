@@ -8,8 +8,8 @@ references contribute layout and constants, never their own decoder.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

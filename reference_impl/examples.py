@@ -23,7 +23,10 @@ struct_types {
   type_id: 1003
   name: "LINEAR_INT4_128_FIXED_PARAMETERS"
   structure {
-    field { name: "values" type { struct_type { array { element_type { tensor_type { elem_type: 22 shape { } } } dimension: 128 } } } }
+    field {
+      name: "values"
+      type { struct_type { array { element_type { tensor_type { elem_type: 22 shape { } } } dimension: 128 } } }
+    }
     field { name: "scale" constant { data_type: 1 float_data: 0.25 } }
     field { name: "zero_point" constant { data_type: 7 int64_data: -2 } }
   }
@@ -33,7 +36,10 @@ struct_types {
   type_id: 1002
   name: "LINEAR_INT4_128_WITH_PARAMETERS"
   structure {
-    field { name: "values" type { struct_type { array { element_type { tensor_type { elem_type: 22 shape { } } } dimension: 128 } } } }
+    field {
+      name: "values"
+      type { struct_type { array { element_type { tensor_type { elem_type: 22 shape { } } } dimension: 128 } } }
+    }
     field { name: "scale" type { tensor_type { elem_type: 1 shape { } } } }
     field { name: "zero_point" type { tensor_type { elem_type: 7 shape { } } } }
   }
@@ -43,7 +49,10 @@ struct_types {
   type_id: 1101
   name: "CODEBOOK2_BLOCK_32"
   structure {
-    field { name: "codes" type { struct_type { bit_packing { component { name: "index" bit_width: 2 } dimension: 32 } } } }
+    field {
+      name: "codes"
+      type { struct_type { bit_packing { component { name: "index" bit_width: 2 } dimension: 32 } } }
+    }
     field { name: "codebook" constant { dims: 4 data_type: 1 float_data: [-1.0, -0.25, 0.25, 1.0] } }
   }
 }

@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 
 from reference_impl import dtypes
-from reference_impl.errors import ContractError
+from reference_impl.errors import ContractError, fail
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
 from reference_impl.executor import CancelToken, Executor
 from reference_impl.values import EncodedValue, InvocationBorrow, StructValue, check_value, leaves
 

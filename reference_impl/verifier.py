@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError
 
 from reference_impl import affine, dtypes, schema
-from reference_impl.errors import ContractError
+from reference_impl.errors import ContractError, fail
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
 from reference_impl.payload import Extent, check_file, payload_extent
 from reference_impl.structs import (
     Catalogue,

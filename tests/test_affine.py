@@ -57,8 +57,6 @@ def test_backend_dequantizelinear_case(case):
 
 
 def _onnx_dequantize(codes_tensor, scale, zero_point, axis, block):
-    inputs = [helper.make_tensor_value_info("x", codes_tensor.data_type, list(codes_tensor.dims)),
-              helper.make_tensor_value_info("s", helper.np_dtype_to_tensor_dtype(scale.dtype), scale.shape)]
     feeds_names = ["x", "s"]
     initializers = [codes_tensor]
     scale_init = numpy_helper.from_array(scale, "s")

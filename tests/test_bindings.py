@@ -6,8 +6,15 @@ import numpy as np
 import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
-from test_state_models import CACHE_TYPE, cache_declaration, kv_model, opsets, set_struct, struct_cache_model
-from test_state_models import tensor_type
+from test_state_models import (
+    CACHE_TYPE,
+    cache_declaration,
+    kv_model,
+    opsets,
+    set_struct,
+    struct_cache_model,
+    tensor_type,
+)
 
 from reference_impl import schema
 from reference_impl.bindings import validate_bindings

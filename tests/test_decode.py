@@ -7,8 +7,17 @@ import gc
 import numpy as np
 import pytest
 
-from reference_impl import (ContractError, DecoderRegistry, ErrorCode, decode, decode_value, default_registry,
-                            examples, read_fields, schema, verify_model)
+from reference_impl import (
+    ContractError,
+    DecoderRegistry,
+    ErrorCode,
+    decode,
+    default_registry,
+    examples,
+    read_fields,
+    schema,
+    verify_model,
+)
 from reference_impl.bits import pack_sub_byte
 from reference_impl.records import compile_layout
 from reference_impl.structs import Catalogue

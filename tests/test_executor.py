@@ -8,8 +8,17 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
-from test_state_models import CACHE_TYPE, D, address, cache_declaration, empty_cache, kv_model, opsets
-from test_state_models import set_struct, tokens
+from test_state_models import (
+    CACHE_TYPE,
+    D,
+    address,
+    cache_declaration,
+    empty_cache,
+    kv_model,
+    opsets,
+    set_struct,
+    tokens,
+)
 
 from reference_impl import schema
 from reference_impl.affine import make_affine_value

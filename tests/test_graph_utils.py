@@ -12,8 +12,15 @@ from test_state_models import D, kv_model, struct_cache_model, tensor_type, toke
 from reference_impl import schema
 from reference_impl.errors import ContractError, ErrorCode
 from reference_impl.executor import Executor
-from reference_impl.graph_utils import (apply_rewrite, copy_model, export_standard, feedback_loop, load_model,
-                                        rename_value, save_model)
+from reference_impl.graph_utils import (
+    apply_rewrite,
+    copy_model,
+    export_standard,
+    feedback_loop,
+    load_model,
+    rename_value,
+    save_model,
+)
 from reference_impl.state import make_state
 
 

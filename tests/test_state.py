@@ -12,8 +12,18 @@ import numpy as np
 import pytest
 from onnx import TensorProto as T
 from onnx import helper
-from test_state_models import CACHE_TYPE, D, address, cache_declaration, empty_cache, kv_model, opsets
-from test_state_models import set_struct, struct_cache_model, tokens
+from test_state_models import (
+    CACHE_TYPE,
+    D,
+    address,
+    cache_declaration,
+    empty_cache,
+    kv_model,
+    opsets,
+    set_struct,
+    struct_cache_model,
+    tokens,
+)
 
 from reference_impl import schema
 from reference_impl.errors import ContractError, ErrorCode

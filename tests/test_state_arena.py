@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from test_state import Hook, hook_model
 
+from reference_impl import ContractError, ErrorCode
 from reference_impl.executor import Executor
 from reference_impl.state import make_state
 
@@ -18,7 +19,7 @@ from reference_impl.state import make_state
 class Lease:
     """One arena region handed to a kernel; NumPy views of it keep the lease (and the arena) alive."""
 
-    def __init__(self, arena: "Arena", slot: int):
+    def __init__(self, arena: Arena, slot: int):
         self.arena = arena
         self.slot = slot
         view = arena.buffer[slot]
@@ -120,6 +121,7 @@ def test_an_exhausted_arena_fails_the_run_and_keeps_the_state(arena_state):
     arena, state = arena_state
     held = [state.run({"u": np.ones(2, np.float32)})["y"] for _ in range(4)]
     before = state.values
-    with pytest.raises(Exception):
+    with pytest.raises(ContractError) as info:
         state.run({"u": np.ones(2, np.float32)})
+    assert info.value.code is ErrorCode.STATE_RUN_FAILED and "arena exhausted" in info.value.message
     assert state.values is before and held[-1].tolist() == [4.0, 4.0]

@@ -35,7 +35,7 @@ def test_zero_bytes_copied_over_a_thousand_steps_with_pointer_identity():
     assert address(state.values["x"]) == address(initial)
     u = np.ones((4, 4), np.float32)
     previous = state.values["x"]
-    for step in range(1000):
+    for _step in range(1000):
         out = state.run({"u": u})
         assert address(out["seen_x"]) == address(previous)        # step t+1's input = step t's output
         assert address(state.values["x"]) == address(out["next_x"])  # retained = returned

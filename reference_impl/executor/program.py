@@ -16,11 +16,16 @@ import numpy as np
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from reference_impl.errors import ContractError
+from reference_impl.errors import ContractError, fail
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
-from reference_impl.executor.kernels import LOCAL_DOMAIN, LOCAL_KERNELS, TRANSPORT, Kernel, attribute_values
-from reference_impl.executor.kernels import convert_attribute
+from reference_impl.executor.kernels import (
+    LOCAL_DOMAIN,
+    LOCAL_KERNELS,
+    TRANSPORT,
+    Kernel,
+    attribute_values,
+    convert_attribute,
+)
 from reference_impl.values import EncodedValue, InvocationBorrow, StructValue
 
 

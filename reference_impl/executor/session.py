@@ -18,10 +18,18 @@ from reference_impl.bindings import Binding, validate_bindings
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 from reference_impl.executor.program import CancelToken, Program, RunContext
-from reference_impl.verifier import verify_model
 from reference_impl.tensors import to_array
-from reference_impl.values import EncodedValue, InvocationBorrow, Spec, check_value, compile_struct, leaves
-from reference_impl.values import compile_type
+from reference_impl.values import (
+    EncodedValue,
+    InvocationBorrow,
+    Spec,
+    check_value,
+    compile_struct,
+    compile_type,
+    leaves,
+)
+from reference_impl.verifier import verify_model
+
 
 class Executor:
     """A loaded model. ``run(feeds)`` is stateless and thread-safe; ``make_state`` builds on it.

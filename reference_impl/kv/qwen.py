@@ -59,7 +59,10 @@ def make_weights(config: QwenConfig) -> dict[str, np.ndarray]:
     """Deterministic float weights; projections are later stored as blocked INT4."""
     rng = np.random.default_rng(config.seed)
     c = config
-    f = lambda *shape, scale=0.2: (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    def f(*shape: int, scale: float = 0.2) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
     w = {"embed": f(c.vocab, c.hidden, scale=1.0), "norm": 1 + f(c.hidden, scale=0.05),
          "lm_head": f(c.hidden, c.vocab)}
     for i in range(c.layers):
