@@ -19,6 +19,7 @@ from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 from reference_impl.structs import Catalogue
 from reference_impl.values import compile_type
+from reference_impl.verifier import contains_struct
 
 _GRAPH, _GRAPHS = 5, 10
 
@@ -204,25 +205,12 @@ def _reject_structured(model) -> None:
                            "nested persistent bindings cannot be exported")
             for group in ("input", "output", "value_info"):
                 for index, vi in enumerate(getattr(graph, group)):
-                    if vi.HasField("type") and _mentions_struct(vi.type):
+                    if vi.HasField("type") and contains_struct(vi.type):
                         raise fail(E.EXPORT_UNSUPPORTED, f"{path}.{group}[{index}]",
                                    "struct-typed values have no standard form")
         for n_index, node in enumerate(graph.node):
             for s_index, sub in enumerate(_subgraphs(node)):
                 pending.append((sub, f"{path}.node[{n_index}].graph[{s_index}]"))
-
-
-def _mentions_struct(tp) -> bool:
-    which = tp.WhichOneof("value")
-    if which == "struct_type":
-        return True
-    if which == "sequence_type":
-        return _mentions_struct(tp.sequence_type.elem_type)
-    if which == "optional_type":
-        return _mentions_struct(tp.optional_type.elem_type)
-    if which == "map_type":
-        return _mentions_struct(tp.map_type.value_type)
-    return False
 
 
 def _has_unknown_fields(message) -> bool:

@@ -79,16 +79,17 @@ def verify_model(model_or_bytes, base_dir: str | os.PathLike | None = None) -> V
     return verified
 
 
-def _contains_struct(tp) -> bool:
+def contains_struct(tp) -> bool:
+    """True when a TypeProto is, or nests through sequence/map/optional, a struct type."""
     which = tp.WhichOneof("value")
     if which == "struct_type":
         return True
     if which == "sequence_type":
-        return _contains_struct(tp.sequence_type.elem_type)
+        return contains_struct(tp.sequence_type.elem_type)
     if which == "map_type":
-        return _contains_struct(tp.map_type.value_type)
+        return contains_struct(tp.map_type.value_type)
     if which == "optional_type":
-        return _contains_struct(tp.optional_type.elem_type)
+        return contains_struct(tp.optional_type.elem_type)
     return False
 
 
@@ -96,7 +97,7 @@ def _verify_graph(graph, path: str, verified: VerifiedModel) -> None:
     catalogue = verified.catalogue
     for group in ("input", "output", "value_info"):
         for index, info in enumerate(getattr(graph, group)):
-            if info.HasField("type") and _contains_struct(info.type):
+            if info.HasField("type") and contains_struct(info.type):
                 check_type(info.type, f"{path}.{group}[{index}].type", catalogue)
     _check_initializer_names(graph, path)
     for index, value in enumerate(graph.encoded_initializer):

@@ -7,14 +7,13 @@ the case, what differs, and which side the oracle follows.
 
 from __future__ import annotations
 
-import warnings
-
 import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
+from onnx_cases import node_cases
 
 from reference_impl.errors import ContractError, ErrorCode
 from reference_impl.kv.attention import attention
@@ -49,32 +48,9 @@ ORT_UNLOADABLE = {"test_attention_4d_causal_bf16", "test_attention_4d_padded_kv_
                   "test_attention_3d_causal_bf16"}
 
 
-def _node_cases(op_type: str) -> list:
-    """The onnx backend cases of one operator. collect_testcases fills a process-wide list once, filtered
-    by the first caller's op_type; when another filter came first, re-run this operator's exporters."""
-    import sys
-
-    from onnx.backend.test.case import node
-    from onnx.backend.test.case.base import Base
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cases = [c for c in node.collect_testcases(None) if c.model.graph.node[0].op_type == op_type]
-        if not cases:
-            start = len(node._NodeTestCases)
-            for name, module in list(sys.modules.items()):
-                exporter = getattr(module, op_type, None) if name.startswith(node.__name__ + ".") else None
-                if isinstance(exporter, type) and issubclass(exporter, Base):
-                    for attr in dir(exporter):
-                        if attr.startswith("export"):
-                            getattr(exporter, attr)()
-            cases = [c for c in node._NodeTestCases[start:] if c.model.graph.node[0].op_type == op_type]
-    return cases
-
-
 def _collect():
     # The op-level cases; each "_expanded" twin runs the function body on the same data.
-    return {c.name: c for c in _node_cases("Attention") if len(c.model.graph.node) == 1}
+    return {c.name: c for c in node_cases("Attention") if len(c.model.graph.node) == 1}
 
 
 CASES = _collect()

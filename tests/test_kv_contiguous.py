@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import threading
 import tracemalloc
-import warnings
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from onnx_cases import node_cases
 
 from reference_impl.errors import ContractError, ErrorCode
 from reference_impl.kv import contiguous as kvc
@@ -296,28 +296,6 @@ def test_concurrent_appends_to_one_prefix_do_not_interfere():
 
 # ----------------------------------------------------------------------------- TensorScatter
 
-def _node_cases(op_type: str) -> list:
-    """The onnx backend cases of one operator. collect_testcases fills a process-wide list once, filtered
-    by the first caller's op_type; when another filter came first, re-run this operator's exporters."""
-    import sys
-
-    from onnx.backend.test.case import node
-    from onnx.backend.test.case.base import Base
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cases = [c for c in node.collect_testcases(None) if c.model.graph.node[0].op_type == op_type]
-        if not cases:
-            start = len(node._NodeTestCases)
-            for name, module in list(sys.modules.items()):
-                exporter = getattr(module, op_type, None) if name.startswith(node.__name__ + ".") else None
-                if isinstance(exporter, type) and issubclass(exporter, Base):
-                    for attr in dir(exporter):
-                        if attr.startswith("export"):
-                            getattr(exporter, attr)()
-            cases = [c for c in node._NodeTestCases[start:] if c.model.graph.node[0].op_type == op_type]
-    return cases
-
 
 def _onnx_tensor_scatter(past, update, indices, mode, axis):
     from onnx.reference.ops.op_tensor_scatter import TensorScatter
@@ -347,7 +325,7 @@ def test_tensor_scatter_matches_onnx(mode, axis, batch, capacity, data):
 def test_tensor_scatter_backend_cases():
     from onnx import helper
 
-    cases = [c for c in _node_cases("TensorScatter") if len(c.model.graph.node) == 1]
+    cases = [c for c in node_cases("TensorScatter") if len(c.model.graph.node) == 1]
     assert cases
     for case in cases:
         node = case.model.graph.node[0]
