@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
+from onnx_cases import node_cases
 
 from reference_impl import affine, dtypes
 
@@ -16,11 +15,7 @@ pytestmark = pytest.mark.clause("AFF-DQ", "AFF-PACKING", "AFF-AXIS", "AFF-BLOCK"
 
 
 def _backend_cases():
-    import onnx.backend.test.case.node as node
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return [c for c in node.collect_testcases(None) if c.name.startswith("test_dequantizelinear")]
+    return [c for c in node_cases("DequantizeLinear") if c.name.startswith("test_dequantizelinear")]
 
 
 def _as_tensor(value) -> onnx.TensorProto:
