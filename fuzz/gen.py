@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from fuzz import layouts as L
+from fuzz.known_issues import probe_known
 from fuzz.source import Source
 from reference_impl import dtypes, examples, schema
 
@@ -77,7 +78,9 @@ def _unique_names(src: Source, count: int) -> list[str]:
     return names
 
 
-def gen_leaf_tensor(src: Source, allow_complex: bool = False) -> L.Tensor:
+def gen_leaf_tensor(src: Source, allow_complex: bool | None = None) -> L.Tensor:
+    if allow_complex is None:
+        allow_complex = probe_known()
     pool = PAYLOAD_LEAVES + (COMPLEX_LEAVES if allow_complex else ())
     rank = src.choice((0, 0, 1, 1, 2))
     dims = tuple(src.integer(1, 4) for _ in range(rank))

@@ -19,6 +19,7 @@ class _Stats:
     def __init__(self, path: str | None):
         self.path = path
         self.count = 0
+        self.known: dict[str, int] = {}
         self.start = time.monotonic()
         self.last = self.start
 
@@ -28,8 +29,12 @@ class _Stats:
             now = time.monotonic()
             if now - self.last >= 1.0:
                 self.last = now
-                with open(self.path, "a") as handle:
-                    handle.write(json.dumps({"t": round(now - self.start, 3), "execs": self.count}) + "\n")
+                self.write(now)
+
+    def write(self, now: float) -> None:
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps({"t": round(now - self.start, 3), "execs": self.count,
+                                     "known": self.known}) + "\n")
 
 
 def fuzz_main(name: str, argv: list[str] | None = None) -> None:
@@ -43,6 +48,9 @@ def fuzz_main(name: str, argv: list[str] | None = None) -> None:
         from fuzz.targets import load
 
         target = load(name)
+    from fuzz.invariants import Finding
+    from fuzz.known_issues import known
+
     stats = _Stats(os.environ.get("FUZZ_STATS_FILE"))
     capped = []
 
@@ -53,7 +61,13 @@ def fuzz_main(name: str, argv: list[str] | None = None) -> None:
             cap_address_space(int(os.environ.get("FUZZ_ADDRESS_SPACE_MB", "4096")))
             capped.append(True)
         stats.tick()
-        target.one_input(data)
+        try:
+            target.one_input(data)
+        except Finding as finding:
+            issue = known(finding.signature)
+            if issue is None:
+                raise
+            stats.known[issue] = stats.known.get(issue, 0) + 1
 
     args = list(sys.argv if argv is None else argv)
     if not any(a.startswith("-max_len=") for a in args):

@@ -14,7 +14,6 @@ objects, no payload byte is copied).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 

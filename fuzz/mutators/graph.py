@@ -7,6 +7,7 @@ import copy
 
 from fuzz import layouts as L
 from fuzz.cases import Case
+from fuzz.known_issues import probe_known
 from fuzz.mutators.base import (
     REGISTERED_IDS,
     Site,
@@ -74,8 +75,13 @@ def _decoder_mismatch(src, generated) -> Case:
     fields = impostor.structure.field
     # Changing a constant's value is also a different declaration, but the oracle does not yet
     # detect it (corpus/regressions/oracle/decoder-constant-*); it is left out until fixed.
-    how = src.integer(0, 3)
-    if how == 0:  # same bytes, renamed field
+    how = src.integer(0, 4 if probe_known() else 3)
+    if how == 4:  # same layout, another constant value (known oracle issue: not detected)
+        type_id = 1003
+        impostor = copy.deepcopy(spec_decl(1003))
+        fields = impostor.structure.field
+        next(f for f in fields if f.name == "scale").constant.float_data[0] = 0.5
+    elif how == 0:  # same bytes, renamed field
         fields[0].name = fields[0].name + "_renamed"
     elif how == 1 and type_id != 1003:  # physical fields in a different order
         first = copy.deepcopy(fields[0])
@@ -192,6 +198,11 @@ def _parse_error(src, generated) -> Case:
     else:
         broken = data + b"\x08" + b"\xff" * 10 + b"\x01"  # varint longer than ten bytes
         rule = "overlong varint"
+    try:  # a cut inside an earlier field can make the appended bytes part of it: check
+        schema.parse_model(broken)
+        broken, rule = data + b"\x0f", "invalid wire type"
+    except Exception:  # noqa: BLE001 - any parse failure is what this rule wants
+        pass
     return Case(broken, "verify", files=work.files, expected=E.MODEL_PARSE_ERROR.value, rule=rule)
 
 
@@ -226,6 +237,8 @@ def _free_id_block(src, work, size: int) -> int:
 @mutator(E.RESOURCE_LIMIT)
 def _resource(src, generated) -> Case:
     work = Work(generated, E.RESOURCE_LIMIT)
+    if probe_known() and src.boolean():
+        return _constant_diamond(src, work)
     levels = src.integer(14, 16)
     first = _free_id_block(src, work, levels)
     for level in range(levels):
@@ -240,4 +253,26 @@ def _resource(src, generated) -> Case:
     value.struct_type.type_ref = first
     work.graph.encoded_initializer.append(value)
     return work.case(f"diamond of {levels} levels: {2 ** (levels - 1)} leaves per record",
+                     op=src.choice(("fields", "decode")), name=value.name)
+
+
+def _constant_diamond(src, work) -> Case:
+    """Known oracle issue: constant-only groups reached through 2**levels reference paths."""
+    levels = src.integer(15, 19)  # deep enough for 4**15 paths, shallow enough for the depth limit
+    first = _free_id_block(src, work, levels + 1)
+    for level in range(levels):
+        decl = work.model.struct_types.add(type_id=first + level + 1)
+        if level + 1 < levels:
+            for name in ("a", "b", "c", "d"):
+                decl.structure.field.add(name=name).type.struct_type.type_ref = first + level + 2
+        else:
+            decl.structure.field.add(name="k").constant.CopyFrom(
+                schema.TensorProto(data_type=dtypes.FLOAT, float_data=[1.0]))
+    root = work.model.struct_types.add(type_id=first)
+    root.structure.field.add(name="a").type.CopyFrom(L.tensor_type(dtypes.UINT8, ()))
+    root.structure.field.add(name="groups").type.struct_type.type_ref = first + 1
+    value = schema.EncodedValueProto(name=work.fresh_name("diamond"), raw_data=b"\x01\x02")
+    value.struct_type.type_ref = first
+    work.graph.encoded_initializer.append(value)
+    return work.case(f"constant-only diamond of {levels} levels: 4**{levels} constant paths",
                      op=src.choice(("fields", "decode")), name=value.name)

@@ -1,0 +1,5 @@
+"""``python -m fuzz``: see fuzz/cli.py."""
+
+from fuzz.cli import main
+
+raise SystemExit(main())
