@@ -2,7 +2,7 @@
 
 * only classified errors: anything but ``ContractError`` escaping the implementation is a finding;
 * the same verdict twice in a row (and the same output digest);
-* bounded time per input: CPU seconds over ``time_budget`` is a ``slow`` finding, and a CPU-time alarm
+* bounded time per input: CPU seconds over ``time_budget`` is a ``slow`` finding, and a CPU-time (user + system) alarm
   at ``hang_after`` interrupts a runaway input with a ``hang`` finding (libFuzzer's ``-timeout`` stays
   as a backstop for hangs inside C code);
 * bounded memory: ``MemoryError`` (the harness caps the address space) or a peak RSS growth over
@@ -104,10 +104,10 @@ def guarded(fn: Callable[[], Any], limits: Limits = LIMITS, what: str = "") -> A
     global _BASELINE_RSS
     if _BASELINE_RSS is None:
         _BASELINE_RSS = _peak_rss_mb()
-    alarm = limits.hang_after > 0 and hasattr(signal, "SIGVTALRM")
+    alarm = limits.hang_after > 0 and hasattr(signal, "SIGPROF")
     if alarm:
-        previous = signal.signal(signal.SIGVTALRM, _raise_hang)
-        signal.setitimer(signal.ITIMER_VIRTUAL, limits.hang_after)
+        previous = signal.signal(signal.SIGPROF, _raise_hang)
+        signal.setitimer(signal.ITIMER_PROF, limits.hang_after)
     start = time.process_time()
     try:
         result = fn()
@@ -126,8 +126,8 @@ def guarded(fn: Callable[[], Any], limits: Limits = LIMITS, what: str = "") -> A
                       origin(error.__traceback__)) from None
     finally:
         if alarm:
-            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
-            signal.signal(signal.SIGVTALRM, previous)
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.signal(signal.SIGPROF, previous)
     spent = time.process_time() - start
     if spent > limits.time_budget:
         raise Finding("slow", f"{what} took {spent:.2f}s of CPU (budget {limits.time_budget}s)", what)

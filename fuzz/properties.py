@@ -179,6 +179,48 @@ def encoded_and_decoded_computation_agree(generated_value):
     assert TensorProto  # the plain onnx message classes back both graphs
 
 
+@profile(scale=0.5)
+@given(valid_models(max_values=3), affine_values(), st.data())
+def executor_encoded_and_decoded_models_agree(generated, extra, data):
+    """A model computing Sum(Decode(w)) over each encoded initializer gives the same result as the same
+    model over dense initializers holding the decoded tensors (the oracle's executor, both ways)."""
+    from reference_impl.executor import Executor
+    from onnx import numpy_helper
+
+    value, expected, payload = extra
+    value.name, expected.name, value.raw_data = "extra_affine", "extra_affine", payload
+    generated.model.graph.encoded_initializer.append(value)
+    generated.values["extra_affine"] = expected
+    base_dir = scratch().populate(generated.files)
+    decodable = [name for name, exp in generated.values.items() if exp.kind in ("affine", "decoded")
+                 and exp.decoded.size and exp.decoded.dtype in (np.float32, np.float64, np.float16)]
+    if not decodable:
+        return
+    name = data.draw(st.sampled_from(decodable))
+    encoded = schema.ModelProto()
+    encoded.CopyFrom(generated.model)
+    graph = encoded.graph
+    del graph.node[:], graph.input[:], graph.output[:], graph.persistent_bindings[:]
+    graph.node.add(op_type="Decode", domain="onnx_light", input=[name], output=["dense"])
+    graph.node.add(op_type="ReduceSum", input=["dense"], output=["total"], name="sum")
+    graph.node[-1].attribute.add(name="keepdims", type=2, i=0)
+    out = graph.output.add(name="total")
+    out.type.tensor_type.elem_type = {np.dtype(np.float32): 1, np.dtype(np.float64): 11,
+                                      np.dtype(np.float16): 10}[generated.values[name].decoded.dtype]
+    encoded.opset_import.add(domain="onnx_light", version=1)
+    dense = schema.ModelProto()
+    dense.CopyFrom(encoded)
+    values = [v for v in dense.graph.encoded_initializer if v.name != name]
+    dense.graph.ClearField("encoded_initializer")
+    dense.graph.encoded_initializer.extend(values)
+    tensor = schema.from_onnx(numpy_helper.from_array(generated.values[name].decoded, "dense"))
+    dense.graph.initializer.append(tensor)
+    del dense.graph.node[0]
+    got = Executor(encoded, base_dir=base_dir).run({})["total"]
+    want = Executor(dense, base_dir=base_dir).run({})["total"]
+    np.testing.assert_array_equal(got, want)
+
+
 def verdict_of(model) -> str:
     try:
         verify_model(model)

@@ -1,0 +1,51 @@
+"""KV append equals concatenation and paged equals dense, over generated operation scripts that
+branch from old caches, hold views, mix block formats and convert blocks; every KV code is produced."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from fuzz import kvscript as K
+from fuzz.source import HypothesisSource, RandomSource
+from fuzz.strategies import profile
+
+pytestmark = pytest.mark.clause("KV-APPEND", "KV-PAGED", "KV-ATTENTION", "KV-CAPACITY")
+
+
+class KVMachine(RuleBasedStateMachine):
+    @initialize(data=st.data())
+    def start(self, data):
+        self.runner = K.KVRunner.create(HypothesisSource(data.draw))
+
+    @rule(data=st.data())
+    def step(self, data):
+        self.runner.step(HypothesisSource(data.draw))
+
+    @invariant()
+    def presents_equal_concatenations(self):
+        if hasattr(self, "runner"):
+            self.runner.check()
+
+
+TestKVMachine = KVMachine.TestCase
+TestKVMachine.settings = profile(scale=1)
+
+
+def test_every_kv_code_is_produced():
+    seen = set()
+    for seed in range(60):
+        seen.update(K.run_kv_script(RandomSource(f"kv-{seed}"), steps=10))
+    assert {code.value for code in K.KV_CODES} <= seen
+
+
+def test_a_corrupted_present_is_detected():
+    runner = K.KVRunner.create(RandomSource("corrupt"))
+    for _ in range(5):
+        runner._append(RandomSource("append"))
+    present, expected = runner.pasts[-1]
+    runner.pasts[-1] = (present, expected + 1.0) if expected.size else (present, expected[:, :, :0])
+    if expected.size:
+        with pytest.raises(K.Mismatch):
+            runner.check()
