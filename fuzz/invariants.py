@@ -28,8 +28,9 @@ import numpy as np
 
 from reference_impl import ContractError
 
-#: Packages whose frames name the origin of an exception (the code under test first).
-ORIGIN_PACKAGES = ("reference_impl", "conformance", "fuzz")
+#: Packages whose frames name the origin of an exception: the code under test first.
+ORIGIN_PACKAGES = ("reference_impl", "conformance")
+_HARNESS_FILES = ("invariants.py", "harness.py")
 
 
 class Finding(Exception):
@@ -60,29 +61,31 @@ class Limits:
 LIMITS = Limits()
 
 
-def origin(tb) -> str:
-    """``path:line:function`` of the innermost frame inside the project (else the innermost frame)."""
-    frames = traceback.extract_tb(tb) if tb is not None else []
+def _located(entries) -> str:
+    """``path:line:function`` of the innermost entry in the code under test, else of the innermost
+    entry outside this harness."""
+    def label(entry, parts, start):
+        return f"{'/'.join(parts[start:])}:{entry.lineno}:{entry.name}"
+
     for preferred in ORIGIN_PACKAGES:
-        for frame in reversed(frames):
-            parts = frame.filename.replace("\\", "/").split("/")
+        for entry in reversed(entries):
+            parts = entry.filename.replace("\\", "/").split("/")
             if preferred in parts:
-                relative = "/".join(parts[parts.index(preferred):])
-                return f"{relative}:{frame.lineno}:{frame.name}"
-    if frames:
-        frame = frames[-1]
-        return f"{os.path.basename(frame.filename)}:{frame.lineno}:{frame.name}"
+                return label(entry, parts, parts.index(preferred))
+    for entry in reversed(entries):
+        parts = entry.filename.replace("\\", "/").split("/")
+        if parts[-1] not in _HARNESS_FILES:
+            start = parts.index("fuzz") if "fuzz" in parts[:-1] else len(parts) - 1
+            return label(entry, parts, start)
     return ""
+
+
+def origin(tb) -> str:
+    return _located(traceback.extract_tb(tb)) if tb is not None else ""
 
 
 def _frame_origin(frame) -> str:
-    stack = traceback.extract_stack(frame)
-    for preferred in ORIGIN_PACKAGES:
-        for entry in reversed(stack):
-            parts = entry.filename.replace("\\", "/").split("/")
-            if preferred in parts and "invariants.py" not in parts:
-                return f"{'/'.join(parts[parts.index(preferred):])}:{entry.lineno}:{entry.name}"
-    return ""
+    return _located(traceback.extract_stack(frame))
 
 
 def _raise_hang(signum, frame):

@@ -15,12 +15,13 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import pathlib
 
 from fuzz.replay import ReplayWorker
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-REGRESSIONS = ROOT / "corpus" / "regressions"
+REGRESSIONS = pathlib.Path(os.environ.get("FUZZ_REGRESSIONS_DIR") or ROOT / "corpus" / "regressions")
 _PROFILE_BY_PREFIX = (("AFFINE_", "affine"), ("EXTERNAL_", "external-data"), ("PAYLOAD_BOTH", "external-data"),
                       ("PAYLOAD_LOCATION", "external-data"), ("BINDING_", "bindings"),
                       ("DECODER_", "structured"), ("CONSUMER_", "structured"), ("FIELD_NOT", "structured"),

@@ -109,9 +109,11 @@ class Op:
 
 
 RUNS = ("run", "reenter_run", "reenter_reset", "reenter_close")
+GRAPH_OPS = ("graph_export", "graph_export_structured", "graph_export_lowered", "graph_rename", "graph_rename_conflict",
+             "graph_rewrite_drop", "graph_stateless_failed", "graph_unknown_operator")
 OP_KINDS = ("run", "run", "run", "values", "reset", "close", "run_bad_shape", "run_override", "run_unknown",
             "run_missing", "run_wrong_dtype", "run_cancelled", "reenter_run", "reenter_reset", "reenter_close",
-            "reset_missing", "reset_unknown", "reset_incompatible", "reset_noncontiguous", "reset_borrow")
+            "reset_missing", "reset_unknown", "reset_incompatible", "reset_noncontiguous", "reset_borrow") + GRAPH_OPS
 
 
 def initial_values(src: Source, sm: StateModel) -> dict:
@@ -128,6 +130,8 @@ def gen_op(src: Source, sm: StateModel, kind: str | None = None) -> Op:
         return Op(kind, {"x": x}, inner=inner)
     if kind == "values" or kind == "close":
         return Op(kind)
+    if kind in GRAPH_OPS:
+        return gen_graph_op(src, sm, kind, x)
     if kind == "reset":
         return Op(kind, initial=initial_values(src, sm))
     if kind == "run_bad_shape" and sm.n == 1:
@@ -170,8 +174,31 @@ def gen_op(src: Source, sm: StateModel, kind: str | None = None) -> Op:
     if kind == "reset_borrow":
         name = src.choice(sm.bound)
         initial[name] = InvocationBorrow(initial[name])
-        return Op(kind, initial=initial, expected=E.STATE_UNRETAINABLE.value)
+        return Op(kind, initial=initial, expected=E.OWNERLESS_BORROW.value)
     raise ValueError(kind)
+
+
+def gen_graph_op(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    """Operations on the loaded model itself (export, rename, rewrite, stateless run, loading)."""
+    expected = {"graph_export": E.EXPORT_PERSISTENCE, "graph_export_structured": E.EXPORT_UNSUPPORTED,
+                "graph_rename_conflict": E.REWRITE_NAME_CONFLICT, "graph_rewrite_drop": E.REWRITE_DROPS_BINDING,
+                "graph_stateless_failed": E.EXECUTION_FAILED,
+                "graph_unknown_operator": E.OPERATOR_UNSUPPORTED}.get(kind)
+    feeds: dict = {"x": x}
+    if kind == "graph_rename":
+        feeds = {"old": src.choice(sm.bound + ["x", "y"]), "new": src.choice(("renamed", "a.b", "c\\d"))}
+    elif kind == "graph_rename_conflict":
+        feeds = {"old": src.choice(sm.bound + ["x", "missing"]), "new": src.choice(("y", "x", "probe_out"))}
+        if feeds["old"] == feeds["new"]:
+            feeds["old"] = "missing"
+    elif kind == "graph_rewrite_drop":
+        feeds = {"how": src.choice(("binding", "input", "output", "retype"))}
+    elif kind == "graph_stateless_failed":
+        # n == 1 broadcasts against any x, so the mismatch is put into s0 (feed checks off: the
+        # operator must fail, not the metadata check).
+        feeds = {"x": _floats(src, (sm.n + src.integer(1, 3),))} if sm.n > 1 else \
+            {"x": _floats(src, (2,)), "s0": np.zeros(3, np.float32)}
+    return Op(kind, feeds, expected=expected.value if expected else None)
 
 
 @dataclass
@@ -219,7 +246,8 @@ class Runner:
     def apply(self, op: Op) -> str:
         """Run ``op``; return its outcome ("ok" or a code) after checking it against the references."""
         before = None if self.closed else self.state.values
-        expected_code = E.STATE_CLOSED.value if self.closed and op.kind != "close" else op.expected
+        state_op = op.kind not in GRAPH_OPS and op.kind != "close"
+        expected_code = E.STATE_CLOSED.value if self.closed and state_op else op.expected
         try:
             outputs = self._do(op)
             outcome = "ok"
@@ -242,7 +270,41 @@ class Runner:
         self.check_values()
         return outcome
 
+    def _graph(self, op: Op):
+        from reference_impl import graph_utils
+
+        model = self.sm.model
+        if op.kind == "graph_export":
+            return graph_utils.export_standard(model)
+        if op.kind == "graph_export_structured":
+            structured = graph_utils.copy_model(model)
+            structured.struct_types.add(type_id=1).bit_packing.component.add(name="b", bit_width=8)
+            structured.struct_types[0].bit_packing.dimension = 1
+            return graph_utils.export_standard(structured, lower=True)
+        if op.kind == "graph_export_lowered":
+            exported = graph_utils.export_standard(model, lower=True)
+            if [list(p) for p in exported.feedback] != [[f"s{i}", f"next{i}"] for i in range(len(self.sm.updates))]:
+                raise Mismatch(f"lowered export feedback {exported.feedback}")
+            return exported
+        if op.kind.startswith("graph_rename"):
+            renamed = graph_utils.rename_value(model, op.feeds["old"], op.feeds["new"])
+            bound = [(b.input_name, b.output_name) for b in renamed.graph.persistent_bindings]
+            want = [(op.feeds["new"] if f"s{i}" == op.feeds["old"] else f"s{i}", f"next{i}")
+                    for i in range(len(self.sm.updates))]
+            if bound != want:
+                raise Mismatch(f"rename {op.feeds}: bindings {bound}, expected {want}")
+            return renamed
+        if op.kind == "graph_rewrite_drop":
+            return graph_utils.apply_rewrite(model, lambda m: _drop(m, op.feeds["how"]))
+        if op.kind == "graph_stateless_failed":
+            return self.executor.run({**dict(self.expected), **op.feeds}, check_feeds="s0" not in op.feeds)
+        broken = graph_utils.copy_model(model)
+        broken.graph.node.add(op_type="NoSuchConsumer", domain="onnx_light", input=["x"], output=["extra"])
+        return Executor(broken)
+
     def _do(self, op: Op):
+        if op.kind in GRAPH_OPS:
+            return self._graph(op)
         state = self.state
         if op.kind == "values":
             return dict(state.values)
@@ -295,13 +357,31 @@ class Runner:
             raise Mismatch(f"state management copied payloads: {counters.snapshot()}")
 
 
+def _drop(model, how: str) -> None:
+    """A rewrite that loses a binding in one of the ways the contract forbids."""
+    graph = model.graph
+    if how == "binding":
+        del graph.persistent_bindings[-1]
+    elif how == "input":
+        keep = [vi for vi in graph.input if vi.name != "s0"]
+        del graph.input[:]
+        graph.input.extend(keep)
+    elif how == "output":
+        keep = [vi for vi in graph.output if vi.name != "next0"]
+        del graph.output[:]
+        graph.output.extend(keep)
+    else:
+        graph.output[2].type.tensor_type.elem_type = dtypes.DOUBLE
+
+
 def run_script(script: Script) -> list[str]:
     runner = Runner(script.sm, script.initial)
     return [runner.apply(op) for op in script.ops]
 
 
 #: Codes the script operations produce (checked by tests/test_fuzz_state.py).
-STATE_CODES = frozenset({E.STATE_RUN_FAILED, E.STATE_FEED_OVERRIDES, E.STATE_FEED_UNKNOWN, E.STATE_FEED_MISSING,
+STATE_CODES = frozenset({E.OWNERLESS_BORROW, E.EXPORT_PERSISTENCE, E.EXPORT_UNSUPPORTED, E.REWRITE_NAME_CONFLICT,
+                         E.REWRITE_DROPS_BINDING, E.EXECUTION_FAILED, E.OPERATOR_UNSUPPORTED, E.STATE_RUN_FAILED, E.STATE_FEED_OVERRIDES, E.STATE_FEED_UNKNOWN, E.STATE_FEED_MISSING,
                          E.STATE_VALUE_INCOMPATIBLE, E.STATE_CANCELLED, E.STATE_BUSY, E.STATE_INITIAL_MISSING,
                          E.STATE_INITIAL_UNKNOWN, E.STATE_UNRETAINABLE, E.STATE_CLOSED})
 

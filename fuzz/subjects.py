@@ -111,7 +111,7 @@ def _values_agree(a: Any, b: Any) -> str | None:
     close = np.isclose(x, y, rtol=RTOL, atol=ATOL) | (np.isnan(x) & np.isnan(y))
     if close.all():
         return None
-    where = tuple(np.argwhere(~close)[0])
+    where = tuple(int(i) for i in np.argwhere(~close)[0])
     return f"value at {list(where)}: {x[where]} versus {y[where]} beyond rtol={RTOL} atol={ATOL}"
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from fuzz import gen
 from fuzz.cases import Case
 from fuzz.mutators import affine, bindings, catalogue, declarations, encoding, graph, payload  # noqa: F401
-from fuzz.mutators.base import MUTATORS, PENDING_LAYERS
+from fuzz.mutators.base import MUTATORS
 from fuzz.source import Source
 from reference_impl.errors import ErrorCode as E
 
-__all__ = ["MUTATORS", "PENDING_LAYERS", "near_valid"]
+__all__ = ["MUTATORS", "near_valid"]
 
 
 def near_valid(src: Source, generated: gen.Generated, code: E | None = None) -> Case:

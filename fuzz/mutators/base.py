@@ -26,15 +26,9 @@ REGISTERED_IDS = (2001, 1002, 1003, 1102)
 Mutator = Callable[[Source, gen.Generated], Case]
 MUTATORS: dict[E, Mutator] = {}
 
-#: Codes raised by layers whose near-valid generators live with those layers (state, execution,
-#: export, KV); ``tests/test_fuzz_mutators.py`` checks that every other code has a mutator.
-PENDING_LAYERS = frozenset({
-    E.STATE_INITIAL_MISSING, E.STATE_INITIAL_UNKNOWN, E.STATE_VALUE_INCOMPATIBLE, E.STATE_FEED_OVERRIDES,
-    E.STATE_FEED_MISSING, E.STATE_FEED_UNKNOWN, E.STATE_BUSY, E.STATE_CLOSED, E.STATE_UNRETAINABLE,
-    E.STATE_RUN_FAILED, E.STATE_CANCELLED, E.EXECUTION_FAILED, E.OPERATOR_UNSUPPORTED,
-    E.EXPORT_PERSISTENCE, E.EXPORT_UNSUPPORTED, E.REWRITE_DROPS_BINDING, E.KV_CAPACITY_INVALID,
-    E.KV_CAPACITY_EXCEEDED, E.KV_SHAPE_MISMATCH, E.KV_BLOCK_INVALID, E.ATTENTION_INPUT_INVALID,
-})
+#: Codes of the state, execution, export and KV layers are produced by operation scripts instead
+#: (``fuzz.statescript.STATE_CODES``, ``fuzz.kvscript.KV_CODES``); tests check that together they
+#: cover every ErrorCode.
 
 
 def mutator(*codes: E):

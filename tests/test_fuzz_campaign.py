@@ -1,0 +1,194 @@
+"""The campaign machinery: invariants, PNG report, minimization, triage, promotion, known issues, a
+smoke campaign, and the differential target finding an injected fault."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+
+from fuzz import plot
+from fuzz.invariants import Finding, Limits, guarded, twice
+from fuzz.known_issues import known
+from fuzz.triage import ddmin, proto_reduce
+from reference_impl import ErrorCode
+from reference_impl.errors import fail
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+REGRESSION = ROOT / "corpus" / "regressions" / "verify" / "c1acf6c98134.bin"
+
+
+def _chunks(png: bytes):
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    at = 8
+    while at < len(png):
+        (length,) = struct.unpack(">I", png[at:at + 4])
+        kind, data = png[at + 4:at + 8], png[at + 8:at + 8 + length]
+        (crc,) = struct.unpack(">I", png[at + 8 + length:at + 12 + length])
+        assert crc == zlib.crc32(kind + data) & 0xFFFFFFFF
+        yield kind, data
+        at += 12 + length
+
+
+def test_png_encoder_round_trips_pixels():
+    image = np.random.default_rng(0).integers(0, 256, (7, 5, 3), dtype=np.uint8)
+    chunks = dict(_chunks(plot.encode_png(image)))
+    width, height, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
+    assert (width, height, depth, color) == (5, 7, 8, 2)
+    rows = np.frombuffer(zlib.decompress(chunks[b"IDAT"]), np.uint8).reshape(7, 1 + 5 * 3)
+    assert not rows[:, 0].any()  # filter type 0 on every row
+    np.testing.assert_array_equal(rows[:, 1:].reshape(7, 5, 3), image)
+
+
+def test_plot_draws_the_series():
+    canvas = plot.line_plot([0, 1, 2, 3], [[0, 5, 7, 8]], width=200, height=100)
+    assert (canvas == plot.COLORS[0]).all(axis=2).sum() > 50
+
+
+def test_ddmin_keeps_the_property_and_shrinks():
+    data = bytes(range(200)) + b"needle" + bytes(range(100))
+    assert ddmin(data, lambda d: b"needle" in d) == b"needle"
+
+
+def test_proto_reduce_keeps_the_finding_and_drops_the_rest():
+    from fuzz.replay import replay
+    from reference_impl import schema
+
+    model = schema.parse_model(REGRESSION.read_bytes())
+    for index in range(5):
+        model.graph.initializer.add(name=f"dense{index}", data_type=1, dims=[1], float_data=[1.0])
+    data = model.SerializeToString()
+    signature = replay("verify", data)["signature"]
+    reduced = proto_reduce(data, lambda d: replay("verify", d).get("signature") == signature)
+    assert replay("verify", reduced)["signature"] == signature
+    assert len(reduced) < len(data) and not schema.parse_model(reduced).graph.initializer
+
+
+# ------------------------------------------------------------------------------------------ invariants
+def test_contract_errors_are_verdicts_and_other_exceptions_findings():
+    def rejected():
+        raise fail(ErrorCode.TYPE_ID_ZERO, "x", "zero")
+
+    with pytest.raises(Exception) as info:
+        guarded(rejected)
+    assert not isinstance(info.value, Finding)
+    with pytest.raises(Finding) as info:
+        guarded(lambda: {}["missing"])
+    assert info.value.kind == "unclassified" and "test_fuzz_campaign.py" in info.value.origin
+
+
+def test_memory_error_and_runaway_time_are_findings():
+    def allocate():
+        raise MemoryError("too big")
+
+    with pytest.raises(Finding) as info:
+        guarded(allocate)
+    assert info.value.kind == "memory"
+
+    def spin():
+        while True:
+            pass
+
+    with pytest.raises(Finding) as info:
+        guarded(spin, Limits(time_budget=5, hang_after=0.2))
+    assert info.value.kind == "hang" and "spin" in info.value.origin
+
+    def slow():
+        total = 0
+        for i in range(3_000_000):
+            total += i
+        return total
+
+    with pytest.raises(Finding) as info:
+        guarded(slow, Limits(time_budget=0.01, hang_after=0))
+    assert info.value.kind == "slow"
+
+
+def test_a_different_second_answer_is_a_finding():
+    answers = iter([("accept", {}), ("reject", {})])
+    with pytest.raises(Finding) as info:
+        twice(lambda: next(answers))
+    assert info.value.kind == "nondeterministic"
+
+
+def test_known_issues_match_by_function_and_strict_mode_disables_them(monkeypatch):
+    signature = "unclassified|reference_impl/payload.py:999:check_location"
+    assert known(signature) == "non-utf8-external-strings"
+    assert known("unclassified|reference_impl/payload.py:51:payload_extent") is None
+    monkeypatch.setenv("FUZZ_STRICT", "1")
+    assert known(signature) is None
+
+
+# ---------------------------------------------------------------------------------- targets in process
+@pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties"])
+def test_seeds_run_clean_through_their_target(target):
+    from fuzz.targets import load
+
+    module = load(target)
+    seeds = sorted((ROOT / "corpus" / "seeds" / target).iterdir())[:15]
+    assert seeds
+    for path in seeds:
+        module.one_input(path.read_bytes())
+
+
+# ------------------------------------------------------------------------------------- whole pipeline
+def _fuzz(*args, env=None, timeout=240):
+    environment = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "fuzz", *args], cwd=ROOT, env=environment, timeout=timeout,
+                          capture_output=True, text=True)
+
+
+def test_smoke_campaign_writes_a_report(tmp_path):
+    result = _fuzz("run", "verify", "--time", "60", "--runs", "400", "--out", str(tmp_path / "out"),
+                   "--corpus", str(tmp_path / "corpus"), "--quiet")
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["executions"] >= 400 and report["coverage_edges"] > 0
+    assert report["findings"] == []
+    assert (tmp_path / "out" / "coverage.png").read_bytes().startswith(b"\x89PNG")
+    assert "executions per second" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_differential_target_finds_an_injected_fault(tmp_path):
+    """The reference adapter with one injected fault (blocked quantization's partial last block decoded
+    with the previous block's scale): a short campaign reports a value disagreement."""
+    result = _fuzz("run", "differential", "--time", "120", "--subject", "fuzz.subjects:faulty_reference",
+                   "--fault", "blocked-tail-scale", "--stop-on-finding", "--seed", "1",
+                   "--out", str(tmp_path / "out"), "--corpus", str(tmp_path / "corpus"), "--quiet")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["findings"], result.stdout + result.stderr
+    log = (tmp_path / "out" / "logs" / "job-0.log").read_text()
+    assert "FINDING disagreement" in log and ":decode:values" in log
+
+
+def test_triage_groups_and_promote_writes_a_regression_and_a_case(tmp_path):
+    from conformance.cases import load_cases
+    from fuzz.corpus import structured_streams
+    from fuzz.mutators import MUTATORS
+
+    findings = tmp_path / "run" / "findings"
+    findings.mkdir(parents=True)
+    (findings / "crash-a").write_bytes(REGRESSION.read_bytes())
+    (findings / "crash-b").write_bytes(REGRESSION.read_bytes() + b"")
+    result = _fuzz("triage", str(tmp_path / "run"), "--target", "verify", env={"FUZZ_STRICT": "1"})
+    groups = json.loads((tmp_path / "run" / "triage.json").read_text())
+    assert len(groups) == 1 and groups[0]["signature"].endswith("check_location"), result.stdout
+    # A structure-aware near-valid input promotes into a conformance case the suite can load.
+    stream = structured_streams(0)[sorted(MUTATORS, key=lambda c: c.value).index(ErrorCode.AFFINE_AXIS_INVALID)]
+    (tmp_path / "finding.bin").write_bytes(stream)
+    regressions = tmp_path / "regressions"
+    result = _fuzz("promote", str(tmp_path / "finding.bin"), "--target", "structured",
+                   "--cases-dir", str(tmp_path / "corpus" / "cases"), env={"FUZZ_REGRESSIONS_DIR": str(regressions)})
+    assert result.returncode == 0, result.stderr
+    meta = json.loads(next((regressions / "structured").glob("*.json")).read_text())
+    assert meta["status"] == "fixed" and meta["expect"] == "AFFINE_AXIS_INVALID"
+    cases = load_cases(str(tmp_path / "corpus"))
+    assert [c.expect for c in cases] == [{"error": "AFFINE_AXIS_INVALID"}]
+    assert cases[0].id == f"Required.Fuzz.Structured.F{meta['id']}"
