@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--fault", help="differential target with fuzz.subjects:faulty_reference: FUZZ_FAULT")
     run.add_argument("--quiet", action="store_true")
     run.add_argument("--stop-on-finding", action="store_true", help="end the campaign at the first finding")
+    run.add_argument("--fail-on-finding", action="store_true", help="exit with status 1 if there are findings")
     triage = sub.add_parser("triage", help="deduplicate findings by origin and minimize them")
     triage.add_argument("directory")
     triage.add_argument("--target", help="target the findings came from (default: read from the report)")
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         from fuzz.campaign import run_campaign
 
         report = run_campaign(args)
-        return 1 if report["findings"] and args.stop_on_finding else 0
+        return 1 if report["findings"] and (args.stop_on_finding or args.fail_on_finding) else 0
     if args.command == "triage":
         from fuzz.triage import triage
 

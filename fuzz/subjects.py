@@ -48,6 +48,9 @@ def _call(adapter, fn, *args) -> Outcome:
     except Finding:
         raise
     except Exception as error:  # noqa: BLE001 - classify, or report as an unclassified exception
+        if type(error).__name__ == "TesteeFailure":  # the subprocess crashed, hung or broke the protocol
+            raise Finding("testee-crash", f"{getattr(adapter, 'name', adapter)}: {error}",
+                          f"testee:{str(error).split(':', 1)[0][:60]}") from None
         classify = getattr(adapter, "classify", None)
         mapped = classify(error) if classify else None
         if isinstance(mapped, Rejected):

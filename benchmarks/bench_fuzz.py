@@ -1,0 +1,106 @@
+"""Throughput of the fuzz targets, against a peer measured in the same run.
+
+    python benchmarks/bench_fuzz.py                      # every target, 5 s each, in process
+    python benchmarks/bench_fuzz.py --campaign 60        # plus a real atheris campaign on the verify target
+
+In process, each target replays its seed corpus round-robin against a peer doing only part of the
+work on the same inputs (protobuf parsing for raw models, case generation for structure-aware inputs,
+the oracle side alone for the differential target), so the ratio is what verification, the invariant
+checks (every input runs twice) or the second implementation cost. The campaign figure is libFuzzer's own rate on one core
+with atheris instrumentation and mutation: the number the acceptance criterion (>= 1,000 exec/s for
+the raw verify target) refers to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _rate(fn, inputs: list[bytes], seconds: float) -> tuple[float, int]:
+    count, deadline = 0, time.perf_counter() + seconds
+    start = time.perf_counter()
+    while time.perf_counter() < deadline:
+        fn(inputs[count % len(inputs)])
+        count += 1
+    return count / (time.perf_counter() - start), count
+
+
+def _seeds(target: str) -> list[bytes]:
+    return [p.read_bytes() for p in sorted((ROOT / "corpus" / "seeds" / target).iterdir())]
+
+
+def _peers() -> dict:
+    """Per target, the part of its work a peer would do anyway: parse the model, generate the case,
+    or observe the oracle alone (so the ratio is what the checks and the second side cost)."""
+    from fuzz.source import ByteSource
+    from fuzz.statescript import gen_script
+    from fuzz.targets import differential, structured
+    from reference_impl import schema
+
+    def parse(data: bytes) -> None:
+        try:
+            schema.parse_model(data)
+        except Exception:  # noqa: BLE001 - the peer only parses
+            pass
+
+    def oracle_only(data: bytes) -> None:
+        from fuzz.cases import scratch
+        from fuzz.subjects import observe
+
+        case = differential.case_for(data)
+        observe(differential.adapters()[0], case.model_bytes(), scratch().populate(case.files))
+
+    return {"verify": ("protobuf parse", parse), "structured": ("generation only", structured.build),
+            "differential": ("oracle side only", oracle_only),
+            "state": ("script generation only", lambda d: gen_script(ByteSource(d)))}
+
+
+def in_process(seconds: float) -> None:
+    from fuzz.targets import TARGETS, load
+
+    peers = _peers()
+    print(f"{'target':13s} {'inputs':>6s} {'exec/s':>8s}  {'peer':24s} {'peer exec/s':>11s} {'ratio':>7s}")
+    for name in TARGETS:
+        inputs = _seeds(name)
+        rate, _ = _rate(load(name).one_input, inputs, seconds)
+        label, peer_fn = peers.get(name, ("-", None))
+        if peer_fn is None:
+            print(f"{name:13s} {len(inputs):6d} {rate:8.0f}  {label:24s} {'-':>11s} {'-':>7s}")
+            continue
+        peer, _ = _rate(peer_fn, inputs, min(seconds, 2.0))
+        print(f"{name:13s} {len(inputs):6d} {rate:8.0f}  {label:24s} {peer:11.0f} {peer / rate:6.1f}x")
+
+
+def campaign(seconds: float) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-m", "fuzz", "run", "verify", "--time", str(seconds), "--jobs", "1",
+                   "--out", f"{tmp}/out", "--corpus", f"{tmp}/corpus", "--quiet"]
+        subprocess.run(command, cwd=ROOT, check=True)
+        report = json.loads(pathlib.Path(f"{tmp}/out/report.json").read_text())
+    print(f"\natheris campaign, verify target, 1 job, {report['seconds']} s: {report['executions']:,} executions, "
+          f"{report['exec_per_sec']:,.0f} exec/s (target >= 1,000: ratio {report['exec_per_sec'] / 1000:.1f}x), "
+          f"coverage {report['coverage_edges']} edges, findings {len(report['findings'])}, "
+          f"known-issue hits {report['known_issue_hits']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="per target, in process")
+    parser.add_argument("--campaign", type=float, default=0.0, help="also run an atheris campaign this long")
+    args = parser.parse_args()
+    in_process(args.seconds)
+    if args.campaign:
+        campaign(args.campaign)
+
+
+if __name__ == "__main__":
+    main()

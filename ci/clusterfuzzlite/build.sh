@@ -1,0 +1,25 @@
+#!/bin/bash -eu
+# Build every fuzz/*_fuzzer.py into $OUT as ClusterFuzzLite / OSS-Fuzz expect: one PyInstaller
+# executable per target, plus <name>_seed_corpus.zip, <name>.dict and <name>.options beside it.
+cd "$SRC/onnx-light-conformance"
+pip3 install ".[fuzz]"
+
+# Targets import their modules dynamically (fuzz.targets.load) and the differential target loads
+# adapters by name, so PyInstaller is told to bundle the packages whole.
+bundle=(--collect-submodules fuzz --collect-submodules reference_impl --collect-submodules conformance
+        --collect-data reference_impl --collect-data conformance --collect-data onnx --collect-data fuzz)
+
+for fuzzer in fuzz/*_fuzzer.py; do
+  name=$(basename "$fuzzer" .py)
+  target=${name%_fuzzer}
+  compile_python_fuzzer "$fuzzer" "${bundle[@]}"
+  if [ -d "corpus/seeds/$target" ]; then
+    (cd "corpus/seeds/$target" && zip -q -j "$OUT/${name}_seed_corpus.zip" ./*)
+  fi
+  dictionary=$(python3 -c "from fuzz.targets import load; print(load('$target').DICTIONARY or '')")
+  if [ -n "$dictionary" ]; then
+    cp "corpus/dict/$dictionary" "$OUT/${name}.dict"
+  fi
+  max_len=$(python3 -c "from fuzz.targets import load; print(load('$target').MAX_LEN)")
+  printf '[libfuzzer]\nmax_len = %s\ntimeout = 30\nrss_limit_mb = 4096\n' "$max_len" > "$OUT/${name}.options"
+done
