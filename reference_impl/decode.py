@@ -61,7 +61,8 @@ def decode_value(value, catalogue: Catalogue, base_dir=None, registry: DecoderRe
         raise fail(E.CONSUMER_MISSING, f"{path}.struct_type",
                    "an inline layout has no registered decoder; use generic field access (read_fields)")
     layout = compile_layout(st, catalogue, f"{path}.struct_type")
-    decoder = _registry(registry).bind(st.type_ref, layout, f"{path}.struct_type")
+    declaration, _ = catalogue.lookup(st.type_ref, f"{path}.struct_type.type_ref")
+    decoder = _registry(registry).bind(st.type_ref, layout, f"{path}.struct_type", declaration)
     return _check_logical(value, decoder.decode(layout, payload), path)
 
 

@@ -40,19 +40,30 @@ class DecoderRegistry:
         catalogue = Catalogue(declaration_catalogue)
         catalogue.check_all()
         root = schema.StructTypeProto(type_ref=type_id)
-        self._decoders[type_id] = Decoder(name, compile_layout(root, catalogue).signature(), decode)
+        declaration, _ = catalogue.lookup(type_id, "registration")
+        signature = (compile_layout(root, catalogue).signature(), _codec_identity(declaration))
+        self._decoders[type_id] = Decoder(name, signature, decode)
 
     def __contains__(self, type_id: int) -> bool:
         return type_id in self._decoders
 
-    def bind(self, type_id: int, layout: RecordLayout, path: str) -> Decoder:
+    def bind(self, type_id: int, layout: RecordLayout, path: str, declaration=None) -> Decoder:
+        """The decoder for ``type_id`` after checking the model's resolved declaration against the
+        registration: same layout, same constants, same declared decoder/encoder."""
         decoder = self._decoders.get(type_id)
         if decoder is None:
             raise fail(E.CONSUMER_MISSING, path, f"no decoder or registered consumer for type_id {type_id}")
-        if decoder.signature != layout.signature():
+        identity = _codec_identity(declaration) if declaration is not None else decoder.signature[1]
+        if decoder.signature != (layout.signature(), identity):
             raise fail(E.DECODER_MISMATCH, path,
                        f"decoder {decoder.name} was registered for a different declaration of {type_id}")
         return decoder
+
+
+def _codec_identity(declaration) -> tuple:
+    """The declared decoder and encoder functions (domain, name) of a root declaration."""
+    return tuple((fn.domain, fn.name) if declaration.HasField(field) else None
+                 for field, fn in (("decoder", declaration.decoder), ("encoder", declaration.encoder)))
 
 
 # ----------------------------------------------------------------------------- the spec's decoders

@@ -38,7 +38,7 @@ class Extent:
 
 
 def _decimal(text: str, path: str) -> int:
-    if not _DECIMAL.fullmatch(text):
+    if not isinstance(text, str) or not _DECIMAL.fullmatch(text):
         raise fail(E.EXTERNAL_NUMBER_INVALID, path, f"{text!r} is not a decimal integer")
     value = int(text)
     if value > UINT64_MAX:
@@ -48,6 +48,8 @@ def _decimal(text: str, path: str) -> int:
 
 def check_location(location: str, path: str) -> None:
     """Relative, inside the model directory, no drive, no NUL, no '..' component."""
+    if not isinstance(location, str):
+        raise fail(E.EXTERNAL_PATH_INVALID, path, "location is not valid UTF-8 text")
     if "\x00" in location:
         raise fail(E.EXTERNAL_PATH_INVALID, path, "location contains a NUL character")
     normalized = location.replace("\\", "/")
@@ -74,6 +76,8 @@ def payload_extent(value, path: str) -> Extent:
     entries: dict[str, str] = {}
     for index, entry in enumerate(value.external_data):
         entry_path = f"{path}.external_data[{index}]"
+        # proto2 does not validate strings: invalid UTF-8 reaches Python as bytes (an unknown key here,
+        # and a rejected number or location below).
         if entry.key not in _KEYS:
             raise fail(E.EXTERNAL_KEY_INVALID, entry_path, f"unknown external_data key {entry.key!r}")
         if entry.key in entries:

@@ -19,7 +19,8 @@ from reference_impl.errors import fail
 from reference_impl.structs import Catalogue, NotFixedSize, struct_kind, type_bit_size
 from reference_impl.tensors import to_array
 
-#: Upper bound on leaves per layout (diamond-shaped catalogues could otherwise expand exponentially).
+#: Upper bound on leaves, constants and visited type nodes per layout: a diamond-shaped catalogue
+#: expands once per path, so without a bound its layout could take 2**depth time and memory.
 MAX_LEAVES = 4096
 #: Upper bound on elements materialized by one read; larger requests fail with RESOURCE_LIMIT.
 MAX_READ_ELEMENTS = 1 << 31
@@ -45,6 +46,7 @@ class RecordLayout:
     record_bits: int
     leaves: dict[str, Leaf] = field(default_factory=dict)
     constants: dict[str, object] = field(default_factory=dict)  # path -> TensorProto
+    nodes_visited: int = 0
 
     @property
     def record_bytes(self) -> int:
@@ -56,10 +58,12 @@ class RecordLayout:
         return to_array(self.constants[path], path)
 
     def signature(self) -> tuple:
-        """Structural identity of the layout: leaf paths, types and positions, constant types and shapes."""
+        """Identity of the layout: leaf paths, types and bit positions, and every constant's type, shape
+        and values (changing a constant requires a new type ID, so a binding must notice)."""
         leaves = tuple((leaf.path, leaf.elem_type, leaf.width, leaf.offset, leaf.dims)
                        for leaf in self.leaves.values())
-        consts = tuple((path, tensor.data_type, tuple(tensor.dims)) for path, tensor in self.constants.items())
+        consts = tuple((path, tensor.data_type, tuple(tensor.dims), _constant_bytes(tensor, path))
+                       for path, tensor in self.constants.items())
         return (self.record_bits, leaves, consts)
 
     def read(self, payload: np.ndarray, path: str) -> np.ndarray:
@@ -68,6 +72,13 @@ class RecordLayout:
         if leaf is None:
             raise fail(E.FIELD_NOT_FOUND, path, f"no field {path!r}; fields are {sorted(self.leaves)}")
         return read_leaf(payload, self.record_bits, leaf)
+
+
+def _constant_bytes(tensor, path: str) -> bytes:
+    values = to_array(tensor, path)
+    if values.dtype == object:
+        return repr(values.tolist()).encode()
+    return np.ascontiguousarray(values).tobytes()
 
 
 def compile_layout(st, catalogue: Catalogue, path: str = "layout") -> RecordLayout:
@@ -90,7 +101,14 @@ def _add_leaf(layout: RecordLayout, leaf: Leaf, path: str) -> None:
     layout.leaves[leaf.path] = leaf
 
 
+def _visit(layout: RecordLayout, path: str) -> None:
+    layout.nodes_visited += 1
+    if layout.nodes_visited > 4 * MAX_LEAVES:
+        raise fail(E.RESOURCE_LIMIT, path, f"layout expands to more than {4 * MAX_LEAVES} type nodes")
+
+
 def _compile_struct(st, catalogue, prefix, offset, dims, layout, path) -> None:
+    _visit(layout, path)
     st, path = catalogue.resolve(st, path)
     kind = struct_kind(st)
     if kind == "array":
@@ -109,6 +127,8 @@ def _compile_struct(st, catalogue, prefix, offset, dims, layout, path) -> None:
         for index, fld in enumerate(st.structure.field):
             name = _join(prefix, fld.name)
             if fld.WhichOneof("content") == "constant":
+                if len(layout.constants) >= MAX_LEAVES:
+                    raise fail(E.RESOURCE_LIMIT, path, f"layout has more than {MAX_LEAVES} constants")
                 layout.constants[name] = fld.constant
                 continue
             field_path = f"{path}.structure.field[{index}].type"
@@ -117,6 +137,7 @@ def _compile_struct(st, catalogue, prefix, offset, dims, layout, path) -> None:
 
 
 def _compile_type(tp, catalogue, prefix, offset, dims, layout, path) -> None:
+    _visit(layout, path)
     if tp.WhichOneof("value") == "struct_type":
         _compile_struct(tp.struct_type, catalogue, prefix, offset, dims, layout, f"{path}.struct_type")
         return
@@ -157,11 +178,17 @@ def read_leaf(payload: np.ndarray, record_bits: int, leaf: Leaf) -> np.ndarray:
     fast = _read_aligned(matrix, leaf)
     if fast is not None:
         return fast.reshape(out_shape)
-    raw = read_bits(payload, _leaf_positions(record_count, record_bits, leaf), leaf.width)
+    positions = _leaf_positions(record_count, record_bits, leaf)
+    if leaf.elem_type in (dtypes.COMPLEX64, dtypes.COMPLEX128):
+        # A complex leaf is its real then imaginary float, each read as a bit field of half the width.
+        half = leaf.width // 2
+        part = dtypes.FLOAT if half == 32 else dtypes.DOUBLE
+        real = unsigned_to_leaf(read_bits(payload, positions, half), part)
+        imag = unsigned_to_leaf(read_bits(payload, positions + np.uint64(half), half), part)
+        return (real + 1j * imag).astype(dtypes.NUMPY_DTYPE[leaf.elem_type])
+    raw = read_bits(payload, positions, leaf.width)
     if leaf.elem_type is None:
         return raw
-    if leaf.elem_type in (dtypes.COMPLEX64, dtypes.COMPLEX128):
-        raise fail(E.UNSUPPORTED_LEAF, leaf.path, "complex leaves must be byte-aligned")
     return unsigned_to_leaf(raw, leaf.elem_type)
 
 

@@ -261,3 +261,78 @@ def test_inline_payload_views_are_read_only():
     assert not raw.flags.writeable
     with pytest.raises(ValueError):
         raw[0] = 1
+
+
+@pytest.mark.clause("DEC-KEYED")
+def test_registered_decoder_refuses_changed_constants_or_codec():
+    model = examples.spec_example_model()
+    decl = next(d for d in model.struct_types if d.type_id == 1003)
+    decl.structure.field[1].constant.float_data[0] = 0.5  # same fields, another format constant
+    with pytest.raises(ContractError) as info:
+        decode(model, "weight_a")
+    assert info.value.code == ErrorCode.DECODER_MISMATCH
+    model = examples.spec_example_model()
+    next(d for d in model.struct_types if d.type_id == 1003).decoder.name = "SomeOtherDecoder"
+    with pytest.raises(ContractError) as info:
+        decode(model, "weight_a")
+    assert info.value.code == ErrorCode.DECODER_MISMATCH
+
+
+@pytest.mark.clause("DECL-DEPTH", "ENC-LEAVES")
+def test_diamond_of_constant_only_groups_is_bounded():
+    """Each level references the next twice; expanding every path would take 2**depth work."""
+    from reference_impl import dtypes
+
+    declarations = []
+    constant = schema.TensorProto(data_type=dtypes.FLOAT, dims=[1], float_data=[1.0])
+    for level in range(20):
+        decl = schema.StructTypeProto(type_id=100 + level)
+        for name in ("a", "b"):
+            field = decl.structure.field.add(name=name)
+            if level == 19:
+                field.constant.CopyFrom(constant)
+            else:
+                field.type.struct_type.type_ref = 101 + level
+        declarations.append(decl)
+    root = schema.StructTypeProto(type_id=99)
+    root.structure.field.add(name="groups").type.struct_type.type_ref = 100
+    byte = root.structure.field.add(name="v").type.tensor_type
+    byte.elem_type = dtypes.UINT8
+    byte.shape.SetInParent()
+    declarations.append(root)
+    value = examples.encoded("v", 99, b"\x07\x08", None)
+    model = schema.ModelProto(ir_version=10)
+    model.struct_types.extend(declarations)
+    model.graph.encoded_initializer.append(value)
+    assert verify_model(model).encoded["v"].record_count == 2  # sizes are memoized, never expanded
+    with pytest.raises(ContractError) as info:
+        read_fields(model.graph.encoded_initializer[0], Catalogue(model.struct_types))
+    assert info.value.code == ErrorCode.RESOURCE_LIMIT
+
+
+@pytest.mark.clause("ENC-LEAVES", "ENC-BIT-ORDER")
+@pytest.mark.parametrize("elem_type,width", [(14, 64), (15, 128)])
+def test_complex_leaves_at_any_bit_offset(elem_type, width):
+    decl = schema.StructTypeProto(type_id=9)
+    pad = decl.structure.field.add(name="pad").type.struct_type.bit_packing
+    pad.component.add(name="p", bit_width=4)
+    pad.dimension = 1
+    tensor = decl.structure.field.add(name="z").type.tensor_type
+    tensor.elem_type = elem_type
+    tensor.shape.SetInParent()
+    tail = decl.structure.field.add(name="tail").type.struct_type.bit_packing
+    tail.component.add(name="t", bit_width=4)
+    tail.dimension = 1
+    part = np.float32 if width == 64 else np.float64
+    z = np.array([1.5 - 2.25j, -0.125 + 8j], dtype=np.complex64 if width == 64 else np.complex128)
+    parts = np.stack([z.real.astype(part), z.imag.astype(part)], axis=1).view(np.uint8).reshape(2, -1)
+    records = []
+    for row in parts:  # shift each record's value left by four bits, low nibble = pad
+        number = int.from_bytes(row.tobytes(), "little") << 4 | 0x5
+        records.append(number.to_bytes(width // 8 + 1, "little"))
+    model = schema.ModelProto(ir_version=10)
+    model.struct_types.append(decl)
+    model.graph.encoded_initializer.append(examples.encoded("z", 9, b"".join(records), None))
+    fields = read_fields(model.graph.encoded_initializer[0], Catalogue(model.struct_types))
+    np.testing.assert_array_equal(fields["z"], z)
+    assert fields["pad.p"].tolist() == [[5], [5]]  # (records, bit-packing dimension)

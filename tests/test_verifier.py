@@ -772,3 +772,22 @@ def _varint(n: int) -> bytes:
         out.append(byte | (0x80 if n else 0))
         if not n:
             return bytes(out)
+
+
+@pytest.mark.clause("PAY-EXTERNAL-KEYS", "PAY-EXTERNAL-EXTENT")
+@pytest.mark.parametrize("key,code", [("location", ErrorCode.EXTERNAL_PATH_INVALID),
+                                      ("length", ErrorCode.EXTERNAL_NUMBER_INVALID),
+                                      ("offset", ErrorCode.EXTERNAL_NUMBER_INVALID)])
+def test_external_strings_that_are_not_utf8_are_classified(key, code):
+    """proto2 does not validate strings, so invalid UTF-8 reaches the verifier as bytes."""
+    model = base_model()
+    entries = {"location": b"w.bin", "length": b"64", "offset": b"0"}
+    entries[key] = b"\xff\xfe"
+    value = _value(model, "weight_a")
+    value.ClearField("raw_data")
+    value.data_location = 1
+    for name, text in entries.items():
+        entry = schema.StringStringEntryProto()
+        entry.ParseFromString(b"\x0a" + bytes([len(name)]) + name.encode() + b"\x12" + bytes([len(text)]) + text)
+        value.external_data.add().CopyFrom(entry)
+    expect(model, code)
