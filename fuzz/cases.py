@@ -19,8 +19,8 @@ from dataclasses import field as _field
 
 from reference_impl import ContractError, ErrorCode, verify_model
 from reference_impl.bindings import validate_bindings
-from reference_impl.errors import fail
 from reference_impl.decode import decode, decode_value, payload_array, read_fields
+from reference_impl.errors import fail
 from reference_impl.records import compile_layout
 
 OPS = ("verify", "decode", "fields", "field", "bindings", "all")

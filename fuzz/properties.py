@@ -184,8 +184,9 @@ def encoded_and_decoded_computation_agree(generated_value):
 def executor_encoded_and_decoded_models_agree(generated, extra, data):
     """A model computing Sum(Decode(w)) over each encoded initializer gives the same result as the same
     model over dense initializers holding the decoded tensors (the oracle's executor, both ways)."""
-    from reference_impl.executor import Executor
     from onnx import numpy_helper
+
+    from reference_impl.executor import Executor
 
     value, expected, payload = extra
     value.name, expected.name, value.raw_data = "extra_affine", "extra_affine", payload

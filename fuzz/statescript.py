@@ -50,8 +50,9 @@ class StateModel:
             nxt = {}
             for index, (op, partner) in enumerate(self.updates):
                 s = values[f"s{index}"]
-                result = {"Add": lambda: s + x, "Sub": lambda: s - x, "Mul": lambda: s * x,
-                          "Identity": lambda: s, "AddState": lambda: s + values[f"s{partner}"]}[op]()
+                other = x if op in ("Add", "Sub", "Mul") else values[f"s{partner}"]
+                result = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply,
+                          "Identity": lambda a, _: a, "AddState": np.add}[op](s, other)
                 nxt[f"s{index}"] = np.asarray(result, dtype=np.float32)
                 outputs[f"next{index}"] = nxt[f"s{index}"]
         return outputs, nxt
@@ -380,9 +381,11 @@ def run_script(script: Script) -> list[str]:
 
 
 #: Codes the script operations produce (checked by tests/test_fuzz_state.py).
-STATE_CODES = frozenset({E.OWNERLESS_BORROW, E.EXPORT_PERSISTENCE, E.EXPORT_UNSUPPORTED, E.REWRITE_NAME_CONFLICT,
-                         E.REWRITE_DROPS_BINDING, E.EXECUTION_FAILED, E.OPERATOR_UNSUPPORTED, E.STATE_RUN_FAILED, E.STATE_FEED_OVERRIDES, E.STATE_FEED_UNKNOWN, E.STATE_FEED_MISSING,
-                         E.STATE_VALUE_INCOMPATIBLE, E.STATE_CANCELLED, E.STATE_BUSY, E.STATE_INITIAL_MISSING,
-                         E.STATE_INITIAL_UNKNOWN, E.STATE_UNRETAINABLE, E.STATE_CLOSED})
+STATE_CODES = frozenset({
+    E.OWNERLESS_BORROW, E.EXPORT_PERSISTENCE, E.EXPORT_UNSUPPORTED, E.REWRITE_NAME_CONFLICT, E.REWRITE_DROPS_BINDING,
+    E.EXECUTION_FAILED, E.OPERATOR_UNSUPPORTED, E.STATE_RUN_FAILED, E.STATE_FEED_OVERRIDES, E.STATE_FEED_UNKNOWN,
+    E.STATE_FEED_MISSING, E.STATE_VALUE_INCOMPATIBLE, E.STATE_CANCELLED, E.STATE_BUSY, E.STATE_INITIAL_MISSING,
+    E.STATE_INITIAL_UNKNOWN, E.STATE_UNRETAINABLE, E.STATE_CLOSED,
+})
 
 

@@ -144,8 +144,9 @@ def triage(directory: str, target: str | None = None, minimize: bool = True,
         for group in groups.values():
             data = group.pop("smallest")
             if minimize and group["signature"] != "not-reproducible":
-                wanted = group["signature"]
-                keeps = lambda d: worker.run(d).get("signature") == wanted  # noqa: E731
+                def keeps(candidate: bytes, wanted: str = group["signature"]) -> bool:
+                    return worker.run(candidate).get("signature") == wanted
+
                 if target == "verify":
                     data = proto_reduce(data, keeps, budget_seconds / 2)
                 data = ddmin(data, keeps, budget_seconds)

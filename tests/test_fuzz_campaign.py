@@ -57,17 +57,21 @@ def test_ddmin_keeps_the_property_and_shrinks():
     assert ddmin(data, lambda d: b"needle" in d) == b"needle"
 
 
-def test_proto_reduce_keeps_the_finding_and_drops_the_rest():
-    from fuzz.replay import replay
+def test_proto_reduce_keeps_the_property_and_drops_the_rest():
+    from fuzz.cases import Case, run_case
     from reference_impl import schema
 
     model = schema.parse_model(REGRESSION.read_bytes())
     for index in range(5):
         model.graph.initializer.add(name=f"dense{index}", data_type=1, dims=[1], float_data=[1.0])
     data = model.SerializeToString()
-    signature = replay("verify", data)["signature"]
-    reduced = proto_reduce(data, lambda d: replay("verify", d).get("signature") == signature)
-    assert replay("verify", reduced)["signature"] == signature
+
+    def keeps(candidate: bytes) -> bool:
+        return run_case(Case(candidate))[0].code == "EXTERNAL_PATH_INVALID"
+
+    assert keeps(data)
+    reduced = proto_reduce(data, keeps)
+    assert keeps(reduced)
     assert len(reduced) < len(data) and not schema.parse_model(reduced).graph.initializer
 
 
@@ -119,8 +123,12 @@ def test_a_different_second_answer_is_a_finding():
 
 
 def test_known_issues_match_by_function_and_strict_mode_disables_them(monkeypatch):
+    from fuzz import known_issues
+
+    monkeypatch.setattr(known_issues, "_BY_SIGNATURE",
+                        {"unclassified|reference_impl/payload.py:check_location": "example-issue"})
     signature = "unclassified|reference_impl/payload.py:999:check_location"
-    assert known(signature) == "non-utf8-external-strings"
+    assert known(signature) == "example-issue"  # line numbers do not matter
     assert known("unclassified|reference_impl/payload.py:51:payload_extent") is None
     monkeypatch.setenv("FUZZ_STRICT", "1")
     assert known(signature) is None
@@ -168,27 +176,46 @@ def test_differential_target_finds_an_injected_fault(tmp_path):
     assert "FINDING disagreement" in log and ":decode:values" in log
 
 
-def test_triage_groups_and_promote_writes_a_regression_and_a_case(tmp_path):
-    from conformance.cases import load_cases
+def _partial_record_stream() -> bytes:
     from fuzz.corpus import structured_streams
     from fuzz.mutators import MUTATORS
 
+    codes = sorted(MUTATORS, key=lambda c: c.value)
+    return structured_streams(0)[codes.index(ErrorCode.PAYLOAD_PARTIAL_RECORD)]
+
+
+def test_triage_groups_findings_by_signature_and_minimizes(tmp_path):
+    """Findings of the differential target against a subject that swaps one error code."""
+    faulty = {"FUZZ_SUBJECT": "fuzz.subjects:faulty_reference", "FUZZ_FAULT": "code-swap"}
     findings = tmp_path / "run" / "findings"
     findings.mkdir(parents=True)
-    (findings / "crash-a").write_bytes(REGRESSION.read_bytes())
-    (findings / "crash-b").write_bytes(REGRESSION.read_bytes() + b"")
-    result = _fuzz("triage", str(tmp_path / "run"), "--target", "verify", env={"FUZZ_STRICT": "1"})
+    stream = b"\x00" + _partial_record_stream()
+    (findings / "crash-a").write_bytes(stream)
+    (findings / "crash-b").write_bytes(stream + bytes(40))  # trailing bytes the generator never reads
+    result = _fuzz("triage", str(tmp_path / "run"), "--target", "differential", env=faulty)
     groups = json.loads((tmp_path / "run" / "triage.json").read_text())
-    assert len(groups) == 1 and groups[0]["signature"].endswith("check_location"), result.stdout
-    # A structure-aware near-valid input promotes into a conformance case the suite can load.
-    stream = structured_streams(0)[sorted(MUTATORS, key=lambda c: c.value).index(ErrorCode.AFFINE_AXIS_INVALID)]
+    assert len(groups) == 1, result.stdout
+    assert groups[0]["signature"] == "disagreement|reference+code-swap:verify:code"
+    assert sorted(groups[0]["files"]) == ["crash-a", "crash-b"]
+    assert groups[0]["size"] < len(stream)  # minimized while the signature holds
+
+
+def test_promote_writes_a_regression_and_a_loadable_conformance_case(tmp_path):
+    from conformance.cases import load_cases
+
+    stream = _partial_record_stream()
     (tmp_path / "finding.bin").write_bytes(stream)
     regressions = tmp_path / "regressions"
     result = _fuzz("promote", str(tmp_path / "finding.bin"), "--target", "structured",
                    "--cases-dir", str(tmp_path / "corpus" / "cases"), env={"FUZZ_REGRESSIONS_DIR": str(regressions)})
     assert result.returncode == 0, result.stderr
     meta = json.loads(next((regressions / "structured").glob("*.json")).read_text())
-    assert meta["status"] == "fixed" and meta["expect"] == "AFFINE_AXIS_INVALID"
+    assert meta["status"] == "fixed" and meta["expect"] == "PAYLOAD_PARTIAL_RECORD"
+    assert (regressions / "structured" / f"{meta['id']}.bin").read_bytes() == stream
     cases = load_cases(str(tmp_path / "corpus"))
-    assert [c.expect for c in cases] == [{"error": "AFFINE_AXIS_INVALID"}]
+    assert [c.expect for c in cases] == [{"error": "PAYLOAD_PARTIAL_RECORD"}]
     assert cases[0].id == f"Required.Fuzz.Structured.F{meta['id']}"
+    from conformance.adapters.reference import ReferenceAdapter
+    from conformance.execute import run_case
+
+    assert run_case(cases[0], ReferenceAdapter()).verdict == "passed"

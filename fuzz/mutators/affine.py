@@ -8,13 +8,13 @@ from fuzz import gen
 from fuzz.cases import Case
 from fuzz.mutators.base import (
     Work,
-    pick_affine,
     entries,
     explicit_affine,
     is_external,
     logical_shape,
     mutator,
     payload_length,
+    pick_affine,
     rank_of,
     set_entry,
 )

@@ -6,8 +6,8 @@ from fuzz import gen
 from fuzz.cases import Case
 from fuzz.mutators.base import (
     MUTATORS,
-    Site,
     UINT64_MAX,
+    Site,
     Work,
     fresh_declaration,
     kind_of,

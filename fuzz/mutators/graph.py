@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 
-
 from fuzz import layouts as L
 from fuzz.cases import Case
 from fuzz.known_issues import probe_known
