@@ -4,11 +4,11 @@
     python benchmarks/bench_fuzz.py --campaign 60        # plus a real atheris campaign on the verify target
 
 In process, each target replays its seed corpus round-robin against a peer doing only part of the
-work on the same inputs (protobuf parsing for raw models, case generation for structure-aware inputs,
+work on the same inputs (protobuf parsing for raw models, case generation for structure-aware ones,
 the oracle side alone for the differential target), so the ratio is what verification, the invariant
-checks (every input runs twice) or the second implementation cost. The campaign figure is libFuzzer's own rate on one core
-with atheris instrumentation and mutation: the number the acceptance criterion (>= 1,000 exec/s for
-the raw verify target) refers to.
+checks (every input runs twice) or the second implementation cost. The campaign figure is
+libFuzzer's own rate on one core with atheris instrumentation and mutation: the number the
+acceptance criterion (>= 1,000 exec/s for the raw verify target) refers to.
 """
 
 from __future__ import annotations

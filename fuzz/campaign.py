@@ -131,8 +131,8 @@ def run_campaign(args) -> dict:
     target = args.target
     _fuzzer_path(target)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = pathlib.Path(args.out or ROOT / "fuzz-out" / f"{target}-{stamp}")
-    corpus = pathlib.Path(args.corpus or ROOT / "fuzz-out" / "corpus" / target)
+    out = pathlib.Path(args.out or ROOT / "fuzz-runs" / f"{target}-{stamp}")
+    corpus = pathlib.Path(args.corpus or ROOT / "fuzz-runs" / "corpus" / target)
     findings = out / "findings"
     for directory in (out, corpus, findings, out / "logs", out / "stats"):
         directory.mkdir(parents=True, exist_ok=True)

@@ -22,9 +22,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--time", type=float, default=60.0, help="seconds (wall clock)")
     run.add_argument("--jobs", type=int, default=1, help="parallel fuzzing processes")
     run.add_argument("--runs", type=int, default=0, help="stop each job after this many executions (0: no limit)")
-    run.add_argument("--out", default=None, help="report directory (default fuzz-out/<target>-<time>)")
+    run.add_argument("--out", default=None, help="report directory (default fuzz-runs/<target>-<time>)")
     run.add_argument("--corpus", default=None, help="working corpus kept between runs "
-                                                    "(default fuzz-out/corpus/<target>)")
+                                                    "(default fuzz-runs/corpus/<target>)")
     run.add_argument("--no-seeds", action="store_true", help="do not read corpus/seeds/<target>")
     run.add_argument("--seed", type=int, default=0, help="libFuzzer -seed for job 0 (others add their index)")
     run.add_argument("--subject", help="differential target: adapter spec (FUZZ_SUBJECT)")

@@ -22,10 +22,13 @@ from fuzz.source import HypothesisSource
 from reference_impl.errors import ErrorCode
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+# No example database: tests must not leave state behind in the working tree.
 settings.register_profile("fuzz-ci", max_examples=15, deadline=None, suppress_health_check=_SLOW_OK,
-                          print_blob=True)
-settings.register_profile("fuzz-dev", max_examples=200, deadline=None, suppress_health_check=_SLOW_OK)
-settings.register_profile("fuzz-nightly", max_examples=5000, deadline=None, suppress_health_check=_SLOW_OK)
+                          print_blob=True, database=None)
+settings.register_profile("fuzz-dev", max_examples=200, deadline=None, suppress_health_check=_SLOW_OK,
+                          database=None)
+settings.register_profile("fuzz-nightly", max_examples=5000, deadline=None, suppress_health_check=_SLOW_OK,
+                          database=None)
 
 
 def profile(scale: float = 1.0) -> settings:
