@@ -199,6 +199,8 @@ def _report(target, args, out, corpus, findings, jobs, timeline, elapsed) -> dic
         "features": timeline[-1]["ft"] if timeline else 0, "corpus_files": _count_files(corpus),
         "findings": finding_files, "known_issue_hits": known,
         "restarts": sum(max(j.incarnations - 1, 0) for j in jobs), "corpus": str(corpus),
+        "environment": {name: value for name, value in _env(args, pathlib.Path()).items()
+                        if name in ("FUZZ_SUBJECT", "FUZZ_TESTEE", "FUZZ_FAULT", "FUZZ_STRICT", "FUZZ_PROBE_KNOWN")},
         "python": sys.version.split()[0], "timeline": timeline,
     }
     (out / "report.json").write_text(json.dumps(report, indent=1))

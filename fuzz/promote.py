@@ -32,18 +32,24 @@ def stable_id(target: str, data: bytes) -> str:
     return hashlib.sha256(target.encode() + b"\0" + data).hexdigest()[:12]
 
 
-def _target_for(path: pathlib.Path, target: str | None) -> str:
-    if target:
-        return target
+def _context(path: pathlib.Path) -> dict:
+    """The target and campaign environment recorded next to a finding (triage.json or report.json)."""
     for folder in (path.parent, path.parent.parent):
         for name in ("triage.json", "report.json"):
             candidate = folder / name
             if candidate.is_file():
                 data = json.loads(candidate.read_text())
-                found = data[0].get("target") if isinstance(data, list) and data else data.get("target")
-                if found:
-                    return found
-    raise SystemExit("cannot tell the finding's target: pass --target")
+                entry = data[0] if isinstance(data, list) and data else data
+                if isinstance(entry, dict) and entry.get("target"):
+                    return entry
+    return {}
+
+
+def _target_for(path: pathlib.Path, target: str | None) -> str:
+    target = target or _context(path).get("target")
+    if not target:
+        raise SystemExit("cannot tell the finding's target: pass --target")
+    return target
 
 
 def case_for(target: str, data: bytes):
@@ -109,7 +115,8 @@ def promote(finding: str, target: str | None = None, cases_dir: str | None = Non
     path = pathlib.Path(finding)
     data = path.read_bytes()
     target = _target_for(path, target)
-    worker = ReplayWorker(target)
+    environment = _context(path).get("environment", {})
+    worker = ReplayWorker(target, environment=environment)
     try:
         result = worker.run(data)
     finally:
@@ -124,7 +131,7 @@ def promote(finding: str, target: str | None = None, cases_dir: str | None = Non
         "id": ident, "target": target, "created": dt.date.today().isoformat(),
         "reproduces": not result.get("ok"), "kind": result.get("kind"), "signature": result.get("signature"),
         "detail": result.get("detail"), "known_issue": result.get("known"), "expect": expected, "note": note,
-        "status": status or ("open" if not result.get("ok") else "fixed"),
+        "status": status or ("open" if not result.get("ok") else "fixed"), "environment": environment,
     }
     (folder / f"{ident}.json").write_text(json.dumps(meta, indent=1) + "\n")
     case_id = f"Required.Fuzz.{target.capitalize()}.F{ident}"

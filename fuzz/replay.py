@@ -49,14 +49,16 @@ def _serve(target: str) -> None:
 class ReplayWorker:
     """A replay subprocess; a hang (``timeout`` seconds) or a crash is reported, then it restarts."""
 
-    def __init__(self, target: str, timeout: float = 30.0):
+    def __init__(self, target: str, timeout: float = 30.0, environment: dict | None = None):
         self.target = target
         self.timeout = timeout
+        self.environment = dict(environment or {})  # e.g. the campaign's FUZZ_SUBJECT / FUZZ_TESTEE
         self.process: subprocess.Popen | None = None
 
     def _spawn(self) -> None:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        env = dict(os.environ, **self.environment)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
         self.process = subprocess.Popen([sys.executable, "-m", "fuzz.replay", self.target], cwd=root, env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
 

@@ -108,13 +108,18 @@ def proto_reduce(data: bytes, keeps: Callable[[bytes], bool], budget_seconds: fl
     return data
 
 
-def _target_of(directory: pathlib.Path, target: str | None) -> str:
-    if target:
-        return target
+def _report(directory: pathlib.Path) -> dict:
     for candidate in (directory / "report.json", directory.parent / "report.json"):
         if candidate.is_file():
-            return json.loads(candidate.read_text())["target"]
-    raise SystemExit("cannot tell which target the findings came from: pass --target")
+            return json.loads(candidate.read_text())
+    return {}
+
+
+def _target_of(directory: pathlib.Path, target: str | None) -> str:
+    target = target or _report(directory).get("target")
+    if not target:
+        raise SystemExit("cannot tell which target the findings came from: pass --target")
+    return target
 
 
 def finding_files(directory: pathlib.Path) -> list[pathlib.Path]:
@@ -126,7 +131,8 @@ def triage(directory: str, target: str | None = None, minimize: bool = True,
            budget_seconds: float = 60.0) -> list[dict]:
     root = pathlib.Path(directory)
     target = _target_of(root, target)
-    worker = ReplayWorker(target)
+    environment = _report(root).get("environment", {})  # replay against the campaign's subject
+    worker = ReplayWorker(target, environment=environment)
     groups: dict[str, dict] = {}
     try:
         for path in finding_files(root):
@@ -152,7 +158,8 @@ def triage(directory: str, target: str | None = None, minimize: bool = True,
                 data = ddmin(data, keeps, budget_seconds)
             name = hashlib.sha256(target.encode() + data).hexdigest()[:12]
             (out_dir / f"{name}.bin").write_bytes(data)
-            group.update({"minimized": f"minimized/{name}.bin", "size": len(data), "target": target})
+            group.update({"minimized": f"minimized/{name}.bin", "size": len(data), "target": target,
+                          "environment": environment})
     finally:
         worker.close()
     result = sorted(groups.values(), key=lambda g: -len(g["files"]))
