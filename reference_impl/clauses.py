@@ -71,6 +71,8 @@ _CLAUSES = [
      "must be absent."),
     ("CAT-INLINE-NO-ID", "Catalogue and identity contract",
      "An inline declaration has no type_id and cannot be referenced."),
+    ("CAT-ID-CHANGE", "Catalogue and identity contract",
+     "Changing fields, constants, physical layout, decoder or encoder requires a new ID."),
     ("CAT-KINDLESS", "Catalogue and identity contract",
      "A StructTypeProto with no kind remains an unconstrained category only inside TypeProto; it is never "
      "a declaration or encoded layout."),
@@ -102,6 +104,9 @@ _CLAUSES = [
      "Unsupported ownership is rejected explicitly, never repaired by a hidden payload copy."),
     ("PAY-EXTERNAL-OWNER", "Payload and lifetime contract",
      "External mapped bytes retain their mapping owner."),
+    ("PAY-ARENA", "Payload and lifetime contract",
+     "Arena storage must remain valid through a retained allocation/owner and cannot be recycled while "
+     "referenced."),
     ("PAY-READ-ONLY", "Payload and lifetime contract",
      "Encoded inputs are read-only in the first implementation."),
     ("DEC-KEYED", "Payload and lifetime contract",
@@ -169,6 +174,9 @@ _CLAUSES = [
     ("BIND-ROOT-ONLY", "Graph-level persistence declaration",
      "Persistent bindings in control-flow subgraphs are rejected explicitly until scoped state is "
      "supported."),
+    ("BIND-SHARED-TYPE", "Whole structured inputs",
+     "The graph binding selects a whole value, with no persistent flag on the shared struct type or "
+     "encoded value; two values sharing one struct type can have different persistence bindings."),
     ("BIND-STATELESS-DEFAULT", "Graph-level persistence declaration",
      "No bindings means ordinary stateless execution."),
     ("BIND-COMPATIBLE", "Minimal rules",

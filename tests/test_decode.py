@@ -263,7 +263,7 @@ def test_inline_payload_views_are_read_only():
         raw[0] = 1
 
 
-@pytest.mark.clause("DEC-KEYED")
+@pytest.mark.clause("DEC-KEYED", "CAT-ID-CHANGE")
 def test_registered_decoder_refuses_changed_constants_or_codec():
     model = examples.spec_example_model()
     decl = next(d for d in model.struct_types if d.type_id == 1003)

@@ -124,7 +124,7 @@ def test_whole_struct_cache_retained_as_one_value():
     assert "logits" in second and "logits" not in state.values
 
 
-@pytest.mark.clause("STATE-WHOLE-STRUCT", "BIND-WHOLE")
+@pytest.mark.clause("STATE-WHOLE-STRUCT", "BIND-WHOLE", "BIND-SHARED-TYPE")
 def test_two_values_of_one_struct_type_with_different_bindings():
     state = make_state(struct_cache_model(extra_struct_input=True), {"cache": empty_cache()})
     draft = empty_cache(4)

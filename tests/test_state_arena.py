@@ -73,7 +73,7 @@ def arena_state():
     return arena_state_with(4)
 
 
-@pytest.mark.clause("ZC-RETAIN", "PAY-OWNERLESS")
+@pytest.mark.clause("ZC-RETAIN", "PAY-OWNERLESS", "PAY-ARENA")
 def test_retained_arena_output_keeps_its_region_leased(arena_state):
     arena, state = arena_state
     out = state.run({"u": np.ones(2, np.float32)})
@@ -86,7 +86,7 @@ def test_retained_arena_output_keeps_its_region_leased(arena_state):
     assert retained.tolist() == [1.0, 1.0]
 
 
-@pytest.mark.clause("ZC-OUTSTANDING", "ZC-NO-INPLACE")
+@pytest.mark.clause("ZC-OUTSTANDING", "ZC-NO-INPLACE", "PAY-ARENA")
 def test_regions_recycle_only_after_every_reference_is_gone():
     arena, state = arena_state_with(5)
     held = [state.run({"u": np.ones(2, np.float32)})["y"] for _ in range(3)]  # x = 1, 2, 3
