@@ -43,6 +43,8 @@ SCALE_TABLE = np.array([0.5, 0.25, 1.0, 2.0, 0.125, 3.0, -1.5, 0.0625, 1024.0, 0
 CODE_RANGE = {dtypes.INT8: (-128, 127), dtypes.UINT8: (0, 255), dtypes.INT4: (-8, 7),
               dtypes.UINT4: (0, 15), dtypes.INT2: (-2, 1), dtypes.UINT2: (0, 3)}
 EXTERNAL_FILE = "weights.bin"
+#: Records larger than this get a small layout instead (fuzzing wants many shapes, not big payloads).
+MAX_RECORD_BITS = 1 << 16
 
 
 # ------------------------------------------------------------------------------------ expectations
@@ -210,9 +212,16 @@ def gen_struct_value(src: Source, catalogue: L.Catalogue, name: str):
     if size == 0 or size % 8:
         root = _pad_to_bytes(root, size)
         size = L.bits(root, catalogue)
-    leaves, constants = L.leaves(root, catalogue)
+    try:
+        if size > MAX_RECORD_BITS:
+            raise L.TooLarge
+        leaves, constants = L.leaves(root, catalogue)
+    except L.TooLarge:  # references multiplied the layout: use a small one instead
+        root = L.Packing([("bits", 8)], src.integer(1, 4))
+        size = L.bits(root, catalogue)
+        leaves, constants = L.leaves(root, catalogue)
     record_bytes = size // 8
-    records = src.choice((0, 1, 1, 2, 3)) if record_bytes < 4096 else src.integer(0, 1)
+    records = src.choice((0, 1, 1, 2, 3))
     values = []
     for leaf in leaves:
         count = records * int(np.prod(leaf.shape, dtype=np.int64)) if leaf.shape else records

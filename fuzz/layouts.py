@@ -78,9 +78,17 @@ class Catalogue:
     """Declarations by ID, in the order they were generated (references point backwards)."""
 
     declarations: dict[int, Declaration] = field(default_factory=dict)
+    #: Per declaration: bit size (None when not fixed-size) and whether a string tensor is inside.
+    #: References fan out, so without these the walks would be exponential in the catalogue depth.
+    sizes: dict[int, int | None] = field(default_factory=dict)
+    strings: dict[int, bool] = field(default_factory=dict)
 
     def node(self, type_id: int) -> StructNode:
         return self.declarations[type_id].node
+
+
+class TooLarge(Exception):
+    """A layout with more leaves than a generator should pack (references multiply paths)."""
 
 
 # ------------------------------------------------------------------------------------------- sizes
@@ -105,7 +113,12 @@ def bits(node, catalogue: Catalogue) -> int:
     if isinstance(node, Structure):
         return sum(bits(f, catalogue) for _, f in node.fields)
     if isinstance(node, Ref):
-        return bits(catalogue.node(node.type_id), catalogue)
+        if node.type_id not in catalogue.sizes:
+            catalogue.sizes[node.type_id] = fixed_bits(catalogue.node(node.type_id), catalogue)
+        size = catalogue.sizes[node.type_id]
+        if size is None:
+            raise Unsized
+        return size
     raise TypeError(node)
 
 
@@ -129,7 +142,9 @@ def has_string(node, catalogue: Catalogue) -> bool:
     if isinstance(node, Structure):
         return any(has_string(item, catalogue) for _, item in node.fields)
     if isinstance(node, Ref):
-        return has_string(catalogue.node(node.type_id), catalogue)
+        if node.type_id not in catalogue.strings:
+            catalogue.strings[node.type_id] = has_string(catalogue.node(node.type_id), catalogue)
+        return catalogue.strings[node.type_id]
     return False
 
 
@@ -153,15 +168,20 @@ def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
-def leaves(node, catalogue: Catalogue, prefix: str = "", offset: int = 0, dims: tuple = ()):
-    """Leaves and constants of a byte-encodable node: (list[LeafSpec], {path: expected array})."""
+def leaves(node, catalogue: Catalogue, prefix: str = "", offset: int = 0, dims: tuple = (),
+           max_items: int = 512):
+    """Leaves and constants of a byte-encodable node: (list[LeafSpec], {path: expected array}).
+
+    Raises TooLarge beyond ``max_items`` leaves and constants."""
     found: list[LeafSpec] = []
     constants: dict[str, np.ndarray] = {}
-    _walk(node, catalogue, prefix, offset, dims, found, constants)
+    _walk(node, catalogue, prefix, offset, dims, found, constants, max_items)
     return found, constants
 
 
-def _walk(node, catalogue, prefix, offset, dims, found, constants) -> None:
+def _walk(node, catalogue, prefix, offset, dims, found, constants, max_items=512) -> None:
+    if len(found) + len(constants) > max_items:
+        raise TooLarge
     if isinstance(node, Ref):
         node = catalogue.node(node.type_id)
     if isinstance(node, Tensor):
@@ -174,7 +194,7 @@ def _walk(node, catalogue, prefix, offset, dims, found, constants) -> None:
                               dims + tuple(zip(node.dims, reversed(strides)))))
     elif isinstance(node, Array):
         _walk(node.element, catalogue, prefix, offset, dims + ((node.count, bits(node.element, catalogue)),),
-              found, constants)
+              found, constants, max_items)
     elif isinstance(node, Packing):
         stride = sum(width for _, width in node.components)
         running = 0
@@ -189,7 +209,7 @@ def _walk(node, catalogue, prefix, offset, dims, found, constants) -> None:
             if isinstance(item, Constant):
                 constants[path] = item.expected
                 continue
-            _walk(item, catalogue, path, offset + running, dims, found, constants)
+            _walk(item, catalogue, path, offset + running, dims, found, constants, max_items)
             running += bits(item, catalogue)
     else:
         raise TypeError(node)

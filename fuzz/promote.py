@@ -153,17 +153,21 @@ def promote(finding: str, target: str | None = None, cases_dir: str | None = Non
 
 
 def promote_case(case, name: str, note: str, status: str = "open", issue: str | None = None,
-                 clause: str | None = None, profile: str | None = None) -> pathlib.Path:
+                 clause: str | None = None, profile: str | None = None,
+                 fields_hex: dict[str, str] | None = None) -> pathlib.Path:
     """An oracle-level regression: a ``Case`` with the verdict a correct implementation gives
-    (``corpus/regressions/oracle/<name>.json``), plus its conformance case when text-expressible."""
+    (``corpus/regressions/oracle/<name>.json``), plus its conformance case when text-expressible.
+    ``fields_hex`` pins the exact bytes generic field access must return for some fields."""
     folder = REGRESSIONS / "oracle"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
     record = {"name": name, "note": note, "status": status, "known_issue": issue,
               "created": dt.date.today().isoformat(), "case": json.loads(case.to_json())}
+    if fields_hex:
+        record["fields_hex"] = fields_hex
     path.write_text(json.dumps(record, indent=1) + "\n")
     case_id = f"Required.Fuzz.Oracle.{name.replace('-', '_')}"
-    entry = manifest_entry(case_id, case, case.expected, note, clause, profile)
+    entry = None if fields_hex else manifest_entry(case_id, case, case.expected, note, clause, profile)
     if entry is not None:
         manifest = REGRESSIONS / "cases" / "fuzz-oracle.toml"
         manifest.parent.mkdir(parents=True, exist_ok=True)

@@ -54,10 +54,13 @@ def test_promoted_input_no_longer_finds_anything(target, path, meta):
 def test_oracle_regression_gets_the_contract_verdict(record):
     case = Case.from_json(json.dumps(record["case"]))
     try:
-        verdict, _ = guarded(lambda: run_case(case), LIMITS, record["name"])
+        verdict, outputs = guarded(lambda: run_case(case), LIMITS, record["name"])
     except Finding as finding:
         pytest.fail(f"{finding.kind}: {finding.detail}")
     assert verdict.code == case.expected, f"{case.rule}: expected {case.expected or 'accept'}, got {verdict}"
+    fields = outputs.get(case.name, {})
+    for path, wanted in record.get("fields_hex", {}).items():
+        assert fields[path].tobytes().hex() == wanted, f"field {path}: {fields[path]!r}"
 
 
 def test_open_regressions_are_known_issues():
