@@ -68,3 +68,27 @@ def test_exhausted_byte_source_still_yields_a_valid_model():
     assert isinstance(generated.model, type(schema.ModelProto()))
     verdict, _ = run_case(Case(generated.model, "all", files=generated.files))
     assert verdict.ok
+
+
+def test_generators_stay_small_when_references_fan_out():
+    """Six declarations of four references each: sizes are memoized and the record layout falls back
+    to a small one instead of packing 4**6 leaves (a campaign once hung here)."""
+    import time
+
+    from fuzz import layouts as L
+    from reference_impl import dtypes
+
+    catalogue = L.Catalogue()
+    catalogue.declarations[1] = L.Declaration(1, L.Structure([("x", L.Tensor(dtypes.UINT8, ()))]))
+    for type_id in range(2, 8):
+        fields = [(f"f{i}", L.Ref(type_id - 1)) for i in range(4)]
+        catalogue.declarations[type_id] = L.Declaration(type_id, L.Structure(fields))
+    start = time.process_time()
+    assert L.bits(L.Ref(7), catalogue) == 8 * 4**6
+    fell_back = 0
+    for seed in range(20):
+        value, expected, payload = gen.gen_struct_value(RandomSource(f"fan-out-{seed}"), catalogue, "v")
+        assert len(expected.leaves) + len(expected.constants) <= 512
+        assert len(payload) == expected.records * expected.record_bytes
+        fell_back += value.struct_type.WhichOneof("kind") == "bit_packing"
+    assert fell_back and time.process_time() - start < 5.0
