@@ -49,8 +49,9 @@ def _call(adapter, fn, *args) -> Outcome:
         raise
     except Exception as error:  # noqa: BLE001 - classify, or report as an unclassified exception
         if type(error).__name__ == "TesteeFailure":  # the subprocess crashed, hung or broke the protocol
-            raise Finding("testee-crash", f"{getattr(adapter, 'name', adapter)}: {error}",
-                          f"testee:{str(error).split(':', 1)[0][:60]}") from None
+            name = getattr(adapter, "name", adapter)
+            raise Finding("testee-crash", f"{name}: {error}",
+                          f"testee:{name}:{getattr(fn, '__name__', 'call')}") from None
         classify = getattr(adapter, "classify", None)
         mapped = classify(error) if classify else None
         if isinstance(mapped, Rejected):
@@ -143,6 +144,8 @@ FAULTS = {
                           "block's scale",
     "accept-partial-record": "accepts payloads that are not a whole number of records",
     "code-swap": "reports AFFINE_PAYLOAD_SIZE where PAYLOAD_PARTIAL_RECORD is due",
+    "native-crash": "aborts the whole process (SIGABRT) when decoding an INT4 affine value, as a crashing "
+                    "native runtime would (serve it as a subprocess testee)",
 }
 
 
@@ -169,6 +172,8 @@ class FaultyReference:
         self._faulty(lambda: self.inner.verify(model_bytes, base_dir))
 
     def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> np.ndarray:
+        if self.fault == "native-crash" and _storage_of(model_bytes, value_name) == 22:  # INT4
+            os.abort()
         result = self._faulty(lambda: self.inner.decode(model_bytes, value_name, base_dir))
         if self.fault == "blocked-tail-scale":
             result = _previous_scale_on_tail(model_bytes, value_name, result)
@@ -190,6 +195,15 @@ class FaultyReference:
                 if self.fault == "code-swap" and mapped.code == "PAYLOAD_PARTIAL_RECORD":
                     raise type(mapped)("AFFINE_PAYLOAD_SIZE", mapped.message) from None
             raise
+
+
+def _storage_of(model_bytes: bytes, name: str) -> int | None:
+    from reference_impl import schema
+
+    for value in schema.parse_model(model_bytes).graph.encoded_initializer:
+        if value.name == name and value.WhichOneof("layout") == "affine":
+            return value.affine.storage_type
+    return None
 
 
 def _previous_scale_on_tail(model_bytes: bytes, name: str, decoded: np.ndarray) -> np.ndarray:

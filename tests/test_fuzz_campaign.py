@@ -176,6 +176,18 @@ def test_differential_target_finds_an_injected_fault(tmp_path):
     assert "FINDING disagreement" in log and ":decode:values" in log
 
 
+def test_a_crashing_subprocess_testee_is_a_finding_not_a_dead_fuzzer(tmp_path):
+    """The testee aborts (SIGABRT) on INT4 values; the campaign reports it and keeps its own process."""
+    testee = f"{sys.executable} -m conformance.testee --adapter fuzz.subjects:faulty_reference"
+    _fuzz("run", "differential", "--time", "120", "--testee", testee, "--fault", "native-crash",
+          "--stop-on-finding", "--out", str(tmp_path / "out"), "--corpus", str(tmp_path / "corpus"), "--quiet",
+          env={"FUZZ_FAULT": "native-crash"})
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["findings"]
+    log = (tmp_path / "out" / "logs" / "job-0.log").read_text()
+    assert "FINDING testee-crash at testee:reference+native-crash:decode" in log
+
+
 def _partial_record_stream() -> bytes:
     from fuzz.corpus import structured_streams
     from fuzz.mutators import MUTATORS
