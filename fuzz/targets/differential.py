@@ -59,7 +59,9 @@ def one_input(data: bytes) -> None:
 
 
 def seeds() -> list[bytes]:
-    """Structured streams (even first byte) and raw models (odd first byte)."""
-    from fuzz.corpus import generated_models, structured_streams
+    """Structured streams (even first byte) and raw models (odd first byte): generated ones and the
+    models of the conformance cases."""
+    from fuzz.corpus import conformance_models, generated_models, structured_streams
 
-    return structured_streams(60, prefix=b"\x00") + [b"\x01" + m for m in generated_models(30)]
+    raw = generated_models(30) + conformance_models()
+    return structured_streams(60, prefix=b"\x00") + [b"\x01" + m for m in raw]
