@@ -180,12 +180,13 @@ def read_leaf(payload: np.ndarray, record_bits: int, leaf: Leaf) -> np.ndarray:
         return fast.reshape(out_shape)
     positions = _leaf_positions(record_count, record_bits, leaf)
     if leaf.elem_type in (dtypes.COMPLEX64, dtypes.COMPLEX128):
-        # A complex leaf is its real then imaginary float, each read as a bit field of half the width.
+        # A complex leaf is its real then imaginary float, each read as a bit field of half the width and
+        # reassembled by bit pattern (arithmetic would turn inf parts into NaN and quiet signaling NaNs).
         half = leaf.width // 2
-        part = dtypes.FLOAT if half == 32 else dtypes.DOUBLE
-        real = unsigned_to_leaf(read_bits(payload, positions, half), part)
-        imag = unsigned_to_leaf(read_bits(payload, positions + np.uint64(half), half), part)
-        return (real + 1j * imag).astype(dtypes.NUMPY_DTYPE[leaf.elem_type])
+        storage = np.uint32 if half == 32 else np.uint64
+        parts = np.stack([read_bits(payload, positions, half).astype(storage),
+                          read_bits(payload, positions + np.uint64(half), half).astype(storage)], axis=-1)
+        return np.ascontiguousarray(parts).view(dtypes.NUMPY_DTYPE[leaf.elem_type])[..., 0]
     raw = read_bits(payload, positions, leaf.width)
     if leaf.elem_type is None:
         return raw

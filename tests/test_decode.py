@@ -336,3 +336,29 @@ def test_complex_leaves_at_any_bit_offset(elem_type, width):
     fields = read_fields(model.graph.encoded_initializer[0], Catalogue(model.struct_types))
     np.testing.assert_array_equal(fields["z"], z)
     assert fields["pad.p"].tolist() == [[5], [5]]  # (records, bit-packing dimension)
+
+
+@pytest.mark.clause("ENC-LEAVES", "ENC-BIT-ORDER")
+def test_unaligned_complex_leaves_keep_their_exact_bits():
+    """Infinite and NaN parts, and signaling NaNs, come back bit for bit (no arithmetic on the parts)."""
+    decl = schema.StructTypeProto(type_id=9)
+    pad = decl.structure.field.add(name="pad").type.struct_type.bit_packing
+    pad.component.add(name="p", bit_width=4)
+    pad.dimension = 1
+    tensor = decl.structure.field.add(name="z").type.tensor_type
+    tensor.elem_type = 14
+    tensor.shape.dim.add(dim_value=3)
+    tail = decl.structure.field.add(name="tail").type.struct_type.bit_packing
+    tail.component.add(name="t", bit_width=4)
+    tail.dimension = 1
+    bits = np.array([0x3F800000, 0x7FC00000,   # 1 + NaN j
+                     0x7F800000, 0xFF800000,   # inf - inf j
+                     0x7FA00001, 0x00000001],  # signaling NaN + denormal j
+                    dtype="<u4")
+    number = int.from_bytes(bits.tobytes(), "little") << 4
+    model = schema.ModelProto(ir_version=10)
+    model.struct_types.append(decl)
+    model.graph.encoded_initializer.append(examples.encoded("z", 9, number.to_bytes(25, "little"), None))
+    z = read_fields(model.graph.encoded_initializer[0], Catalogue(model.struct_types))["z"]
+    assert z.dtype == np.complex64
+    np.testing.assert_array_equal(np.ascontiguousarray(z).view("<u4").reshape(-1), bits)
