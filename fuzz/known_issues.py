@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 
 # Issues fixed in the oracle are removed from here; their regressions stay in corpus/regressions/.
-# An empty signature tuple documents an open issue without suppressing its findings.
-# Every issue found so far has been fixed in the oracle; its regression stays in corpus/regressions/.
+# An empty signature tuple documents an open issue without suppressing its findings. Every issue found
+# so far has been fixed.
 ISSUES: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
