@@ -21,7 +21,8 @@ def _add_adapter_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapter", help="reference (default), onnxruntime, onnx-reference, module:attr or "
                                           "path/to/file.py:attr")
     parser.add_argument("--testee", help="command line of a subprocess testee (see docs/testee-protocol.md)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="per-case testee timeout in seconds")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per case (in process: the case fails "
+                        "but its call cannot be stopped; testee: per request, the process is killed)")
     parser.add_argument("--corpus", help="corpus directory (default: the repository's corpus/)")
 
 
@@ -216,7 +217,7 @@ def cmd_explain(args) -> int:
     case = _find(args.case_id, args.corpus)
     adapter = load_adapter(args.adapter, args.testee, args.timeout)
     try:
-        result = run_case(case, adapter)
+        result = run_case(case, adapter, timeout=args.timeout)
     finally:
         if hasattr(adapter, "shutdown"):
             adapter.shutdown()

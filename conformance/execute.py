@@ -2,12 +2,18 @@
 
 Nothing an adapter does can crash the runner: a ``Rejected`` or ``NotSupported`` is classified, any
 other exception fails the case with its traceback recorded.
+
+In-process adapters get a per-case timeout: the case runs on a worker thread and fails when it does
+not finish in time. Python cannot stop a thread, so the late case keeps running in the background
+(it may still hold the adapter's resources), and native code that never releases the GIL cannot be
+timed out at all. A runtime that can truly hang belongs behind the testee, whose process is killed.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -92,8 +98,32 @@ def classify(adapter: Any, exc: BaseException):
         return None
 
 
-def run_case(case: Case, adapter: Any, require_codes: bool = False) -> Result:
-    """Execute ``case`` on ``adapter`` and return its verdict."""
+def run_case(case: Case, adapter: Any, require_codes: bool = False, timeout: float | None = None) -> Result:
+    """Execute ``case`` on ``adapter`` and return its verdict, failing it after ``timeout`` seconds.
+
+    Adapters that enforce their own timeouts (``handles_timeouts = True``, like the testee) run the
+    case directly; see the module docstring for what an in-process timeout can and cannot do.
+    """
+    if not timeout or getattr(adapter, "handles_timeouts", False):
+        return _run_case(case, adapter, require_codes)
+    box: dict[str, Result] = {}
+    worker = threading.Thread(target=lambda: box.setdefault("result", _run_case(case, adapter, require_codes)),
+                              name=f"conformance case {case.id}", daemon=True)
+    start = time.perf_counter()
+    worker.start()
+    worker.join(timeout)
+    if "result" in box:
+        return box["result"]
+    result = Result(case.id, FAILED, clauses=case.clauses, profile=case.profile, level=case.level,
+                    expected=case.summary(), actual=f"still running after {timeout:g} s")
+    result.message = (f"timed out: the case did not finish within {timeout:g} s (--timeout). An in-process "
+                      "adapter cannot be interrupted; its call was left running in the background. Run a "
+                      "runtime that can hang through the testee (--testee), which kills it.")
+    result.duration = time.perf_counter() - start
+    return result
+
+
+def _run_case(case: Case, adapter: Any, require_codes: bool) -> Result:
     result = Result(case.id, FAILED, clauses=case.clauses, profile=case.profile, level=case.level)
     result.expected = case.summary()
     start = time.perf_counter()

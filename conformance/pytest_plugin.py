@@ -51,7 +51,7 @@ class CaseItem(pytest.Item):
     def runtest(self) -> None:
         from conformance.execute import FAILED, NOT_SUPPORTED, run_case
 
-        result = run_case(self.case, _adapter(self.config))
+        result = run_case(self.case, _adapter(self.config), timeout=self.config.getoption("--conformance-timeout"))
         self.user_properties.append(("verdict", result.verdict))
         if result.verdict == NOT_SUPPORTED:
             pytest.skip(f"not supported: {result.message}")

@@ -62,7 +62,8 @@ def _worker_init(config: RunConfig) -> None:
 
 
 def _worker_run(case_id: str) -> Result:
-    return run_case(_WORKER["cases"][case_id], _WORKER["adapter"], _WORKER["config"].require_codes)
+    config = _WORKER["config"]
+    return run_case(_WORKER["cases"][case_id], _WORKER["adapter"], config.require_codes, config.timeout)
 
 
 def run(cases: list[Case], config: RunConfig, adapter: Any | None = None) -> tuple[list[Result], RunInfo]:
@@ -82,7 +83,7 @@ def run(cases: list[Case], config: RunConfig, adapter: Any | None = None) -> tup
     try:
         if config.jobs <= 1 or len(cases) < 2:
             for case in cases:
-                result = run_case(case, adapter, config.require_codes)
+                result = run_case(case, adapter, config.require_codes, config.timeout)
                 results.append(result)
                 progress.update(result)
         else:

@@ -21,6 +21,8 @@ class TesteeFailure(Exception):
 
 
 class TesteeAdapter:
+    handles_timeouts = True  # every request has its own timeout and a hung process is killed
+
     def __init__(self, command: str, timeout: float = 30.0):
         self.command = command
         self.timeout = timeout
