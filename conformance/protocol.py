@@ -17,7 +17,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from conformance.values import Encoded, Struct, default_buffer_id, dtype_of
 
 PACKAGE = "onnx_light.conformance"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: Run.cancelled
 MAX_FRAME = 1 << 31
 
 _F = descriptor_pb2.FieldDescriptorProto
@@ -41,7 +41,7 @@ _MESSAGES: list[tuple[str, list]] = [
     ("ReadFields", [("model", 1, "bytes"), ("value_name", 2, "string"), ("base_dir", 3, "string")]),
     ("RoundTrip", [("model", 1, "bytes")]),
     ("OpenState", [("model", 1, "bytes"), ("initial", 2, "NamedValue*"), ("base_dir", 3, "string")]),
-    ("Run", [("state", 1, "uint64"), ("feeds", 2, "NamedValue*")]),
+    ("Run", [("state", 1, "uint64"), ("feeds", 2, "NamedValue*"), ("cancelled", 3, "bool")]),
     ("Values", [("state", 1, "uint64")]),
     ("Reset", [("state", 1, "uint64"), ("initial", 2, "NamedValue*")]),
     ("Close", [("state", 1, "uint64")]),

@@ -108,7 +108,12 @@ class Server:
     def op_run(self, body, response) -> None:
         handle = self.state(body.state)
         feeds = P.named_from_proto(body.feeds)
-        outputs = handle.run(feeds)
+        if body.cancelled:
+            if not hasattr(handle, "run_cancelled"):
+                raise NotSupported("the adapter cannot request cancellation (no run_cancelled())")
+            outputs = handle.run_cancelled(feeds)
+        else:
+            outputs = handle.run(feeds)
         response.values.SetInParent()
         P.named_to_proto(outputs, response.values.values, self.buffer_id(handle))
         P.named_to_proto(feeds, response.values.received, self.buffer_id(handle), with_data=False)

@@ -9,9 +9,15 @@ Step tables (``[[case.step]]``)::
     {op = "reset",  initial = {...}, as = "init2", error?}
     {op = "close",  error?}
     {op = "check",  ref = "r1|present", equals = <literal>}           # an outstanding view is intact
+    {op = "check",  ref = "r2|cache|blocks|0|key", layout = "affine", storage_type = 22}  # encoded layout
     {op = "identity", same = [["init|past", "v1|past"]], distinct = [["r1|y", "r2|y"]]}
     {op = "concurrent", first = {feeds = {...}}, second = {op = "run", feeds = {...}}, error = "STATE_BUSY",
      scale_feed = "iterations"}
+
+Error keys on any step: ``error`` (the code), ``also`` (codes equally justified), ``cause`` (codes a
+``STATE_RUN_FAILED`` must name in its message, each also accepted as the code itself) and ``optional``
+(the step may succeed instead; a later step must then raise the error). A run with ``cancel = true`` is
+issued with cancellation already requested (handles implement ``run_cancelled(feeds)``).
 
 A reference ``label|name[|field...]`` names a value seen at a labelled step: a run's outputs (or its
 feeds), a values() result, or the initial values given to open/reset. Literals may be ``{ref = ...}``.
@@ -26,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from conformance import values as V
-from conformance.adapters import SuiteError
+from conformance.adapters import NotSupported, SuiteError
 from conformance.execute import CaseFailure, Outcome, call, classify, compare, judge_rejection
 
 #: How long the first of two concurrent calls is given to start before the second is issued.
@@ -77,9 +83,17 @@ class Trace:
         return V.default_buffer_id(value)
 
     def judge(self, outcome: Outcome, step: dict, what: str) -> bool:
-        """True when the step succeeded (and success was expected)."""
-        expect = {"error": step["error"], "also": step.get("also", [])} if "error" in step else {}
+        """True when the step succeeded (and success was expected, or the error was ``optional``)."""
+        if step.get("optional") and outcome.rejected is None:
+            return True
+        causes = _codes(step.get("cause"))
+        expect = {"error": step["error"], "also": list(step.get("also", [])) + causes} if "error" in step else {}
         checked = judge_rejection(outcome, expect, what, self.require_codes)
+        if checked and causes and outcome.rejected.code not in causes \
+                and not any(cause in outcome.rejected.message for cause in causes):
+            raise CaseFailure(f"{what} was rejected with {outcome.rejected.code} but does not name the cause "
+                              f"({' or '.join(causes)})", expected=f"rejected because of {causes[0]}",
+                              actual=f"rejected with {outcome.rejected.code}", detail=outcome.rejected.message)
         if checked is not None:
             self.code_checked = checked if self.code_checked is not False else False
         return outcome.rejected is None
@@ -103,8 +117,11 @@ class Trace:
     def step_run(self, index: int, step: dict) -> None:
         self.need_handle(index)
         feeds = self.build(step.get("feeds"))
-        outcome = call(self.handle_with_classifier(), "run", feeds)
-        if not self.judge(outcome, step, f"step {index} (run)"):
+        method = "run_cancelled" if step.get("cancel") else "run"
+        if method == "run_cancelled" and getattr(self.handle, method, None) is None:
+            raise NotSupported("the adapter cannot request cancellation (its state handle has no run_cancelled())")
+        outcome = call(self.handle_with_classifier(), method, feeds)
+        if not self.judge(outcome, step, f"step {index} ({method})"):
             return
         outputs = outcome.value
         if not isinstance(outputs, dict):
@@ -154,7 +171,10 @@ class Trace:
 
     def step_check(self, index: int, step: dict) -> None:
         actual = self.ref(step["ref"])
-        compare(V.build(step["equals"], self.ref), actual, step, f"step {index}: {step['ref']}")
+        if "equals" in step:
+            compare(V.build(step["equals"], self.ref), actual, step, f"step {index}: {step['ref']}")
+        if "layout" in step:
+            _check_layout(actual, step, f"step {index}: {step['ref']}")
 
     def step_identity(self, index: int, step: dict) -> None:
         for group in step.get("same", []):
@@ -245,6 +265,28 @@ class _Classified:
         own = getattr(self._handle, "classify", None)
         found = own(exc) if own else None
         return found if found is not None else classify(self._adapter, exc)
+
+
+def _codes(value) -> list[str]:
+    return [] if value is None else [value] if isinstance(value, str) else list(value)
+
+
+def _check_layout(value: Any, step: dict, what: str) -> None:
+    """An encoded value's header names the expected layout (``affine`` with ``storage_type``, or
+    ``struct_type`` with ``type_ref``)."""
+    if not isinstance(value, V.Encoded):
+        raise CaseFailure(f"{what}: expected an encoded value, got {V.describe(value)}", actual=V.describe(value))
+    header = value.header
+    layout = header.WhichOneof("layout")
+    found = {"layout": layout}
+    if layout == "affine":
+        found["storage_type"] = header.affine.storage_type
+    elif layout == "struct_type" and header.struct_type.WhichOneof("kind") == "type_ref":
+        found["type_ref"] = header.struct_type.type_ref
+    wanted = {key: step[key] for key in ("layout", "storage_type", "type_ref") if key in step}
+    if any(found.get(key) != item for key, item in wanted.items()):
+        raise CaseFailure(f"{what}: encoded layout {found}, expected {wanted}", expected=str(wanted),
+                          actual=str(found))
 
 
 def _hex(value: int | None) -> str:

@@ -156,6 +156,15 @@ class ReferenceState:
         outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()})
         return {k: to_neutral(v) for k, v in outputs.items()}
 
+    def run_cancelled(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        """A run whose cancellation was requested before it started (the executor's CancelToken)."""
+        from reference_impl.executor import CancelToken
+
+        token = CancelToken()
+        token.cancel()
+        outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()}, cancel=token)
+        return {k: to_neutral(v) for k, v in outputs.items()}
+
     def values(self) -> dict[str, Any]:
         return {k: to_neutral(v) for k, v in self.state.values.items()}
 

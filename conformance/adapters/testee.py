@@ -35,6 +35,7 @@ class TesteeAdapter:
         hello = self._call("hello", None).hello
         self.name = hello.name or command
         self.version = hello.version
+        self.protocol_version = hello.protocol_version
         self._profiles = set(hello.profiles)
 
     # ------------------------------------------------------------------------------- process
@@ -172,15 +173,20 @@ class TesteeState:
         if self.adapter._generation != self.generation:
             raise TesteeFailure("the testee was restarted; this state no longer exists")
 
-    def run(self, feeds: dict) -> dict:
+    def run(self, feeds: dict, cancelled: bool = False) -> dict:
         self._check()
-        body = P.MESSAGES["Run"](state=self.state_id)
+        body = P.MESSAGES["Run"](state=self.state_id, cancelled=cancelled)
         P.named_to_proto(feeds, body.feeds)
         response = self.adapter._call("run", body)
         P.adopt_ids(feeds, response.values.received, self.ids)
         outputs = P.named_from_proto(response.values.values, self.ids)
         self._keep.append((feeds, outputs))
         return outputs
+
+    def run_cancelled(self, feeds: dict) -> dict:
+        if self.adapter.protocol_version < 2:
+            raise NotSupported("the testee speaks protocol version 1, which cannot request cancellation")
+        return self.run(feeds, cancelled=True)
 
     def values(self) -> dict:
         self._check()
