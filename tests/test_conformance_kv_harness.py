@@ -1,19 +1,78 @@
-"""The per-case timeout of in-process adapters (the harness the KV cases run in)."""
+"""Trace features the KV cases rely on (a STATE_RUN_FAILED must name its cause, errors that may come at
+open or at the first run, cancelled runs, encoded-layout checks) and the per-case timeout of
+in-process adapters."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
+from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.cases import load_cases, select
-from conformance.execute import FAILED, PASSED, run_case
+from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, run_case
 from conformance.runner import RunConfig, run
+from reference_impl import ContractError
+
+GAP = "Required.KV.PagedBlockTable.GapBetweenBlocks"
 
 
 def _case(case_id: str):
     (case,) = select(load_cases(), [case_id])
     return case
+
+
+class HidesCause(ReferenceAdapter):
+    """Reports a failed run without saying why."""
+
+    def classify(self, exc):
+        found = super().classify(exc)
+        return Rejected(found.code, "the run failed") if found is not None else None
+
+
+class ReportsCause(ReferenceAdapter):
+    """Reports the kernel's own code instead of wrapping it in STATE_RUN_FAILED."""
+
+    def classify(self, exc):
+        if isinstance(exc, ContractError) and isinstance(exc.__cause__, ContractError):
+            exc = exc.__cause__
+        return super().classify(exc)
+
+
+class RejectsAtOpen(ReferenceAdapter):
+    def __init__(self, code: str):
+        super().__init__()
+        self.code = code
+
+    def open_state(self, *args):
+        raise Rejected(self.code, "the initial cache was validated when the state opened")
+
+
+def test_a_failed_run_must_name_its_cause():
+    result = run_case(_case(GAP), HidesCause())
+    assert result.verdict == FAILED and "does not name the cause (KV_BLOCK_INVALID)" in result.message
+    assert run_case(_case(GAP), ReportsCause()).verdict == PASSED
+
+
+def test_errors_may_come_when_the_state_opens():
+    assert run_case(_case(GAP), RejectsAtOpen("KV_BLOCK_INVALID")).verdict == PASSED
+    assert run_case(_case(GAP), RejectsAtOpen("STATE_VALUE_INCOMPATIBLE")).verdict == FAILED
+    valid = run_case(_case("Required.KV.PagedFormats.Int8KeysUint8Values"), RejectsAtOpen("KV_BLOCK_INVALID"))
+    assert valid.verdict == FAILED and "should be accepted" in valid.message
+
+
+def test_cancellation_needs_the_adapter_and_protocol_to_support_it():
+    case = _case("Required.KV.PagedOwnership.CancelledAppendLeavesCache")
+    adapter = load_adapter(testee=f"{sys.executable} -m conformance.testee")
+    try:
+        assert adapter.protocol_version == 2
+        assert run_case(case, adapter).verdict == PASSED
+        adapter.protocol_version = 1  # an older testee ignores Run.cancelled: never ask it
+        result = run_case(case, adapter)
+    finally:
+        adapter.shutdown()
+    assert result.verdict == NOT_SUPPORTED and "protocol version 1" in result.message
 
 
 class Hangs(ReferenceAdapter):

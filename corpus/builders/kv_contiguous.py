@@ -1,0 +1,179 @@
+"""Contiguous KV-cache builders for failure, cancellation, shared prefixes and fixed capacities.
+
+Attention models declare the ``onnx_light.kv`` domain without using it: a runtime that serves the domain
+(the reference) then appends into spare cache capacity in place, which is what these traces probe; a
+standard runtime ignores the import. One KV head keeps a growing head-major cache contiguous. Expected
+values are NumPy formulas: Concat for present, softmax(Q K^T / sqrt(D)) V for Y, slot writes for
+TensorScatter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from conformance_corpus_builders import builder
+from conformance_corpus_builders.kv import _literal, _tensor_vi, attention_numpy
+
+
+def attention_model(heads: int, head_size: int, free_tokens: bool = False):
+    """Attention(q, k, v, past_key, past_value) with ``past_* <- present_*``."""
+    from conformance_corpus_builders.common import model
+
+    m = model("kv_contiguous")
+    m.opset_import.add(domain="onnx_light.kv", version=1)
+    g = m.graph
+    g.node.add(op_type="Attention", input=["q", "k", "v", "", "past_key", "past_value"],
+               output=["y", "present_key", "present_value"])
+    _tensor_vi(g, "q", [1, heads, "s", head_size])
+    _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else "s", head_size])
+    _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else "s", head_size])
+    for name in ("past_key", "past_value"):
+        _tensor_vi(g, name, [1, heads, "t", head_size])
+    _tensor_vi(g, "y", [1, heads, "s", head_size], output=True)
+    for name in ("present_key", "present_value"):
+        _tensor_vi(g, name, [1, heads, "t2", head_size], output=True)
+    g.persistent_bindings.add(input_name="past_key", output_name="present_key")
+    g.persistent_bindings.add(input_name="past_value", output_name="present_value")
+    return m
+
+
+class Cache:
+    """One request's K/V so far and the outputs of appending to it."""
+
+    def __init__(self, rng, heads: int, head_size: int):
+        self.rng = rng
+        self.k = self.v = np.zeros((1, heads, 0, head_size), np.float32)
+
+    def branch(self) -> Cache:
+        other = Cache.__new__(Cache)
+        other.rng, other.k, other.v = self.rng, self.k, self.v
+        return other
+
+    def step(self, label: str, count: int = 1, state: str = "main") -> dict:
+        shape = self.k.shape[:2] + (count, self.k.shape[3])
+        q, k, v = (self.rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+        self.k, self.v = np.concatenate([self.k, k], 2), np.concatenate([self.v, v], 2)
+        y = attention_numpy(q.astype(np.float64), self.k.astype(np.float64), self.v.astype(np.float64))
+        return {"op": "run", "state": state, "as": label,
+                "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v)},
+                "outputs": {"y": _literal(y.astype(np.float32)), "present_key": _literal(self.k),
+                            "present_value": _literal(self.v)}, "atol": 1e-5, "rtol": 1e-5}
+
+
+def _held(label: str, cache: Cache) -> list[dict]:
+    """Checks that the outputs returned at ``label`` still hold ``cache``'s values."""
+    return [{"op": "check", "ref": f"{label}|present_key", "equals": _literal(cache.k)},
+            {"op": "check", "ref": f"{label}|present_value", "equals": _literal(cache.v)}]
+
+
+@builder
+def kv_contiguous_atomic(scenario: str, heads: int = 1, head_size: int = 4, seed: int = 81):
+    """A prefill of three tokens and one decode step, then a run that is cancelled (``cancel``) or fails
+    (``mismatch``: K has one token, V two). The retained past is still the previous present (same
+    buffers), decoding continues from it, and earlier outputs are unchanged."""
+    rng = np.random.default_rng(seed)
+    cache = Cache(rng, heads, head_size)
+    empty = _literal(cache.k)
+    trace = [{"op": "open", "initial": {"past_key": empty, "past_value": empty}}, cache.step("r0", 3)]
+    held_r0 = cache.branch()
+    trace.append(cache.step("r1"))
+    held_r1 = cache.branch()
+    shape = (1, heads, 1, head_size)
+    q, k, v = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+    if scenario == "cancel":
+        trace.append({"op": "run", "cancel": True, "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v)},
+                      "error": "STATE_CANCELLED"})
+    else:
+        v2 = np.concatenate([v, v], axis=2)
+        trace.append({"op": "run", "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v2)},
+                      "error": "STATE_RUN_FAILED", "also": ["EXECUTION_FAILED"],
+                      "cause": ["ATTENTION_INPUT_INVALID", "KV_SHAPE_MISMATCH"]})
+    trace.append({"op": "values", "as": "after", "values": {"past_key": _literal(cache.k),
+                                                             "past_value": _literal(cache.v)}})
+    trace.append({"op": "identity", "same": [["r1|present_key", "after|past_key"],
+                                             ["r1|present_value", "after|past_value"]]})
+    trace += [cache.step("r2"), cache.step("r3")]
+    trace += _held("r0", held_r0) + _held("r1", held_r1)
+    model = attention_model(heads, head_size, free_tokens=scenario != "cancel")
+    return {"model": model, "steps": trace}
+
+
+@builder
+def kv_contiguous_branches(heads: int = 1, head_size: int = 4, seed: int = 91):
+    """s1 prefills three tokens and decodes two; s2 starts from s1's latest present (sharing its
+    buffers) and appends A; s1 then appends B to the same prefix, and both go on. A runtime that
+    appends into capacity behind a prefix someone else also extends would overwrite A with B."""
+    rng = np.random.default_rng(seed)
+    s1 = Cache(rng, heads, head_size)
+    empty = _literal(s1.k)
+    trace = [{"op": "open", "state": "s1", "initial": {"past_key": empty, "past_value": empty}},
+             s1.step("r0", 3, "s1"), s1.step("r1", 1, "s1"), s1.step("r2", 1, "s1"),
+             {"op": "open", "state": "s2", "initial": {"past_key": {"ref": "r2|present_key"},
+                                                       "past_value": {"ref": "r2|present_value"}}}]
+    shared = s1.branch()
+    s2 = s1.branch()
+    trace += [s2.step("b0", 1, "s2")]
+    held_b0 = s2.branch()
+    trace += [s1.step("r3", 1, "s1"), s2.step("b1", 1, "s2")]
+    held_r3 = s1.branch()
+    trace += [s1.step("r4", 1, "s1")]
+    trace += _held("r2", shared) + _held("b0", held_b0) + _held("r3", held_r3)
+    for name, cache in (("s1", s1), ("s2", s2)):
+        trace.append({"op": "values", "state": name, "values": {"past_key": _literal(cache.k),
+                                                                 "past_value": _literal(cache.v)}})
+    return {"model": attention_model(heads, head_size), "steps": trace}
+
+
+# ------------------------------------------------------------------------------ TensorScatter
+def scatter_model(capacity: int, heads: int, head_size: int, mode: str):
+    """TensorScatter(past, update, write_indices) (opset 24) with ``past <- present``."""
+    from conformance_corpus_builders.common import model
+
+    m = model("kv_scatter", opset=24)
+    g = m.graph
+    node = g.node.add(op_type="TensorScatter", input=["past", "update", "write_indices"], output=["present"])
+    node.attribute.add(name="mode", type=3, s=mode.encode())
+    _tensor_vi(g, "past", [1, heads, capacity, head_size])
+    _tensor_vi(g, "update", [1, heads, "n", head_size])
+    _tensor_vi(g, "write_indices", [1], elem=7)
+    _tensor_vi(g, "present", [1, heads, capacity, head_size], output=True)
+    g.persistent_bindings.add(input_name="past", output_name="present")
+    return m
+
+
+def _write(label: str | None, index: int, update: np.ndarray, present: np.ndarray | None = None, **extra) -> dict:
+    step = {"op": "run", "feeds": {"update": _literal(update),
+                                   "write_indices": {"dtype": "int64", "shape": [1], "data": [index]}}, **extra}
+    if label:
+        step["as"] = label
+    if present is not None:
+        step["outputs"] = {"present": _literal(present)}
+    return step
+
+
+@builder
+def kv_scatter_capacity(scenario: str, capacity: int = 4, heads: int = 1, head_size: int = 2):
+    """``overflow``: a two-token write that would cross the fixed capacity fails whole (no token of it
+    lands) and the cache stays as it was; ``circular``: a ring of ``capacity`` slots reused past its end,
+    every earlier output intact. Slot values are step numbers, so expected caches are hand-checkable."""
+    mode = "circular" if scenario == "circular" else "linear"
+    cache = np.zeros((1, heads, capacity, head_size), np.float32)
+    trace = [{"op": "open", "initial": {"past": _literal(cache)}}]
+    history = []
+    writes = [(0, 2), (2, 1)] if scenario == "overflow" else [(i, 1) for i in range(capacity + 2)]
+    for number, (index, count) in enumerate(writes):
+        update = np.full((1, heads, count, head_size), number + 1, np.float32)
+        cache = cache.copy()
+        cache[:, :, (index + np.arange(count)) % capacity] = update
+        trace.append(_write(f"w{number}", index, update, cache))
+        history.append((f"w{number}", cache))
+    if scenario == "overflow":
+        last = history[-1][0]
+        trace.append(_write(None, capacity - 1, np.full((1, heads, 2, head_size), 9, np.float32),
+                            error="STATE_RUN_FAILED", also=["KV_CAPACITY_EXCEEDED", "EXECUTION_FAILED"]))
+        trace.append({"op": "values", "as": "after", "values": {"past": _literal(cache)}})
+        trace.append({"op": "identity", "same": [[f"{last}|present", "after|past"]]})
+        cache = cache.copy()
+        cache[:, :, capacity - 1] = 3
+        trace.append(_write("w2", capacity - 1, np.full((1, heads, 1, head_size), 3, np.float32), cache))
+    trace += [{"op": "check", "ref": f"{label}|present", "equals": _literal(value)} for label, value in history]
+    return {"model": scatter_model(capacity, heads, head_size, mode), "steps": trace}

@@ -1,0 +1,292 @@
+"""Paged KV-cache builders: caches whose blocks are encoded in every format, invalid block tables and
+capacities, block conversion, and failure/cancellation/branching over ``onnx_light.kv.PagedAttention``.
+
+Expected outputs are softmax(Q K^T / sqrt(D)) V in float64 NumPy over the values a correct consumer
+decodes from each block (``kv_formats``), never the oracle's own output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from conformance_corpus_builders import builder
+from conformance_corpus_builders.kv import _literal, _tensor_vi, attention_numpy
+from conformance_corpus_builders.kv_formats import AFFINE, KV_DENSE_FLOAT32, SCALED_CODEBOOK2_BLOCK_32, encode
+from google.protobuf import text_format
+
+KV_BLOCK, KV_PAGED_CACHE = 3100, 3101
+#: Float32 summation order only: Y over decoded blocks versus float64 NumPy over the same values.
+DECODED_ATOL = 1e-5
+
+
+def paged_model(heads: int, head_size: int, block_size, key_format: str = "dense", value_format: str = "dense",
+                free_tokens: bool = False):
+    """PagedAttention(q, k, v, cache) -> (y, next_cache) with ``cache <- next_cache``. ``free_tokens``
+    declares k and v with independent symbolic token counts (so a mismatch reaches the kernel)."""
+    from conformance_corpus_builders.common import model
+
+    from reference_impl.kv.formats import kv_struct_types
+
+    m = model("kv_paged")
+    m.opset_import.add(domain="onnx_light.kv", version=1)
+    m.struct_types.extend(kv_struct_types())
+    g = m.graph
+    node = g.node.add(op_type="PagedAttention", domain="onnx_light.kv", input=["q", "k", "v", "cache"],
+                      output=["y", "next_cache"])
+    node.attribute.add(name="block_size", type=2, i=block_size)
+    node.attribute.add(name="key_format", type=3, s=key_format.encode())
+    node.attribute.add(name="value_format", type=3, s=value_format.encode())
+    _tensor_vi(g, "q", [1, heads, 1, head_size])
+    _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else 1, head_size])
+    _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else 1, head_size])
+    _tensor_vi(g, "y", [1, heads, 1, head_size], output=True)
+    g.input.add(name="cache").type.struct_type.type_ref = KV_PAGED_CACHE
+    g.output.add(name="next_cache").type.struct_type.type_ref = KV_PAGED_CACHE
+    g.persistent_bindings.add(input_name="cache", output_name="next_cache")
+    return m
+
+
+def _int64(value: int) -> dict:
+    return {"dtype": "int64", "shape": [], "data": [int(value)]}
+
+
+def _encoded(proto) -> dict:
+    return {"encoded": text_format.MessageToString(proto)}
+
+
+def block_literal(start: int, valid: int, key, value) -> dict:
+    return {"struct": {"start": _int64(start), "valid_length": _int64(valid), "key": _encoded(key),
+                       "value": _encoded(value)}, "type_id": KV_BLOCK}
+
+
+def cache_literal(blocks: list[dict], length: int) -> dict:
+    return {"struct": {"blocks": {"sequence": blocks}, "length": _int64(length)}, "type_id": KV_PAGED_CACHE}
+
+
+EMPTY_CACHE = cache_literal([], 0)
+
+
+class Tokens:
+    """The float values a cache holds, in order, and the expected attention of a new query over them."""
+
+    def __init__(self, rng, heads: int, head_size: int):
+        self.rng, self.heads, self.head_size = rng, heads, head_size
+        self.keys: list[np.ndarray] = []  # each [H, n, D]
+        self.values: list[np.ndarray] = []
+
+    def draw(self, count: int = 1) -> tuple[np.ndarray, ...]:
+        shape = (1, self.heads, count, self.head_size)
+        return tuple(self.rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+
+    def extend(self, k: np.ndarray, v: np.ndarray) -> None:
+        self.keys.append(k[0])
+        self.values.append(v[0])
+
+    def branch(self) -> Tokens:
+        other = Tokens(self.rng, self.heads, self.head_size)
+        other.keys, other.values = list(self.keys), list(self.values)
+        return other
+
+    def attend(self, q: np.ndarray) -> np.ndarray:
+        k = np.concatenate(self.keys, axis=1)[None].astype(np.float64)
+        v = np.concatenate(self.values, axis=1)[None].astype(np.float64)
+        return attention_numpy(q.astype(np.float64), k, v).astype(np.float32)
+
+
+def run_step(label: str, q, k, v, y, state: str = "main", atol: float = DECODED_ATOL, **extra) -> dict:
+    return {"op": "run", "state": state, "as": label, "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v)},
+            "outputs": {"y": _literal(y)}, "atol": atol, "rtol": 1e-5, **extra}
+
+
+def layout_check(ref: str, fmt: str) -> dict:
+    """A check that ``ref`` is encoded in block format ``fmt``."""
+    name = fmt.partition("/")[0]
+    if name in AFFINE:
+        return {"op": "check", "ref": ref, "layout": "affine", "storage_type": AFFINE[name][0]}
+    type_ref = KV_DENSE_FLOAT32 if name == "dense" else SCALED_CODEBOOK2_BLOCK_32
+    return {"op": "check", "ref": ref, "layout": "struct_type", "type_ref": type_ref}
+
+
+# ------------------------------------------------------------------------------------ decoding
+@builder
+def kv_paged_formats(blocks: list, heads: int = 2, head_size: int = 8, block_size: int = 4, steps: int = 2,
+                     seed: int = 31):
+    """An initial cache whose blocks are already encoded, one ``"key:value[@valid]"`` format pair per
+    block (``@valid`` < block_size: the payload holds more physical slots than valid tokens). Each run
+    appends one dense token; Y is attention over every block's decoded valid tokens. The retained cache
+    keeps the caller's block payloads (no copy of unchanged blocks)."""
+    rng = np.random.default_rng(seed)
+    tokens = Tokens(rng, heads, head_size)
+    table, start = [], 0
+    for spec in blocks:
+        pair, _, valid = spec.partition("@")
+        key_format, value_format = pair.split(":")
+        valid = int(valid) if valid else block_size
+        k = rng.standard_normal((block_size, heads, head_size)).astype(np.float32)
+        v = rng.standard_normal((block_size, heads, head_size)).astype(np.float32)
+        (key, k_decoded), (value, v_decoded) = encode(k, key_format), encode(v, value_format)
+        table.append(block_literal(start, valid, key, value))
+        tokens.extend(k_decoded[:valid].transpose(1, 0, 2)[None], v_decoded[:valid].transpose(1, 0, 2)[None])
+        start += valid
+    trace = [{"op": "open", "as": "init", "initial": {"cache": cache_literal(table, start)}}]
+    for step in range(steps):
+        q, k, v = tokens.draw()
+        tokens.extend(k, v)
+        trace.append(run_step(f"r{step}", q, k, v, tokens.attend(q)))
+    trace.append({"op": "values", "as": "end", "names": ["cache"]})
+    trace.append({"op": "identity", "same": [[f"init|cache|blocks|{i}|{part}", f"end|cache|blocks|{i}|{part}"]
+                                             for i in range(len(blocks)) for part in ("key", "value")]})
+    return {"model": paged_model(heads, head_size, block_size), "steps": trace}
+
+
+# ---------------------------------------------------------------------------------- conversion
+@builder
+def kv_paged_convert(key_format: str, value_format: str, heads: int = 2, head_size: int = 8, block_size: int = 4,
+                     steps: int = 9, seed: int = 41):
+    """One token per call; each block that fills is converted to ``key_format``/``value_format``. Y is
+    checked against attention over the blocks encoded here as docs/kv.md describes the formats, within
+    twice the error those encodings cause against the float cache (so any encoding of the format at
+    least as accurate passes); the sealed blocks must carry the requested layouts."""
+    rng = np.random.default_rng(seed)
+    floats = Tokens(rng, heads, head_size)
+    runs, worst = [], 0.0
+    for step in range(steps):
+        q, k, v = floats.draw()
+        floats.extend(k, v)
+        quantized = _sealed(floats, block_size, key_format, value_format)
+        y = quantized.attend(q)
+        worst = max(worst, float(np.max(np.abs(y.astype(np.float64) - floats.attend(q)))))
+        runs.append((f"r{step}", q, k, v, y))
+    atol = 2 * worst + DECODED_ATOL
+    trace = [{"op": "open", "initial": {"cache": EMPTY_CACHE}}]
+    trace += [run_step(*run, atol=atol) for run in runs]
+    trace.append({"op": "values", "as": "end", "names": ["cache"]})
+    for index in range(steps // block_size):
+        trace.append(layout_check(f"end|cache|blocks|{index}|key", key_format))
+        trace.append(layout_check(f"end|cache|blocks|{index}|value", value_format))
+    model = paged_model(heads, head_size, block_size, key_format, value_format)
+    return {"model": model, "steps": trace, "atol": atol}
+
+
+def _sealed(floats: Tokens, block_size: int, key_format: str, value_format: str) -> Tokens:
+    """The decoded cache after sealing every full block (token by token, as the appends happen)."""
+    k = np.concatenate(floats.keys, axis=1)  # [H, T, D]
+    v = np.concatenate(floats.values, axis=1)
+    out = floats.branch()
+    out.keys, out.values = [], []
+    for begin in range(0, k.shape[1], block_size):
+        kb, vb = k[:, begin:begin + block_size], v[:, begin:begin + block_size]
+        if kb.shape[1] == block_size:
+            kb = encode(kb.transpose(1, 0, 2), key_format)[1].transpose(1, 0, 2)
+            vb = encode(vb.transpose(1, 0, 2), value_format)[1].transpose(1, 0, 2)
+        out.keys.append(kb)
+        out.values.append(vb)
+    return out
+
+
+# ------------------------------------------------------------------------------ invalid inputs
+#: fault -> block table as (start, valid, key slots, value slots, key heads), and the length field
+#: (None: the sum of valid tokens)
+_TABLES = {
+    "gap": ([(0, 4, 4, 4, 2), (5, 4, 4, 4, 2)], None),
+    "overlap": ([(0, 4, 4, 4, 2), (3, 4, 4, 4, 2)], None),
+    "negative_start": ([(-1, 4, 4, 4, 2)], None),
+    "zero_valid": ([(0, 4, 4, 4, 2), (4, 0, 4, 4, 2)], None),
+    "valid_beyond_slots": ([(0, 5, 4, 4, 2)], None),
+    "length_mismatch": ([(0, 4, 4, 4, 2), (4, 3, 4, 4, 2)], 8),
+    "key_value_slots_differ": ([(0, 2, 4, 2, 2)], None),
+    "wrong_heads": ([(0, 4, 4, 4, 3)], None),
+    "slots_exceed_block_size": ([(0, 8, 8, 8, 2)], None),
+    "dense_payload_short": ([(0, 4, 4, 4, 2)], None),
+    "affine_payload_short": ([(0, 4, 4, 4, 2)], None),
+}
+#: fault -> (key format, payload bytes cut from the end of the key block)
+_SHORT = {"dense_payload_short": ("dense", 4), "affine_payload_short": ("int8", 1)}
+
+
+@builder
+def kv_paged_invalid(fault: str, code: str, also: list | None = None, block_size: int = 4,
+                     key_format: str = "dense", value_format: str = "dense", heads: int = 2, head_size: int = 4,
+                     seed: int = 51):
+    """A cache or attribute that violates the paged-cache contract (``fault`` "none": only the model's
+    attributes are wrong). The runtime may reject it when the state is opened or at the first run (as
+    STATE_RUN_FAILED naming ``code``); either way nothing is published: the initial cache stays."""
+    rng = np.random.default_rng(seed)
+    table, length = _TABLES.get(fault, ([], None))
+    block_format, cut = _SHORT.get(fault, ("dense", 0))
+    blocks = []
+    for start, valid, key_slots, value_slots, key_heads in table:
+        key, _ = encode(rng.standard_normal((key_slots, key_heads, head_size)).astype(np.float32), block_format)
+        value, _ = encode(rng.standard_normal((value_slots, heads, head_size)).astype(np.float32), "dense")
+        key.raw_data = key.raw_data[:len(key.raw_data) - cut]
+        blocks.append(block_literal(start, valid, key, value))
+    total = sum(row[1] for row in table) if length is None else length
+    causes = [code, *(also or [])]
+    q, k, v = (rng.standard_normal((1, heads, 1, head_size)).astype(np.float32) for _ in range(3))
+    trace = [{"op": "open", "as": "init", "initial": {"cache": cache_literal(blocks, total)}, "error": code,
+              "also": causes[1:], "optional": True},
+             {"op": "run", "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v)},
+              "error": "STATE_RUN_FAILED", "cause": causes},
+             {"op": "values", "as": "after", "names": ["cache"]}]
+    if blocks:
+        trace.append({"op": "identity", "same": [["init|cache|blocks|0|key", "after|cache|blocks|0|key"]]})
+    model = paged_model(heads, head_size, block_size, key_format, value_format)
+    return {"model": model, "steps": trace}
+
+
+# -------------------------------------------------------------------- failure, cancellation, views
+@builder
+def kv_paged_atomic(scenario: str, heads: int = 2, head_size: int = 4, block_size: int = 4, seed: int = 61):
+    """Three tokens, then a run that fails (``mismatch``: K and V carry different token counts) or is
+    cancelled (``cancel``) exactly where the block would fill. The retained cache is the previous one
+    (same block payloads) and the next runs continue from it as if the bad call never happened."""
+    rng = np.random.default_rng(seed)
+    tokens = Tokens(rng, heads, head_size)
+    trace = [{"op": "open", "initial": {"cache": EMPTY_CACHE}}]
+    for step in range(3):
+        q, k, v = tokens.draw()
+        tokens.extend(k, v)
+        trace.append(run_step(f"r{step}", q, k, v, tokens.attend(q)))
+    q, k, v = tokens.draw()
+    if scenario == "cancel":
+        trace.append({"op": "run", "cancel": True, "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v)},
+                      "error": "STATE_CANCELLED"})
+    else:
+        v2 = np.concatenate([v, v], axis=2)
+        trace.append({"op": "run", "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v2)},
+                      "error": "STATE_RUN_FAILED", "cause": ["KV_SHAPE_MISMATCH", "ATTENTION_INPUT_INVALID"]})
+    trace.append({"op": "values", "as": "after", "names": ["cache"]})
+    trace.append({"op": "identity", "same": [["r2|next_cache|blocks|0|key", "after|cache|blocks|0|key"],
+                                             ["r2|next_cache|blocks|0|value", "after|cache|blocks|0|value"]]})
+    for step in range(3, 6):
+        q, k, v = tokens.draw()
+        tokens.extend(k, v)
+        trace.append(run_step(f"r{step}", q, k, v, tokens.attend(q)))
+    return {"model": paged_model(heads, head_size, block_size, free_tokens=True), "steps": trace}
+
+
+@builder
+def kv_paged_branches(heads: int = 2, head_size: int = 4, block_size: int = 4, seed: int = 71):
+    """Three requests share one cache value: s1 decodes three tokens; s2 starts from s1's latest cache
+    and appends A; s1 then appends B to the same value; s3 starts from that value again at the end.
+    Each sees only its own tokens: an append never writes where a held or retained value can see
+    (dense blocks keep their payload when sealed, so an in-place overwrite would show in s2's Y)."""
+    rng = np.random.default_rng(seed)
+    s1 = Tokens(rng, heads, head_size)
+    trace = [{"op": "open", "state": "s1", "initial": {"cache": EMPTY_CACHE}}]
+    for step in range(3):
+        q, k, v = s1.draw()
+        s1.extend(k, v)
+        trace.append(run_step(f"r{step}", q, k, v, s1.attend(q), state="s1"))
+    shared = s1.branch()
+    s2 = shared.branch()
+    trace.append({"op": "open", "state": "s2", "initial": {"cache": {"ref": "r2|next_cache"}}})
+    for label, branch, state in (("b0", s2, "s2"), ("r3", s1, "s1"), ("b1", s2, "s2"), ("r4", s1, "s1")):
+        q, k, v = branch.draw()
+        branch.extend(k, v)
+        trace.append(run_step(label, q, k, v, branch.attend(q), state=state))
+    s3 = shared.branch()
+    trace.append({"op": "open", "state": "s3", "initial": {"cache": {"ref": "r2|next_cache"}}})
+    q, k, v = s3.draw()
+    s3.extend(k, v)
+    trace.append(run_step("c0", q, k, v, s3.attend(q), state="s3"))
+    return {"model": paged_model(heads, head_size, block_size), "steps": trace}

@@ -1,0 +1,157 @@
+"""KV conformance cases: the reference passes them in process and through the testee, the peers pass
+or answer "not supported", injected KV faults are caught, and the builders' format arithmetic agrees
+with onnx's DequantizeLinear and the spec's codebook example."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from conformance.adapters import load_adapter
+from conformance.adapters.reference import ReferenceAdapter
+from conformance.cases import builders, load_cases, select
+from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, run_case
+from reference_impl.clauses import CLAUSES
+from reference_impl.errors import ErrorCode
+
+KV = ["Required.KV", "Recommended.KV"]
+CASES = select(load_cases(), KV)
+NEW_TOPICS = ("PagedFormats", "PagedConversion", "PagedBlockTable", "PagedCapacity", "PagedOwnership", "Capacity")
+
+
+def _verdicts(adapter, patterns=KV) -> dict:
+    return {case.id: run_case(case, adapter) for case in select(load_cases(), patterns)}
+
+
+def _failed(results: dict) -> list[str]:
+    return sorted(case_id for case_id, r in results.items() if r.verdict == FAILED)
+
+
+# ---------------------------------------------------------------------------------- catalogue
+def test_kv_cases_cover_the_topics_cite_clauses_and_say_where_expectations_come_from():
+    topics = {case.id.split(".")[2] for case in CASES}
+    assert set(NEW_TOPICS) <= topics
+    codes = {code.value for code in ErrorCode}
+    for case in CASES:
+        assert case.clauses and set(case.clauses) <= set(CLAUSES), case.id
+        assert case.expectation_source in ("numpy", "hand"), case.id
+        for step in case.extras()["steps"]:
+            cause = step.get("cause", [])
+            assert set([step.get("error", "STATE_BUSY"), *step.get("also", []), *cause]) <= codes, case.id
+    formats = " ".join(str(case.args) for case in CASES)
+    for name in ("int8", "uint8", "int4", "uint4", "int2", "uint2", "codebook2"):
+        assert f"'{name}" in formats or f"{name}:" in formats, name
+
+
+# ---------------------------------------------------------------------------------- execution
+def test_reference_passes_every_kv_case_in_process():
+    results = _verdicts(ReferenceAdapter())
+    assert all(r.verdict == PASSED for r in results.values()), [(k, r.message) for k, r in results.items()
+                                                                 if r.verdict != PASSED]
+
+
+def test_reference_passes_every_kv_case_through_the_testee():
+    adapter = load_adapter(testee=f"{sys.executable} -m conformance.testee")
+    try:
+        results = _verdicts(adapter)
+    finally:
+        adapter.shutdown()
+    assert all(r.verdict == PASSED for r in results.values()), [(k, r.message) for k, r in results.items()
+                                                                 if r.verdict != PASSED]
+
+
+@pytest.mark.parametrize("peer", ["onnx-reference", "onnxruntime"])
+def test_peers_pass_or_do_not_support_the_new_kv_cases(peer):
+    if peer == "onnxruntime":
+        pytest.importorskip("onnxruntime")
+    results = _verdicts(load_adapter(peer), [f"*.KV.{topic}.*" for topic in NEW_TOPICS] + ["Required.KV.Contiguous"])
+    assert _failed(results) == []
+    verdicts = {case_id: r.verdict for case_id, r in results.items()}
+    assert verdicts["Required.KV.Contiguous.CancelledAppendLeavesCache"] == NOT_SUPPORTED  # no cancellation
+    assert verdicts["Required.KV.Contiguous.BranchesFromASharedPrefix"] == PASSED
+    assert {v for k, v in verdicts.items() if ".Paged" in k} == {NOT_SUPPORTED}
+
+
+# ------------------------------------------------------------------------------ injected faults
+def test_in_place_append_behind_a_shared_prefix_is_caught(monkeypatch):
+    """Appending into spare capacity whenever it fits, ignoring who else extends the same prefix."""
+    from reference_impl.kv import contiguous
+
+    def naive(storage, past, needed):
+        if storage is None or not storage.is_prefix_view(past) or needed > storage.capacity:
+            return False
+        storage.claimed = needed
+        return True
+
+    monkeypatch.setattr(contiguous, "_claim_in_place", naive)
+    assert _failed(_verdicts(ReferenceAdapter(), ["*.KV.*.Branches*"])) == [
+        "Required.KV.Contiguous.BranchesFromASharedPrefix", "Required.KV.PagedOwnership.BranchesFromAHeldCache"]
+
+
+def test_ignored_cancellation_is_caught():
+    class IgnoresCancel(ReferenceAdapter):
+        def open_state(self, *args):
+            handle = super().open_state(*args)
+            handle.run_cancelled = handle.run
+            return handle
+
+    assert _failed(_verdicts(IgnoresCancel(), ["*.KV.*.Cancelled*"])) == [
+        "Required.KV.Contiguous.CancelledAppendLeavesCache", "Required.KV.PagedOwnership.CancelledAppendLeavesCache"]
+
+
+def test_dropped_zero_points_and_skipped_conversion_are_caught(monkeypatch):
+    from reference_impl import affine
+    from reference_impl.kv import paged
+
+    dequantize = affine.dequantize
+    monkeypatch.setattr(affine, "dequantize", lambda codes, st, scale, zp, *rest: dequantize(codes, st, scale,
+                                                                                              None, *rest))
+    caught = _failed(_verdicts(ReferenceAdapter(), ["Required.KV.PagedFormats"]))
+    assert caught == sorted(c.id for c in select(load_cases(), ["Required.KV.PagedFormats"]))  # all use uint*
+    monkeypatch.setattr(affine, "dequantize", dequantize)
+    monkeypatch.setattr(paged, "seal", lambda block, *args: block)  # full blocks stay dense
+    results = _verdicts(ReferenceAdapter(), ["Recommended.KV.PagedConversion"])
+    assert all(r.verdict == FAILED and "encoded layout" in r.message for r in results.values())
+
+
+# --------------------------------------------------------------------------- builder arithmetic
+@pytest.mark.parametrize("fmt", ["int8", "uint8", "int4", "uint4", "int2", "uint2", "int4/4", "uint2/2"])
+def test_affine_blocks_decode_as_onnx_dequantize_linear(fmt):
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    builders()  # loads the builder package
+    from conformance_corpus_builders.kv_formats import AFFINE, dequantize_affine, encode
+
+    x = np.random.default_rng(3).standard_normal((3, 2, 8)).astype(np.float32) * 2
+    value, decoded = encode(x, fmt)
+    layout = value.affine
+    data_type = AFFINE[fmt.partition("/")[0]][0]
+    inputs = [helper.make_tensor("codes", data_type, x.shape, vals=value.raw_data, raw=True),
+              numpy_helper.from_array(np.frombuffer(layout.scale.raw_data, "<f4").reshape(layout.scale.dims), "s")]
+    if layout.HasField("zero_point"):
+        inputs.append(helper.make_tensor("z", data_type, layout.scale.dims, vals=layout.zero_point.raw_data, raw=True))
+    node = helper.make_node("DequantizeLinear", [t.name for t in inputs], ["y"], axis=2, block_size=layout.block_size)
+    graph = helper.make_graph([node], "dq", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)],
+                              inputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)], ir_version=11)
+    (reference,) = ReferenceEvaluator(model).run(None, {})
+    np.testing.assert_array_equal(decoded, reference)
+    np.testing.assert_array_equal(dequantize_affine(value), reference)
+    step = np.max(np.abs(np.frombuffer(layout.scale.raw_data, "<f4")))
+    assert np.max(np.abs(decoded - x)) <= step * (1.0 if fmt.startswith("u") else 0.5) + 1e-6
+
+
+def test_codebook_block_matches_the_spec_example():
+    """The spec: indices 0, 1, 2, 3 pack as E4; 00 00 00 40 is the FLOAT scale 2.0; the block decodes to
+    [-2.0, -0.5, 0.5, 2.0] repeated eight times."""
+    builders()
+    from conformance_corpus_builders.kv_formats import encode
+
+    x = np.tile(np.array([-2.0, -0.5, 0.5, 2.0], np.float32), 8).reshape(4, 2, 4)
+    value, decoded = encode(x, "codebook2")
+    assert value.struct_type.type_ref == 1102
+    assert value.raw_data == bytes.fromhex("E4" * 8 + "00000040")
+    np.testing.assert_array_equal(decoded, x)
