@@ -87,7 +87,9 @@ def _adopt_array(array: np.ndarray, path: str, counters: Counters, persistent: b
     if not array.dtype.isnative:
         raise fail(E.STATE_UNRETAINABLE, path,
                    f"byte order of {array.dtype} would need a converting copy")
-    if not array.flags.c_contiguous:
+    if not array.flags.c_contiguous and not owned:
+        # A caller's strided buffer is refused (a runtime would have to copy it); a strided view the
+        # executor produced this call (e.g. a KV cache prefix of its capacity buffer) is retained as is.
         raise fail(E.STATE_UNRETAINABLE, path,
                    f"non-contiguous layout (strides {array.strides}) would need a copy")
     if _ownerless(array):

@@ -12,7 +12,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 from test_state_models import D, address, empty_cache, kv_model, opsets, struct_cache_model, tokens
 
-from reference_impl import schema
+from reference_impl import ContractError, ErrorCode, schema
 from reference_impl.executor import Executor
 from reference_impl.state import Counters, _record, adopt, make_state
 
@@ -146,3 +146,40 @@ def test_large_model_is_never_serialized_cloned_hashed_or_scanned(spy):
     state.close()
     assert spy == []
     assert out["chain200"].shape == (1, 1, 16)
+
+
+@pytest.mark.clause("ZC-RETAIN", "KV-APPEND")
+def test_multi_head_attention_cache_is_retained_as_the_kernels_strided_view():
+    """The Attention kernel returns present K/V as prefix views of a head-major capacity buffer; the
+    state retains those views as they are (no copy), while a caller's strided buffer is refused."""
+    from reference_impl.kv.kernels import kv_kernels
+
+    heads, size = 2, 4
+    node = helper.make_node("Attention", ["Q", "K", "V", "", "past_key", "past_value"],
+                            ["Y", "present_key", "present_value"])
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [node], "mha",
+        [info("Q", T.FLOAT, [1, heads, 1, size]), info("K", T.FLOAT, [1, heads, 1, size]),
+         info("V", T.FLOAT, [1, heads, 1, size]), info("past_key", T.FLOAT, [1, heads, "p", size]),
+         info("past_value", T.FLOAT, [1, heads, "p", size])],
+        [info("Y", T.FLOAT, [1, heads, 1, size]), info("present_key", T.FLOAT, [1, heads, "t", size]),
+         info("present_value", T.FLOAT, [1, heads, "t", size])])
+    model = schema.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]))
+    for name in ("key", "value"):
+        model.graph.persistent_bindings.add(input_name=f"past_{name}", output_name=f"present_{name}")
+    empty = np.zeros((1, heads, 0, size), np.float32)
+    state = make_state(Executor(model, kernels=kv_kernels()), {"past_key": empty, "past_value": empty})
+    rng = np.random.default_rng(0)
+    keys = []
+    for _ in range(5):
+        q, k, v = (rng.standard_normal((1, heads, 1, size)).astype(np.float32) for _ in range(3))
+        out = state.run({"Q": q, "K": k, "V": v})
+        keys.append(k)
+        assert address(out["present_key"]) == address(state.values["past_key"])
+    np.testing.assert_array_equal(state.values["past_key"], np.concatenate(keys, axis=2))
+    assert state.counters.payload_bytes_copied == 0
+    strided = np.zeros((1, heads, 4, 2 * size), np.float32)[..., ::2]
+    with pytest.raises(ContractError) as error:
+        state.reset({"past_key": strided, "past_value": empty})
+    assert error.value.code is ErrorCode.STATE_UNRETAINABLE

@@ -56,7 +56,10 @@ def paged_attention_kernel(args: list, attrs: dict, ctx) -> list:
     for name, x in (("Q", q), ("K", k), ("V", v)):
         if not isinstance(x, np.ndarray) or x.ndim != 4 or x.shape[0] != 1:
             raise fail(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}", "expected a (1, heads, S, size) tensor")
-    block_size = int(attrs.get("block_size", 16))
+    block_size = attrs.get("block_size", 16)
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
+        raise fail(E.KV_CAPACITY_INVALID, "PagedAttention.block_size",
+                   f"block_size must be an INT attribute, got {type(block_size).__name__}")
     cache = PagedKVCache.from_struct(value, k.shape[1], k.shape[3], v.shape[3], block_size, "PagedAttention.cache")
     cache = cache.append(k[0], v[0], attrs.get("key_format", "dense"), attrs.get("value_format", "dense"),
                          cancel=getattr(ctx, "cancel", None))
