@@ -336,3 +336,28 @@ def test_stored_bytes_count_codes_and_parameters():
     value_params = 32 * 2 * 1 * 4 + 32 * 2 // 2  # one scale and one UINT4 zero point per row
     assert int4.payload_bytes() == 2 * codes
     assert int4.stored_bytes() == 2 * codes + key_scales + value_params
+
+
+# ----------------------------------------------------------------------------- format geometry up front
+@pytest.mark.clause("KV-PAGED")
+@pytest.mark.parametrize("key_format, value_format, v_head, bad", [
+    ("codebook2", "dense", 4, "key_format"),     # 3 tokens x 2 heads x 4 = 24 key values per block
+    ("dense", "codebook2", 4, "value_format"),
+    ("int8", "codebook2", 16, None),              # 3 x 2 x 16 = 96 value values: whole records
+])
+def test_codebook_block_geometry_is_checked_at_the_first_append(key_format, value_format, v_head, bad):
+    """A block format that cannot encode a full block fails before anything is written, not when the
+    block is sealed two appends later (after which every append from the kept cache would fail)."""
+    rng = np.random.default_rng(9)
+    cache = paged.empty(2, 4, 3, v_head_size=v_head)
+    k, v = rng.standard_normal((2, 1, 4)).astype(F32), rng.standard_normal((2, 1, v_head)).astype(F32)
+    if bad is None:
+        for _ in range(4):
+            cache = cache.append(k, v, key_format, value_format)
+        assert cache.formats[0] == (key_format, value_format)
+        return
+    with counting() as counters:
+        with pytest.raises(ContractError) as info:
+            cache.append(k, v, key_format, value_format)
+    assert info.value.code == ErrorCode.KV_BLOCK_INVALID and info.value.path.endswith(bad)
+    assert counters.appended_bytes == 0 and counters.allocations == 0

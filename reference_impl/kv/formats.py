@@ -119,6 +119,15 @@ class BlockFormat:
     def __str__(self) -> str:
         return self.name if self.group is None else f"{self.name}/{self.group}"
 
+    def check_block(self, tokens: int, heads: int, head_size: int, path: str) -> None:
+        """Whether a full block of this geometry can be encoded, checked before anything is written:
+        the codebook packs whole 32-value records (affine formats pad their last group)."""
+        values = tokens * heads * head_size
+        if self.name == "codebook2" and values % 32:
+            raise fail(E.KV_BLOCK_INVALID, path,
+                       f"codebook2 needs a multiple of 32 values per block; {tokens} tokens x {heads} heads x "
+                       f"{head_size} = {values}")
+
 
 DENSE = BlockFormat("dense")
 

@@ -61,8 +61,9 @@ def paged_attention_kernel(args: list, attrs: dict, ctx) -> list:
         raise fail(E.KV_CAPACITY_INVALID, "PagedAttention.block_size",
                    f"block_size must be an INT attribute, got {type(block_size).__name__}")
     cache = PagedKVCache.from_struct(value, k.shape[1], k.shape[3], v.shape[3], block_size, "PagedAttention.cache")
-    cache = cache.append(k[0], v[0], attrs.get("key_format", "dense"), attrs.get("value_format", "dense"),
-                         cancel=getattr(ctx, "cancel", None))
+    formats = cache.check_formats(attrs.get("key_format", "dense"), attrs.get("value_format", "dense"),
+                                  "PagedAttention")
+    cache = cache.append(k[0], v[0], *formats, cancel=getattr(ctx, "cancel", None))
     settings = _attrs(attrs, "PagedAttention", ignore=("block_size", "key_format", "value_format"))
     return [paged_attention(q, cache, attrs=settings), cache.to_struct()]
 

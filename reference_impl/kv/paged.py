@@ -146,7 +146,7 @@ class PagedKVCache:
     def append(self, key: np.ndarray, value: np.ndarray, key_format: BlockFormat | str = DENSE,
                value_format: BlockFormat | str = DENSE, cancel=None) -> PagedKVCache:
         """A cache with ``key``/``value`` [H, n, D] appended; full blocks are sealed in the formats."""
-        key_format, value_format = BlockFormat.parse(key_format), BlockFormat.parse(value_format)
+        key_format, value_format = self.check_formats(key_format, value_format)
         key, value = self._check_tokens(key, value)
         blocks = list(self.blocks)
         position, total = 0, key.shape[0]
@@ -172,6 +172,14 @@ class PagedKVCache:
             blocks[-1] = block
             position += take
         return replace(self, blocks=tuple(blocks))
+
+    def check_formats(self, key_format: BlockFormat | str, value_format: BlockFormat | str,
+                      path: str = "kv.paged") -> tuple[BlockFormat, BlockFormat]:
+        """Parse the formats full blocks are sealed in and check they fit this cache's block geometry."""
+        key_format, value_format = BlockFormat.parse(key_format), BlockFormat.parse(value_format)
+        key_format.check_block(self.block_size, self.kv_heads, self.head_size, f"{path}.key_format")
+        value_format.check_block(self.block_size, self.kv_heads, self.v_head_size, f"{path}.value_format")
+        return key_format, value_format
 
     def _check_tokens(self, key, value) -> tuple[np.ndarray, np.ndarray]:
         """[H, n, D] (or [1, H, n, D]) float32 -> token-major [n, H, D] (copies only the new tokens)."""

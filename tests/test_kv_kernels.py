@@ -1,0 +1,84 @@
+"""The KV executor kernels inside stateful models (``make_state`` over ``Executor(model, kernels=...)``):
+errors are classified on the offending input at the first call that can detect them, and a failed
+or cancelled run leaves the retained cache exactly as it was."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper
+
+from reference_impl import schema
+from reference_impl.errors import ContractError, ErrorCode
+from reference_impl.executor import Executor
+from reference_impl.kv import paged
+from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
+from reference_impl.kv.kernels import KV_DOMAIN, kv_kernels
+from reference_impl.kv.storage import counting
+from reference_impl.state import make_state
+
+F32 = np.float32
+
+
+def _info(name: str, shape: list) -> schema.ValueInfoProto:
+    return schema.from_onnx(helper.make_tensor_value_info(name, T.FLOAT, shape))
+
+
+def paged_model(block_size: int, key_format: str = "dense", value_format: str = "dense") -> schema.ModelProto:
+    """PagedAttention(q, k, v, cache) -> (y, next_cache) with ``cache <- next_cache``; any 4-D q/k/v."""
+    model = schema.ModelProto(ir_version=10)
+    model.opset_import.add(domain="", version=24)
+    model.opset_import.add(domain=KV_DOMAIN, version=1)
+    model.struct_types.extend(kv_struct_types())
+    graph = model.graph
+    graph.name = "paged"
+    node = graph.node.add(op_type="PagedAttention", domain=KV_DOMAIN, input=["q", "k", "v", "cache"],
+                          output=["y", "next_cache"])
+    node.attribute.add(name="block_size", type=schema.AttributeProto.INT, i=block_size)
+    node.attribute.add(name="key_format", type=schema.AttributeProto.STRING, s=key_format.encode())
+    node.attribute.add(name="value_format", type=schema.AttributeProto.STRING, s=value_format.encode())
+    for name in ("q", "k", "v"):
+        graph.input.append(_info(name, ["b", "h", "s", "d"]))
+    graph.output.append(_info("y", ["b", "h", "s", "d"]))
+    graph.input.add(name="cache").type.struct_type.type_ref = KV_PAGED_CACHE
+    graph.output.add(name="next_cache").type.struct_type.type_ref = KV_PAGED_CACHE
+    graph.persistent_bindings.add(input_name="cache", output_name="next_cache")
+    return model
+
+
+def paged_state(block_size: int, key_format: str = "dense", value_format: str = "dense"):
+    empty = paged.empty(1, 1, block_size).to_struct()  # geometry lives in the blocks; none yet
+    return make_state(Executor(paged_model(block_size, key_format, value_format), kernels=kv_kernels()),
+                      {"cache": empty})
+
+
+def _tokens(rng, heads: int, size: int, count: int = 1) -> np.ndarray:
+    return rng.standard_normal((1, heads, count, size)).astype(F32)
+
+
+def _run_fails(state, feeds: dict, code: ErrorCode, path: str) -> None:
+    """The run fails with ``code`` (as the cause of STATE_RUN_FAILED) at ``path``; the state is unchanged."""
+    before = state.values
+    with pytest.raises(ContractError) as info:
+        state.run(feeds)
+    assert info.value.code == ErrorCode.STATE_RUN_FAILED
+    cause = info.value.__cause__
+    assert isinstance(cause, ContractError) and cause.code == code and cause.path == path, cause
+    assert state.values is before
+
+
+# ----------------------------------------------------------------------------- paged kernel
+@pytest.mark.clause("KV-PAGED")
+def test_codebook_geometry_fails_the_first_run_not_the_sealing_one():
+    """2 heads of 4 with 3-token blocks: 24 values per block, not whole 32-value codebook records."""
+    rng = np.random.default_rng(1)
+    state = paged_state(3, key_format="codebook2")
+    q, k, v = (_tokens(rng, 2, 4) for _ in range(3))
+    with counting() as counters:
+        _run_fails(state, {"q": q, "k": k, "v": v}, ErrorCode.KV_BLOCK_INVALID, "PagedAttention.key_format")
+    assert counters.appended_bytes == 0
+    ok = paged_state(4, key_format="codebook2")  # 4 x 2 x 4 = 32: seals into one record per block
+    for _ in range(5):
+        ok.run({"q": q, "k": k, "v": v})
+    assert int(ok.values["cache"]["length"]) == 5
