@@ -12,7 +12,7 @@ from onnx import helper
 from reference_impl import schema
 from reference_impl.errors import ContractError, ErrorCode
 from reference_impl.executor import Executor
-from reference_impl.kv import paged
+from reference_impl.kv import formats, paged
 from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
 from reference_impl.kv.kernels import KV_DOMAIN, kv_kernels
 from reference_impl.kv.storage import counting
@@ -82,3 +82,76 @@ def test_codebook_geometry_fails_the_first_run_not_the_sealing_one():
     for _ in range(5):
         ok.run({"q": q, "k": k, "v": v})
     assert int(ok.values["cache"]["length"]) == 5
+
+
+def _kept_paged_state(rng, heads: int = 2, size: int = 4, block_size: int = 4):
+    """A paged state that already holds two tokens of ``heads`` x ``size``."""
+    state = paged_state(block_size)
+    for _ in range(2):
+        state.run({"q": _tokens(rng, heads, size), "k": _tokens(rng, heads, size), "v": _tokens(rng, heads, size)})
+    return state
+
+
+@pytest.mark.clause("KV-PAGED", "KV-APPEND", "ZC-FAILURE")
+@pytest.mark.parametrize("bad, shape, code", [
+    ("k", (1, 3, 1, 4), ErrorCode.KV_SHAPE_MISMATCH),          # new K has 3 heads; the cache holds 2
+    ("k", (1, 2, 1, 8), ErrorCode.KV_SHAPE_MISMATCH),          # new K head size 8; the cache holds 4
+    ("v", (1, 2, 1, 5), ErrorCode.KV_SHAPE_MISMATCH),          # new V head size 5
+    ("q", (1, 3, 1, 4), ErrorCode.ATTENTION_INPUT_INVALID),    # 3 query heads over 2 key/value heads
+    ("q", (1, 2, 1, 8), ErrorCode.ATTENTION_INPUT_INVALID),    # query head size differs from the keys'
+    ("v", (1, 2, 2, 4), ErrorCode.ATTENTION_INPUT_INVALID),    # V token count differs from K's
+])
+def test_new_tokens_are_checked_against_the_kept_cache(bad, shape, code):
+    """The cache's own blocks fix its geometry: a wrong new K/V is a shape mismatch on that input (not a
+    broken block 0 of the kept cache), a query that does not fit is an invalid Attention input."""
+    rng = np.random.default_rng(2)
+    state = _kept_paged_state(rng)
+    feeds = {name: _tokens(rng, 2, 4) for name in ("q", "k", "v")}
+    feeds[bad] = rng.standard_normal(shape).astype(F32)
+    _run_fails(state, feeds, code, f"PagedAttention.{bad.upper()}")
+    out = state.run({name: _tokens(rng, 2, 4) for name in ("q", "k", "v")})  # the kept cache still works
+    assert int(out["next_cache"]["length"]) == 3
+
+
+@pytest.mark.clause("KV-PAGED", "KV-ATTENTION")
+@pytest.mark.parametrize("bad, shape", [
+    ("k", (1, 3, 1, 4)),   # 4 query heads are not a multiple of 3 key heads
+    ("k", (1, 2, 1, 8)),   # key head size 8, query head size 4
+    ("v", (1, 1, 1, 4)),   # V heads differ from K heads
+])
+def test_the_first_tokens_of_an_empty_cache_are_checked_against_the_queries(bad, shape):
+    rng = np.random.default_rng(3)
+    state = paged_state(4)
+    feeds = {"q": _tokens(rng, 4, 4), "k": _tokens(rng, 2, 4), "v": _tokens(rng, 2, 4)}
+    feeds[bad] = rng.standard_normal(shape).astype(F32)
+    _run_fails(state, feeds, ErrorCode.ATTENTION_INPUT_INVALID, f"PagedAttention.{bad.upper()}")
+    assert int(state.values["cache"]["length"]) == 0 and not state.values["cache"]["blocks"]
+
+
+@pytest.mark.clause("KV-PAGED")
+def test_a_kept_cache_with_a_broken_first_block_is_still_a_block_error():
+    rng = np.random.default_rng(4)
+    state = _kept_paged_state(rng)
+    cache = state.values["cache"]
+    block = cache["blocks"][0]
+    header = schema.EncodedValueProto()
+    header.CopyFrom(block["key"].header)
+    header.logical_type.tensor_type.shape.dim[1].dim_value = 0  # zero heads
+    broken = type(block)({**dict(block.items()), "key": type(block["key"])(header, block["key"].payload)},
+                         block.type_id)
+    state.reset({"cache": type(cache)({"blocks": [broken], "length": cache["length"]}, cache.type_id)})
+    feeds = {name: _tokens(rng, 2, 4) for name in ("q", "k", "v")}
+    _run_fails(state, feeds, ErrorCode.KV_BLOCK_INVALID, "PagedAttention.cache.blocks[0].key.logical_type")
+
+
+@pytest.mark.clause("KV-PAGED")
+def test_a_first_block_whose_key_and_value_heads_differ_is_a_block_error():
+    rng = np.random.default_rng(5)
+    state = _kept_paged_state(rng)
+    cache = state.values["cache"]
+    block = cache["blocks"][0]
+    key = formats.encode_block(rng.standard_normal((4, 3, 4)).astype(F32), "dense")  # 3 heads, value has 2
+    broken = type(block)({**dict(block.items()), "key": key}, block.type_id)
+    state.reset({"cache": type(cache)({"blocks": [broken], "length": cache["length"]}, cache.type_id)})
+    feeds = {name: _tokens(rng, 2, 4) for name in ("q", "k", "v")}
+    _run_fails(state, feeds, ErrorCode.KV_BLOCK_INVALID, "PagedAttention.cache.blocks[0].value.logical_type")

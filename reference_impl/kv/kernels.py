@@ -21,7 +21,7 @@ from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 from reference_impl.kv import contiguous
 from reference_impl.kv.attention import AttentionAttrs, attention
-from reference_impl.kv.paged import PagedKVCache
+from reference_impl.kv.paged import PagedKVCache, struct_geometry
 from reference_impl.kv.paged_attention import paged_attention
 
 KV_DOMAIN = "onnx_light.kv"
@@ -49,23 +49,55 @@ def attention_kernel(args: list, attrs: dict, ctx) -> list:
 
 
 def paged_attention_kernel(args: list, attrs: dict, ctx) -> list:
-    """PagedAttention(Q, K, V, cache) -> (Y, next_cache) over a KV_PAGED_CACHE struct value."""
+    """PagedAttention(Q, K, V, cache) -> (Y, next_cache) over a KV_PAGED_CACHE struct value.
+
+    The kept cache's blocks fix its geometry; the new K/V must match it (KV_SHAPE_MISMATCH) and the
+    queries must fit it (ATTENTION_INPUT_INVALID). An empty cache takes its geometry from the new K/V
+    once they agree with Q. Everything is checked before the first write.
+    """
     if len(args) != 4:
         raise fail(E.ATTENTION_INPUT_INVALID, "PagedAttention", "inputs are (Q, K, V, cache)")
     q, k, v, value = args
     for name, x in (("Q", q), ("K", k), ("V", v)):
-        if not isinstance(x, np.ndarray) or x.ndim != 4 or x.shape[0] != 1:
-            raise fail(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}", "expected a (1, heads, S, size) tensor")
+        if not isinstance(x, np.ndarray) or x.ndim != 4 or x.shape[0] != 1 or x.dtype != np.float32:
+            raise fail(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}",
+                       "expected a float32 (1, heads, S, size) tensor")
     block_size = attrs.get("block_size", 16)
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
         raise fail(E.KV_CAPACITY_INVALID, "PagedAttention.block_size",
                    f"block_size must be an INT attribute, got {type(block_size).__name__}")
-    cache = PagedKVCache.from_struct(value, k.shape[1], k.shape[3], v.shape[3], block_size, "PagedAttention.cache")
+    settings = _attrs(attrs, "PagedAttention", ignore=("block_size", "key_format", "value_format"))
+    geometry = struct_geometry(value, "PagedAttention.cache")
+    if geometry is None:
+        _check_fit(q, k.shape[1], k.shape[3], settings, "K")
+        geometry = (k.shape[1], k.shape[3], v.shape[3])
+    else:
+        for name, x, size in (("K", k, geometry[1]), ("V", v, geometry[2])):
+            if x.shape[1] != geometry[0] or x.shape[3] != size:
+                raise fail(E.KV_SHAPE_MISMATCH, f"PagedAttention.{name}",
+                           f"new tokens {list(x.shape)} do not fit the cache's {geometry[0]} heads of {size}")
+        _check_fit(q, geometry[0], geometry[1], settings, "Q")
+    if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
+        raise fail(E.ATTENTION_INPUT_INVALID, "PagedAttention.V",
+                   f"V {list(v.shape)} and K {list(k.shape)} disagree on heads or token count")
+    cache = PagedKVCache.from_struct(value, *geometry, block_size, "PagedAttention.cache")
     formats = cache.check_formats(attrs.get("key_format", "dense"), attrs.get("value_format", "dense"),
                                   "PagedAttention")
     cache = cache.append(k[0], v[0], *formats, cancel=getattr(ctx, "cancel", None))
-    settings = _attrs(attrs, "PagedAttention", ignore=("block_size", "key_format", "value_format"))
     return [paged_attention(q, cache, attrs=settings), cache.to_struct()]
+
+
+def _check_fit(q: np.ndarray, kv_heads: int, head_size: int, settings: AttentionAttrs, blame: str) -> None:
+    """Queries fit keys of ``kv_heads`` x ``head_size`` (GQA grouping, equal head sizes, head attributes);
+    ``blame`` names the input reported when they do not."""
+    if q.shape[1] % kv_heads or q.shape[3] != head_size:
+        raise fail(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{blame}",
+                   f"{q.shape[1]} query heads of size {q.shape[3]} do not fit {kv_heads} key/value heads of "
+                   f"size {head_size}")
+    for name, given, actual in (("q_num_heads", settings.q_num_heads, q.shape[1]),
+                                ("kv_num_heads", settings.kv_num_heads, kv_heads)):
+        if given is not None and given != actual:
+            raise fail(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}", f"{given} contradicts the {actual} heads")
 
 
 def kv_kernels() -> dict:

@@ -270,6 +270,34 @@ class PagedKVCache:
         return cache
 
 
+def struct_geometry(value, path: str = "cache") -> tuple[int, int, int] | None:
+    """(kv_heads, head_size, v_head_size) of a KV_PAGED_CACHE struct value, read from its first block's
+    logical types; None when it has no blocks yet. ``from_struct`` then checks every block against it."""
+    if not isinstance(value, StructValue) or value.type_id != KV_PAGED_CACHE:
+        raise fail(E.KV_BLOCK_INVALID, path, "expected a KV_PAGED_CACHE struct value")
+    blocks = value["blocks"]
+    if not blocks:
+        return None
+    first, where = blocks[0], f"{path}.blocks[0]"
+    if not isinstance(first, StructValue) or first.type_id != KV_BLOCK:
+        raise fail(E.KV_BLOCK_INVALID, where, "expected a KV_BLOCK struct value")
+    dims = []
+    for name in ("key", "value"):
+        item = first[name]
+        if not isinstance(item, EncodedValue):
+            raise fail(E.KV_BLOCK_INVALID, f"{where}.{name}", f"expected an encoded value, got {type(item).__name__}")
+        logical = item.header.logical_type
+        shape = tuple(d.dim_value for d in logical.tensor_type.shape.dim)
+        if logical.WhichOneof("value") != "tensor_type" or len(shape) != 3 or min(shape) <= 0:
+            raise fail(E.KV_BLOCK_INVALID, f"{where}.{name}.logical_type",
+                       f"a block is FLOAT[tokens, heads, head_size] with positive sizes, got {shape}")
+        dims.append(shape)
+    if dims[0][1] != dims[1][1]:
+        raise fail(E.KV_BLOCK_INVALID, f"{where}.value.logical_type",
+                   f"the value block has {dims[1][1]} heads, the key block {dims[0][1]}")
+    return dims[0][1], dims[0][2], dims[1][2]
+
+
 def _scalar(value, path: str) -> int:
     array = np.asarray(value)
     if array.shape != () or array.dtype != np.int64:
@@ -310,4 +338,4 @@ def empty(kv_heads: int, head_size: int, block_size: int, v_head_size: int | Non
     return PagedKVCache(kv_heads, head_size, head_size if v_head_size is None else v_head_size, block_size)
 
 
-__all__ = ["KVBlock", "KVStorage", "PagedKVCache", "empty", "make_block", "seal"]
+__all__ = ["KVBlock", "KVStorage", "PagedKVCache", "empty", "make_block", "seal", "struct_geometry"]
