@@ -208,6 +208,74 @@ def test_circular_overwrite_moves_while_a_view_is_held_and_stays_in_place_otherw
     assert not stats.relocated and cache.storage_ids() == ids and stats.relocated_bytes == 0
 
 
+# ----------------------------------------------------------------------------- view tracking
+def _bases(array):
+    """The array and every array on its base chain."""
+    chain = [array]
+    while isinstance(chain[-1].base, np.ndarray):
+        chain.append(chain[-1].base)
+    return chain
+
+
+@pytest.mark.clause("ZC-READ-ONLY", "ZC-NO-INPLACE")
+def test_no_handed_out_view_or_its_base_can_be_made_writable():
+    rng = np.random.default_rng(14)
+    cache = kvc.ContiguousKVCache(1, 2, 4, 4)
+    cache.append(_tokens(rng, 1, 2, 2), _tokens(rng, 1, 2, 2))
+    present = kvc.append(kvc.empty_cache(1, 2, 4, 8, token_major=True), _tokens(rng, 1, 2, 3))
+    for view in (present, kvc.append(present, _tokens(rng, 1, 2, 1)), cache.keys(), cache.full_values(),
+                 kvc.empty_cache(1, 1, 4, 2)):
+        for array in _bases(view):
+            assert not array.flags.writeable
+            with pytest.raises(ValueError):
+                array.flags.writeable = True
+
+
+@pytest.mark.clause("ZC-NO-INPLACE", "ZC-OUTSTANDING")
+@pytest.mark.parametrize("derive", ["view", "slice", "bytes", "buffer"])
+def test_liveness_does_not_depend_on_reference_counts(monkeypatch, derive):
+    """Reference counts are an interpreter detail (a borrowed reference is not counted); a view and
+    anything derived from it must hold the storage's claim whatever ``sys.getrefcount`` says."""
+    import sys
+
+    monkeypatch.setattr(sys, "getrefcount", lambda obj: 2)  # "nobody else refers to it"
+    rng = np.random.default_rng(15)
+    cache = kvc.ContiguousKVCache(1, 2, 4, 4, mode="circular")
+    cache.append(_tokens(rng, 1, 2, 4), _tokens(rng, 1, 2, 4))
+    held = {"view": lambda x: x, "slice": lambda x: x[:, :1, :2].transpose(0, 2, 1, 3),
+            "bytes": lambda x: x.reshape(-1).view(np.uint8),
+            "buffer": lambda x: np.frombuffer(memoryview(x[0, 0, 0]), np.uint8)}[derive](cache.keys())
+    saved = held.copy()
+    ids = cache.storage_ids()
+    stats = cache.append(_tokens(rng, 1, 2, 1), _tokens(rng, 1, 2, 1))  # overwrites slot 0, which is visible
+    assert stats.relocated and cache.storage_ids() != ids
+    np.testing.assert_array_equal(held, saved)
+
+
+@pytest.mark.clause("KV-APPEND", "ZC-NO-INPLACE")
+def test_an_abandoned_branch_frees_its_slots_for_in_place_appends():
+    """Positions only a dropped view could see are unseen again: the older prefix appends in place."""
+    rng = np.random.default_rng(16)
+    base = kvc.append(kvc.empty_cache(1, 2, 4, 16), _tokens(rng, 1, 2, 3))
+    longer = kvc.append(base, _tokens(rng, 1, 2, 2))
+    with counting() as counters:
+        kvc.append(base, _tokens(rng, 1, 2, 1))
+    assert counters.relocated_bytes == base.nbytes  # ``longer`` is alive: its slots are off limits
+    saved = longer.copy()
+    derived = longer[:, :, 3:]  # still sees the branch's tokens
+    del longer
+    with counting() as counters:
+        kvc.append(base, _tokens(rng, 1, 2, 1))
+    assert counters.relocated_bytes == base.nbytes
+    np.testing.assert_array_equal(derived, saved[:, :, 3:])
+    del derived
+    new = _tokens(rng, 1, 2, 2)
+    with counting() as counters:
+        present = kvc.append(base, new)
+    assert counters.in_place_appends == 1 and counters.relocated_bytes == 0
+    np.testing.assert_array_equal(present, np.concatenate([base, new], axis=2))
+
+
 # ----------------------------------------------------------------------------- failure and cancellation
 class _CancelOnCall:
     def __init__(self, call: int):

@@ -87,14 +87,10 @@ def _check_new(past: np.ndarray, new: np.ndarray, path: str) -> None:
 
 
 def _claim_in_place(storage: KVStorage | None, past: np.ndarray, needed: int) -> bool:
-    """Reserve [len(past), needed) of past's own allocation if nobody has claimed beyond ``past``."""
+    """Reserve [len(past), needed) of past's own allocation if no live view or append reaches beyond it."""
     if storage is None or not storage.is_prefix_view(past) or needed > storage.capacity:
         return False
-    with storage.lock:
-        if storage.claimed != past.shape[2]:
-            return False
-        storage.claimed = needed
-        return True
+    return storage.reserve(past.shape[2], needed)
 
 
 def append(past: np.ndarray, new: np.ndarray, cancel=None, path: str = "kv.append") -> np.ndarray:
@@ -109,12 +105,10 @@ def append(past: np.ndarray, new: np.ndarray, cancel=None, path: str = "kv.appen
             check_cancel(cancel, path)
             storage.slots()[:, :, length:needed] = new
         except BaseException:
-            with storage.lock:  # release the reservation so the same past can append again
-                if storage.claimed == needed:
-                    storage.claimed = length
+            storage.release(needed)  # nothing saw the reserved slots: the same past can append again
             raise
         record(KVCounters(appended_bytes=new.nbytes, in_place_appends=1))
-        return storage.view(needed)
+        return storage.publish(needed)
     if storage is not None:
         capacity = CapacityPolicy(storage.capacity, fixed=not storage.growable).capacity_for(needed,
                                                                                              storage.capacity)
@@ -258,7 +252,7 @@ class ContiguousKVCache:
         """The storage to write: this one if no view can see the written slots, else a fresh copy."""
         fits = needed <= storage.capacity
         unseen = positions.size == 0 or int(positions.min()) >= storage.claimed
-        if fits and (unseen or not storage.has_views()):
+        if fits and unseen:
             return storage, 0
         capacity = CapacityPolicy(storage.capacity, fixed=not self.grow).capacity_for(needed, storage.capacity)
         batch, heads, _, head = storage.data.shape

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from reference_impl.kv.storage import counting
+from reference_impl.kv.storage import counting, storage_of
 from reference_impl.values import EncodedValue, leaves
 
 
@@ -42,6 +42,9 @@ def _array(leaf: Any) -> np.ndarray | None:
 
 def _owner(array: np.ndarray) -> tuple[int, int]:
     """Identity and size of the allocation an array ultimately lives in."""
+    storage = storage_of(array)
+    if storage is not None:
+        return id(storage.data), storage.nbytes
     owner: Any = array
     while isinstance(owner, np.ndarray) and owner.base is not None:
         owner = owner.base

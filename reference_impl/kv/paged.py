@@ -94,12 +94,10 @@ def _open_prefix(value: EncodedValue, valid: int, row: int) -> np.ndarray | None
     if storage is None or storage.token_major or storage.heads != 1 or storage.data.shape[3] != row:
         return None
     payload = value.payload
-    if payload.__array_interface__["data"][0] != storage.data.__array_interface__["data"][0] \
+    if payload.__array_interface__["data"][0] != storage.address \
             or payload.nbytes != valid * row * storage.data.itemsize:
         return None
-    prefix = storage.slots()[:, :, :valid]
-    prefix.flags.writeable = False
-    return prefix
+    return storage.view(valid)
 
 
 @dataclass(frozen=True)

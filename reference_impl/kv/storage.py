@@ -1,21 +1,25 @@
 """K/V allocations that can be appended to without disturbing any view already handed out.
 
-A ``KVStorage`` owns one array of shape (batch, heads, capacity, head_size) and records ``claimed``: the
-sequence extent that views may have observed or that an append has reserved. Views are only ever made
-over positions [0, claimed), so a write at or beyond ``claimed`` changes no byte anyone can see; that is
-how an append writes only the new tokens while the previous state and returned outputs keep their
-values (clauses KV-APPEND, ZC-NO-INPLACE). Writing below ``claimed`` is allowed only while no view of
-the allocation is alive; otherwise the writer moves to fresh storage.
+A ``KVStorage`` owns one array of shape (batch, heads, capacity, head_size) and hands out read-only
+prefix views of it, positions [0, stop). ``claimed`` is the largest ``stop`` of a view that is still
+alive, or of an append's reservation still in flight: a write at or beyond ``claimed`` changes no byte
+anyone can see. That is how an append writes only the new tokens while the previous state and
+returned outputs keep their values (clauses KV-APPEND, ZC-NO-INPLACE); a write below ``claimed`` moves
+to fresh storage instead.
 
-Liveness is the allocation's reference count: every NumPy view keeps its base array alive, and the
-storage keeps the only other reference, so ``sys.getrefcount`` is exactly "is a view still out there".
+Liveness is tracked explicitly, not by reference counts: every view is made over a small owner
+object (``_ViewOwner``) that NumPy records as the base of the view and of every view derived from it,
+and the storage keeps weak references to those owners. An owner is dead only when no array that can
+reach its memory exists, so ``claimed`` can over-count (until a cycle is collected) but never
+under-count. The owner exposes the memory read-only, so no holder can make a view writable.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import sys
+import heapq
+import itertools
 import threading
 import weakref
 from dataclasses import dataclass
@@ -80,11 +84,26 @@ def check_dims(dims: tuple, path: str) -> tuple[int, ...]:
     return tuple(int(d) for d in dims)
 
 
-_REGISTRY: dict[int, KVStorage] = {}
+class _ViewOwner:
+    """The base NumPy records for the views of one ``view`` call: the allocation's bytes, read-only.
+
+    Views derived from a handed-out view (slices, transposes, byte views, buffer exports) keep this
+    object alive through their base chain, so it dies exactly when the last of them does.
+    """
+
+    __slots__ = ("storage", "__array_interface__", "__weakref__")
+
+    def __init__(self, storage: KVStorage):
+        self.storage = storage
+        self.__array_interface__ = {"shape": (storage.data.nbytes,), "typestr": "|u1",
+                                    "data": (storage.address, True), "version": 3}
+
+
+_SEQUENCE = itertools.count()
 
 
 class KVStorage:
-    """One K or V allocation, its claimed extent and whether it may grow by relocation.
+    """One K or V allocation, the views it handed out that are still alive, and whether it may grow.
 
     Logical views are always (B, H, tokens, D). Physically the allocation is head-major
     (B, H, capacity, D) or, with ``token_major``, (B, capacity, H, D): then a prefix of tokens is one
@@ -102,16 +121,15 @@ class KVStorage:
             raise fail(E.KV_CAPACITY_INVALID, f"{path}.capacity",
                        f"{nbytes} bytes exceed the {MAX_STORAGE_BYTES}-byte allocation limit")
         shape = (batch, capacity, heads, head_size) if token_major else (batch, heads, capacity, head_size)
-        self.data = np.zeros(shape, dtype=dtype)
+        self.data = np.zeros(shape, dtype=dtype)  # the storage's own; only ever written through ``slots``
+        self.address = self.data.__array_interface__["data"][0]
         self.token_major = token_major
-        self.claimed = 0
         self.growable = growable
         self.lock = threading.Lock()
+        self._views: list[tuple[int, int, weakref.ref]] = []  # heap of (-stop, sequence, owner ref)
+        self._compact_at = 64
+        self._reservations: list[int] = []  # stops of appends between reservation and publication
         record(KVCounters(allocations=1, allocated_bytes=nbytes))
-        key = id(self.data)
-        _REGISTRY[key] = self
-        # Views keep ``data`` alive, and through this entry the storage; both go when the last view does.
-        weakref.finalize(self.data, _REGISTRY.pop, key, None)
 
     @property
     def capacity(self) -> int:
@@ -129,39 +147,90 @@ class KVStorage:
         batch, _, _, head = self.data.shape
         return batch * self.heads * tokens * head * self.data.dtype.itemsize
 
+    # ------------------------------------------------------------------------- what may be seen
+    @property
+    def claimed(self) -> int:
+        """Positions [0, claimed) may be seen by a live view or are reserved by an append in flight."""
+        with self.lock:
+            return self._claimed()
+
+    @claimed.setter
+    def claimed(self, stop: int) -> None:
+        """Assigning reserves [0, stop) until a view of ``stop`` is published (or ``release``)."""
+        with self.lock:
+            self._reservations.append(int(stop))
+
+    def _claimed(self) -> int:
+        """Under the lock: drop dead owners off the top of the heap, then the largest live stop."""
+        views = self._views
+        while views and views[0][2]() is None:
+            heapq.heappop(views)
+        seen = -views[0][0] if views else 0
+        return max(seen, max(self._reservations, default=0))
+
     def has_views(self) -> bool:
-        """True while any NumPy view of the allocation exists (refs: ``self.data`` + the call argument)."""
-        return sys.getrefcount(self.data) > 2
+        """True while any view this storage handed out (or any view derived from one) is alive."""
+        with self.lock:
+            return any(ref() is not None for _, _, ref in self._views)
+
+    def reserve(self, length: int, needed: int) -> bool:
+        """Reserve [length, needed) for an append from a prefix of ``length`` if nothing live or in
+        flight extends beyond that prefix; the reservation ends with ``publish`` or ``release``."""
+        with self.lock:
+            if needed > self.capacity or self._claimed() != length:
+                return False
+            self._reservations.append(needed)
+            return True
+
+    def release(self, stop: int) -> None:
+        """Give up a reservation (failed or cancelled append): the positions are unseen again."""
+        with self.lock:
+            if stop in self._reservations:
+                self._reservations.remove(stop)
+
+    def publish(self, stop: int) -> np.ndarray:
+        """The view of [0, stop) that ends the reservation of ``stop`` (if any), in one step."""
+        with self.lock:
+            out = self._make_view(stop)
+            if stop in self._reservations:
+                self._reservations.remove(stop)
+            return out
+
+    def view(self, stop: int) -> np.ndarray:
+        """Read-only logical (B, H, stop, D) view of positions [0, stop), tracked while alive."""
+        with self.lock:
+            return self._make_view(stop)
+
+    def _make_view(self, stop: int) -> np.ndarray:
+        owner = _ViewOwner(self)
+        slots = self.slots()
+        out = np.ndarray(slots.shape[:2] + (stop,) + slots.shape[3:], self.data.dtype, buffer=np.asarray(owner),
+                         strides=slots.strides)
+        heapq.heappush(self._views, (-stop, next(_SEQUENCE), weakref.ref(owner)))
+        if len(self._views) > self._compact_at:  # dead owners below the top: drop them now and then
+            self._views = [entry for entry in self._views if entry[2]() is not None]
+            heapq.heapify(self._views)
+            self._compact_at = max(64, 2 * len(self._views))
+        return out
 
     def slots(self) -> np.ndarray:
         """Writable logical (B, H, capacity, D) view for the cache's own writes; never handed out."""
         return self.data.transpose(0, 2, 1, 3) if self.token_major else self.data
 
-    def view(self, stop: int) -> np.ndarray:
-        """Read-only logical view of positions [0, stop); marks them observable."""
-        with self.lock:
-            self.claimed = max(self.claimed, stop)
-        out = self.slots()[:, :, :stop]
-        out.flags.writeable = False
-        return out
-
     def is_prefix_view(self, array: np.ndarray) -> bool:
-        """Whether ``array`` is exactly the logical view of positions [0, n) for some n."""
+        """Whether ``array`` is exactly a logical view of positions [0, n) of this storage, for some n."""
         slots = self.slots()
-        return (array.base is self.data and array.strides == slots.strides
+        return (storage_of(array) is self and array.ndim == 4 and array.strides == slots.strides
                 and array.shape[:2] == slots.shape[:2] and array.shape[3] == slots.shape[3]
-                and array.__array_interface__["data"][0] == self.data.__array_interface__["data"][0])
+                and array.__array_interface__["data"][0] == self.address)
 
 
 def storage_of(array: np.ndarray) -> KVStorage | None:
-    """The KVStorage an array is a view of, if any."""
-    base = array.base
-    if not isinstance(base, np.ndarray):
-        return None
-    storage = _REGISTRY.get(id(base))
-    if storage is None or storage.data is not base:
-        return None
-    return storage
+    """The KVStorage an array is a view of, if any (found through the base chain's owner)."""
+    base = array
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return base.storage if type(base) is _ViewOwner else None
 
 
 def check_cancel(cancel, path: str) -> None:
