@@ -15,7 +15,7 @@ from onnx_cases import node_cases
 from reference_impl.errors import ContractError, ErrorCode
 from reference_impl.kv import contiguous as kvc
 from reference_impl.kv.attention import attention
-from reference_impl.kv.storage import counting
+from reference_impl.kv.storage import KVCounters, counting
 
 F32 = np.float32
 
@@ -319,6 +319,58 @@ def test_cancelled_functional_append_releases_its_reservation():
     with counting() as counters:
         kvc.append(past, _tokens(rng, 1, 1, 1))
     assert counters.in_place_appends == 1 and counters.relocated_bytes == 0
+
+
+def _pasts(rng, capacities=(8, 8), fixed=True):
+    return tuple(kvc.append(kvc.empty_cache(1, 2, 4, capacity, fixed=fixed), _tokens(rng, 1, 2, 2))
+                 for capacity in capacities)
+
+
+@pytest.mark.clause("ZC-FAILURE", "KV-APPEND")
+@pytest.mark.parametrize("cancel_at", [1, 2])
+def test_a_cancelled_key_value_update_publishes_nothing_and_gives_back_both_reservations(cancel_at):
+    """Cancelled before the key write or between the key and value writes: while the error is still
+    held, both allocations are claimed exactly to the kept pasts, and nothing was committed."""
+    rng = np.random.default_rng(17)
+    past_k, past_v = _pasts(rng)
+    storages = kvc.storage_of(past_k), kvc.storage_of(past_v)
+    new_k, new_v = _tokens(rng, 1, 2, 1), _tokens(rng, 1, 2, 1)
+    with counting() as counters:
+        with pytest.raises(ContractError) as info:
+            kvc.append_kv(past_k, new_k, past_v, new_v, cancel=_CancelOnCall(cancel_at))
+        assert info.value.code == ErrorCode.STATE_CANCELLED
+        assert [s.claimed for s in storages] == [2, 2]
+    assert counters == KVCounters()
+    with counting() as counters:
+        present_k, present_v = kvc.append_kv(past_k, new_k, past_v, new_v)
+    assert (counters.in_place_appends, counters.relocated_bytes) == (2, 0)
+    np.testing.assert_array_equal(present_v, np.concatenate([past_v, new_v], axis=2))
+
+
+@pytest.mark.clause("ZC-FAILURE", "KV-CAPACITY")
+def test_a_value_that_cannot_grow_fails_the_whole_update_before_the_key_is_written():
+    rng = np.random.default_rng(18)
+    past_k, past_v = _pasts(rng, capacities=(8, 2))  # the value allocation is full and fixed
+    with counting() as counters:
+        with pytest.raises(ContractError) as info:
+            kvc.append_kv(past_k, _tokens(rng, 1, 2, 1), past_v, _tokens(rng, 1, 2, 1))
+        assert info.value.code == ErrorCode.KV_CAPACITY_EXCEEDED and info.value.path == "kv.append.value"
+        assert kvc.storage_of(past_k).claimed == 2
+    assert counters == KVCounters()
+
+
+@pytest.mark.clause("ZC-FAILURE", "KV-ATTENTION")
+def test_attention_validates_every_input_before_the_cache_is_touched():
+    rng = np.random.default_rng(19)
+    past_k, past_v = _pasts(rng)
+    q, k, v = _tokens(rng, 1, 2, 1), _tokens(rng, 1, 2, 1), _tokens(rng, 1, 2, 1)
+    bad_mask = np.ones((1, 2, 1, 5), np.float16)  # neither bool nor the query type
+    for append in ({"append": kvc.append}, {"append_kv": kvc.append_kv}):
+        with counting() as counters:
+            with pytest.raises(ContractError) as info:
+                attention(q, k, v, bad_mask, past_k, past_v, **append)
+        assert info.value.code == ErrorCode.ATTENTION_INPUT_INVALID and counters == KVCounters()
+        assert kvc.storage_of(past_k).claimed == 2
 
 
 @pytest.mark.clause("ZC-FAILURE", "KV-APPEND")

@@ -155,3 +155,67 @@ def test_a_first_block_whose_key_and_value_heads_differ_is_a_block_error():
     state.reset({"cache": type(cache)({"blocks": [broken], "length": cache["length"]}, cache.type_id)})
     feeds = {name: _tokens(rng, 2, 4) for name in ("q", "k", "v")}
     _run_fails(state, feeds, ErrorCode.KV_BLOCK_INVALID, "PagedAttention.cache.blocks[0].value.logical_type")
+
+
+# ----------------------------------------------------------------------------- attention kernel
+def attention_model(heads: int, size: int) -> schema.ModelProto:
+    """Standard Attention with past/present bound: ``past_key <- present_key``, ``past_value <- present_value``
+    in the standard (B, H, S, D) layout."""
+    node = helper.make_node("Attention", ["Q", "K", "V", "", "past_key", "past_value"],
+                            ["Y", "present_key", "present_value"])
+    info = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        [node], "mha",
+        [info("Q", T.FLOAT, [1, heads, "s", size]), info("K", T.FLOAT, [1, heads, "s", size]),
+         info("V", T.FLOAT, [1, heads, "s", size]), info("past_key", T.FLOAT, [1, heads, "p", size]),
+         info("past_value", T.FLOAT, [1, heads, "p", size])],
+        [info("Y", T.FLOAT, [1, heads, "s", size]), info("present_key", T.FLOAT, [1, heads, "t", size]),
+         info("present_value", T.FLOAT, [1, heads, "t", size])])
+    model = schema.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]))
+    for name in ("key", "value"):
+        model.graph.persistent_bindings.add(input_name=f"past_{name}", output_name=f"present_{name}")
+    return model
+
+
+def _attention_feeds(rng, heads: int, size: int, count: int = 1) -> dict:
+    return {name: _tokens(rng, heads, size, count) for name in ("Q", "K", "V")}
+
+
+class _CancelOnRead:
+    """A cancel token that turns (and stays) cancelled at its n-th read."""
+
+    def __init__(self, n: int):
+        self.n, self.reads = n, 0
+
+    @property
+    def cancelled(self) -> bool:
+        self.reads += 1
+        return self.reads >= self.n
+
+
+@pytest.mark.clause("ZC-FAILURE", "KV-APPEND")
+@pytest.mark.parametrize("cancel_at", range(1, 6))
+def test_a_cancelled_run_leaves_the_attention_cache_and_its_reservations_as_they_were(cancel_at):
+    """Whichever check sees the cancellation (before the node, between the key and value writes, before
+    publication), the next run appends both K and V in place behind the kept past: nothing the
+    cancelled run reserved or wrote is left standing."""
+    from reference_impl.kv import contiguous
+
+    rng = np.random.default_rng(6)
+    heads, size = 1, 4
+    empty = {f"past_{n}": contiguous.empty_cache(1, heads, size, 16) for n in ("key", "value")}
+    state = make_state(Executor(attention_model(heads, size), kernels=kv_kernels()), empty)
+    first = _attention_feeds(rng, heads, size)
+    state.run(first)
+    before = state.values
+    with pytest.raises(ContractError) as info:
+        state.run(_attention_feeds(rng, heads, size), cancel=_CancelOnRead(cancel_at))
+    assert info.value.code == ErrorCode.STATE_CANCELLED and state.values is before
+    del info
+    second = _attention_feeds(rng, heads, size)
+    with counting() as counters:
+        out = state.run(second)
+    assert (counters.in_place_appends, counters.relocated_bytes) == (2, 0)
+    for name in ("key", "value"):
+        expected = np.concatenate([first[name[0].upper()], second[name[0].upper()]], axis=2)
+        np.testing.assert_array_equal(out[f"present_{name}"], expected)

@@ -29,6 +29,8 @@ SOFTMAX_PRECISION = {1: np.dtype(np.float32), 10: np.dtype(np.float16), 11: np.d
                      16: np.dtype(ml_dtypes.bfloat16)}
 
 AppendFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+#: (past_key, new_key, past_value, new_value) -> (present_key, present_value), as one update
+AppendKVFn = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -268,11 +270,14 @@ def concat_append(past: np.ndarray, new: np.ndarray) -> np.ndarray:
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, attn_mask: np.ndarray | None = None,
               past_key: np.ndarray | None = None, past_value: np.ndarray | None = None,
               nonpad_kv_seqlen: np.ndarray | None = None, attrs: AttentionAttrs | None = None,
-              append: AppendFn = concat_append, **kwargs) -> AttentionOutputs:
+              append: AppendFn = concat_append, append_kv: AppendKVFn | None = None,
+              **kwargs) -> AttentionOutputs:
     """ONNX Attention. Attributes come as ``attrs`` or keyword arguments of AttentionAttrs.
 
     ``append(past, new)`` builds present_key/present_value; it defaults to Concat and may be a cache
     kernel (``kv.contiguous.append``) that writes only the new tokens but must return the same values.
+    ``append_kv`` replaces both calls with one update (``kv.contiguous.append_kv``: all or nothing).
+    Every input is validated before the cache is touched.
     """
     attrs = AttentionAttrs(**kwargs) if attrs is None else attrs
     check_attrs(attrs)
@@ -282,16 +287,18 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, attn_mask: np.ndarray
     check_geometry(q4, k4, v4)
     _check_past(k4, v4, past_key, past_value, nonpad_kv_seqlen)
     dtype = q4.dtype
-    past_len = 0
-    present_key, present_value = k4, v4  # without a cache, present is the new K/V (as onnx does)
-    if past_key is not None:
-        past_len = past_key.shape[2]
-        present_key, present_value = append(past_key, k4), append(past_value, v4)
-        k4, v4 = present_key, present_value
+    past_len = 0 if past_key is None else past_key.shape[2]
     batch, hq, sq, head = q4.shape
-    total = k4.shape[2]
+    total = past_len + k4.shape[2]
     nonpad = check_nonpad(nonpad_kv_seqlen, batch, total)
     mask = check_mask(attn_mask, dtype, (batch, hq, sq, total))
+    present_key, present_value = k4, v4  # without a cache, present is the new K/V (as onnx does)
+    if past_key is not None:
+        if append_kv is not None:
+            present_key, present_value = append_kv(past_key, k4, past_value, v4)
+        else:
+            present_key, present_value = append(past_key, k4), append(past_value, v4)
+        k4, v4 = present_key, present_value
 
     offset = past_len if nonpad is None else nonpad - sq
     bias = combine_bias([mask_bias(mask, dtype, 0, total),

@@ -38,12 +38,11 @@ class CapacityPolicy:
     fixed: bool = False
     token_major: bool = False  # layout of allocations made for plain (non-cache) pasts
 
-    def capacity_for(self, needed: int, current: int | None = None) -> int:
+    def capacity_for(self, needed: int, current: int | None = None, path: str = "kv.append") -> int:
         if self.fixed:
             capacity = current if current is not None else self.initial
             if needed > capacity:
-                raise fail(E.KV_CAPACITY_EXCEEDED, "kv.append",
-                           f"{needed} tokens exceed the fixed capacity {capacity}")
+                raise fail(E.KV_CAPACITY_EXCEEDED, path, f"{needed} tokens exceed the fixed capacity {capacity}")
             return capacity
         capacity = max(self.initial, current or 0)
         while capacity < needed:
@@ -93,39 +92,93 @@ def _claim_in_place(storage: KVStorage | None, past: np.ndarray, needed: int) ->
     return storage.reserve(past.shape[2], needed)
 
 
-def append(past: np.ndarray, new: np.ndarray, cancel=None, path: str = "kv.append") -> np.ndarray:
-    """``Concat(past, new, axis=2)`` that writes only ``new`` when ``past`` owns the spare room."""
-    past, new = np.asarray(past), np.asarray(new)
-    _check_new(past, new, path)
-    length, count = past.shape[2], new.shape[2]
-    needed = length + count
+@dataclass
+class _Append:
+    """One planned append: into a reservation behind ``past`` (in place) or into fresh storage."""
+
+    storage: KVStorage
+    past: np.ndarray
+    new: np.ndarray
+    in_place: bool
+
+    @property
+    def needed(self) -> int:
+        return self.past.shape[2] + self.new.shape[2]
+
+    def write(self) -> None:
+        slots = self.storage.slots()
+        if not self.in_place:
+            slots[:, :, :self.past.shape[2]] = self.past
+        slots[:, :, self.past.shape[2]:self.needed] = self.new
+
+    def abort(self) -> None:
+        """Nothing saw the reserved slots: give them back, so the same past can append again."""
+        if self.in_place:
+            self.storage.release(self.needed)
+
+    def commit(self) -> np.ndarray:
+        record(KVCounters(appended_bytes=self.new.nbytes, in_place_appends=int(self.in_place),
+                          relocated_bytes=0 if self.in_place else self.past.nbytes))
+        return self.storage.publish(self.needed)
+
+
+def _plan(past: np.ndarray, new: np.ndarray, path: str, policy: CapacityPolicy | None) -> _Append:
+    """Reserve room behind ``past`` or allocate fresh storage (the only step before any write)."""
+    needed = past.shape[2] + new.shape[2]
     storage = storage_of(past)
     if _claim_in_place(storage, past, needed):
-        try:
-            check_cancel(cancel, path)
-            storage.slots()[:, :, length:needed] = new
-        except BaseException:
-            storage.release(needed)  # nothing saw the reserved slots: the same past can append again
-            raise
-        record(KVCounters(appended_bytes=new.nbytes, in_place_appends=1))
-        return storage.publish(needed)
-    if storage is not None:
-        capacity = CapacityPolicy(storage.capacity, fixed=not storage.growable).capacity_for(needed,
-                                                                                             storage.capacity)
-        growable = storage.growable
+        return _Append(storage, past, new, True)
+    if storage is not None:  # an allocation keeps its own policy when it moves
+        policy = CapacityPolicy(storage.capacity, fixed=not storage.growable, token_major=storage.token_major)
+        capacity = policy.capacity_for(needed, storage.capacity, path)
     else:
-        policy = _POLICY.get()
-        capacity, growable = policy.capacity_for(needed), not policy.fixed
+        policy = policy or _POLICY.get()
+        capacity = policy.capacity_for(needed, path=path)
     batch, heads, _, head = past.shape
-    token_major = storage.token_major if storage is not None else _POLICY.get().token_major
-    fresh = KVStorage(batch, heads, capacity, head, past.dtype, growable, path, token_major)
-    check_cancel(cancel, path)
-    slots = fresh.slots()
-    slots[:, :, :length] = past
-    slots[:, :, length:needed] = new
-    del slots
-    record(KVCounters(appended_bytes=new.nbytes, relocated_bytes=past.nbytes))
-    return fresh.view(needed)
+    fresh = KVStorage(batch, heads, capacity, head, past.dtype, not policy.fixed, path, policy.token_major)
+    return _Append(fresh, past, new, False)
+
+
+def _run(pairs: list[tuple[np.ndarray, np.ndarray, str]], cancel, path: str,
+         policy: CapacityPolicy | None) -> list[np.ndarray]:
+    """Validate, plan, then write every pair with cancellation checks in between; publish only when all
+    writes are done. A failure or cancellation gives back every reservation: nothing was published."""
+    pairs = [(np.asarray(past), np.asarray(new), where) for past, new, where in pairs]
+    for past, new, where in pairs:
+        _check_new(past, new, where)
+    plans: list[_Append] = []
+    try:
+        for past, new, where in pairs:
+            plans.append(_plan(past, new, where, policy))
+        for plan in plans:
+            check_cancel(cancel, path)  # each earlier write landed in unseen slots: still safe to stop
+            plan.write()
+    except BaseException:
+        for plan in plans:
+            plan.abort()
+        raise
+    return [plan.commit() for plan in plans]
+
+
+def append(past: np.ndarray, new: np.ndarray, cancel=None, path: str = "kv.append",
+           policy: CapacityPolicy | None = None) -> np.ndarray:
+    """``Concat(past, new, axis=2)`` that writes only ``new`` when ``past`` owns the spare room.
+
+    ``policy`` sizes the allocation made when ``past`` is a plain array (default: ``capacity_policy``);
+    an existing allocation keeps its own capacity and growth when it moves.
+    """
+    return _run([(past, new, path)], cancel, path, policy)[0]
+
+
+def append_kv(past_key: np.ndarray, new_key: np.ndarray, past_value: np.ndarray, new_value: np.ndarray,
+              cancel=None, path: str = "kv.append", policy: CapacityPolicy | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Both halves of an Attention cache update as one transaction: cancellation is observed before the
+    key write and between the key and value writes, and a cancelled or failed update leaves both
+    allocations as they were, reservations included."""
+    key, value = _run([(past_key, new_key, f"{path}.key"), (past_value, new_value, f"{path}.value")], cancel,
+                      path, policy)
+    return key, value
 
 
 # ----------------------------------------------------------------------------- TensorScatter

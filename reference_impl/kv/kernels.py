@@ -43,8 +43,9 @@ def attention_kernel(args: list, attrs: dict, ctx) -> list:
     """Standard Attention with the in-place cache append as its past/present update."""
     args = list(args) + [None] * (7 - len(args))
     q, k, v, mask, past_key, past_value, nonpad = args[:7]
-    append = partial(contiguous.append, cancel=getattr(ctx, "cancel", None))
-    out = attention(q, k, v, mask, past_key, past_value, nonpad, attrs=_attrs(attrs, "Attention"), append=append)
+    append_kv = partial(contiguous.append_kv, cancel=getattr(ctx, "cancel", None))
+    out = attention(q, k, v, mask, past_key, past_value, nonpad, attrs=_attrs(attrs, "Attention"),
+                    append_kv=append_kv)
     return [out.y, out.present_key, out.present_value, out.qk_matmul_output]
 
 
