@@ -219,3 +219,41 @@ def test_a_cancelled_run_leaves_the_attention_cache_and_its_reservations_as_they
     for name in ("key", "value"):
         expected = np.concatenate([first[name[0].upper()], second[name[0].upper()]], axis=2)
         np.testing.assert_array_equal(out[f"present_{name}"], expected)
+
+
+@pytest.mark.clause("KV-CAPACITY", "ZC-FAILURE")
+def test_a_fixed_capacity_kernel_fails_the_run_that_exceeds_it_and_keeps_the_state():
+    """``kv_kernels(capacity=4, fixed=True)``: the plain zero-length pasts move into one 4-token
+    allocation at the first run, later runs append in place, and the run that would need a fifth slot
+    fails with KV_CAPACITY_EXCEEDED while the state keeps its values (the default kernel grows)."""
+    rng = np.random.default_rng(7)
+    heads, size = 2, 4
+    empty = np.zeros((1, heads, 0, size), F32)
+    runs = [_attention_feeds(rng, heads, size, 3), _attention_feeds(rng, heads, size),
+            _attention_feeds(rng, heads, size)]
+    growing = make_state(Executor(attention_model(heads, size), kernels=kv_kernels(capacity=4)),
+                         {"past_key": empty, "past_value": empty})
+    for feeds in runs:
+        growing.run(feeds)
+    assert growing.values["past_key"].shape[2] == 5
+    state = make_state(Executor(attention_model(heads, size), kernels=kv_kernels(capacity=4, fixed=True)),
+                       {"past_key": empty, "past_value": empty})
+    with counting() as counters:
+        state.run(runs[0])
+        state.run(runs[1])
+    assert counters.allocated_bytes == 2 * 4 * heads * size * 4 and counters.in_place_appends == 2
+    before = state.values
+    saved = {name: np.array(value) for name, value in before.items()}
+    for _ in range(2):
+        _run_fails(state, runs[2], ErrorCode.KV_CAPACITY_EXCEEDED, "Attention.key")
+    assert all(np.array_equal(state.values[name], saved[name]) for name in saved)
+    state.reset({"past_key": empty, "past_value": empty})
+    assert state.run(runs[2])["present_key"].shape[2] == 1
+
+
+@pytest.mark.clause("KV-CAPACITY")
+@pytest.mark.parametrize("capacity", [0, -1, 2.5, True, 2**40])
+def test_invalid_kernel_capacities_are_rejected_when_the_kernels_are_made(capacity):
+    with pytest.raises(ContractError) as info:
+        kv_kernels(capacity=capacity, fixed=True)
+    assert info.value.code == ErrorCode.KV_CAPACITY_INVALID

@@ -2,7 +2,9 @@
 
 * ``Attention`` (standard domain): ONNX Attention whose past/present update is the contiguous cache
   append, so a decode step writes only the new tokens when the past is the claimed prefix of a cache
-  allocation (e.g. an ``empty_cache`` initial value). Results equal the functional operator.
+  allocation (e.g. an ``empty_cache`` initial value). Results equal the functional operator. A plain
+  past moves into an allocation sized by the kernels' cache configuration (``kv_kernels(capacity=...,
+  fixed=True)`` makes it a fixed capacity: exceeding it is KV_CAPACITY_EXCEEDED).
 * ``onnx_light.kv.PagedAttention``: inputs (Q, K, V, cache), outputs (Y, next_cache), where the cache
   is a KV_PAGED_CACHE struct value. The new K/V are appended (sealing full blocks in ``key_format`` /
   ``value_format``) and the queries attend over the blocks one at a time.
@@ -23,6 +25,7 @@ from reference_impl.kv import contiguous
 from reference_impl.kv.attention import AttentionAttrs, attention
 from reference_impl.kv.paged import PagedKVCache, struct_geometry
 from reference_impl.kv.paged_attention import paged_attention
+from reference_impl.kv.storage import MAX_STORAGE_BYTES, check_capacity
 
 KV_DOMAIN = "onnx_light.kv"
 _ATTRS = set(AttentionAttrs.__dataclass_fields__)
@@ -39,11 +42,12 @@ def _attrs(attrs: dict, path: str, ignore: tuple[str, ...] = ()) -> AttentionAtt
     return AttentionAttrs(**values)
 
 
-def attention_kernel(args: list, attrs: dict, ctx) -> list:
-    """Standard Attention with the in-place cache append as its past/present update."""
+def attention_kernel(args: list, attrs: dict, ctx, policy: contiguous.CapacityPolicy | None = None) -> list:
+    """Standard Attention with the in-place cache append as its past/present update. ``policy`` sizes
+    the allocation a plain past moves into (default: ``contiguous.capacity_policy``)."""
     args = list(args) + [None] * (7 - len(args))
     q, k, v, mask, past_key, past_value, nonpad = args[:7]
-    append_kv = partial(contiguous.append_kv, cancel=getattr(ctx, "cancel", None))
+    append_kv = partial(contiguous.append_kv, cancel=getattr(ctx, "cancel", None), path="Attention", policy=policy)
     out = attention(q, k, v, mask, past_key, past_value, nonpad, attrs=_attrs(attrs, "Attention"),
                     append_kv=append_kv)
     return [out.y, out.present_key, out.present_value, out.qk_matmul_output]
@@ -101,6 +105,21 @@ def _check_fit(q: np.ndarray, kv_heads: int, head_size: int, settings: Attention
             raise fail(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}", f"{given} contradicts the {actual} heads")
 
 
-def kv_kernels() -> dict:
-    """Executor kernels keyed by (domain, op_type)."""
-    return {("", "Attention"): attention_kernel, (KV_DOMAIN, "PagedAttention"): paged_attention_kernel}
+def kv_kernels(capacity: int | None = None, fixed: bool = False) -> dict:
+    """Executor kernels keyed by (domain, op_type).
+
+    The cache configuration applies to the allocations the Attention kernel makes when a past is a plain
+    array (e.g. a zero-length initial value): ``capacity`` tokens (default 256), head-major, and with
+    ``fixed`` never grown, so a run that needs more fails with KV_CAPACITY_EXCEEDED and leaves the state
+    as it was. An allocation keeps its own policy when it moves (``empty_cache(..., fixed=...)``).
+    """
+    policy = None
+    if capacity is not None or fixed:
+        initial = contiguous.CapacityPolicy().initial if capacity is None else \
+            check_capacity(capacity, "kv_kernels.capacity")
+        if initial > MAX_STORAGE_BYTES:  # at least one byte per token: no allocation could hold it
+            raise fail(E.KV_CAPACITY_INVALID, "kv_kernels.capacity",
+                       f"{initial} tokens exceed the {MAX_STORAGE_BYTES}-byte allocation limit")
+        policy = contiguous.CapacityPolicy(initial, bool(fixed))
+    return {("", "Attention"): partial(attention_kernel, policy=policy),
+            (KV_DOMAIN, "PagedAttention"): paged_attention_kernel}
