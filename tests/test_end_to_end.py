@@ -115,6 +115,45 @@ def _paged_logits(config: qwen.QwenConfig, feeds: list[dict]) -> list[np.ndarray
     return [state.run(feed)["logits"] for feed in feeds]
 
 
+@pytest.mark.clause("ZC-RETAIN", "KV-APPEND", "STATE-EQUIV-LOOP")
+def test_standard_head_major_multi_head_cache_appends_in_place_through_the_state():
+    """The standard (B, H, S, D) layout with 2 KV heads (GQA, 4 query heads): the state retains the
+    kernel's strided prefix views, every step after the prompt writes only its K and V in place, and
+    the outputs equal onnx's own Attention fed back by the manual loop."""
+    from test_kv_kernels import attention_model
+
+    from reference_impl.kv import contiguous
+    from reference_impl.kv.storage import counting
+
+    heads, size, steps = 2, 8, 24
+    model = attention_model(heads, size, q_heads=4, causal=True)
+    rng = np.random.default_rng(9)
+    feeds = [{"Q": rng.standard_normal((1, 4, n, size)).astype(np.float32),
+              **{name: rng.standard_normal((1, heads, n, size)).astype(np.float32) for name in ("K", "V")}}
+             for n in [5] + [1] * steps]
+    initial = {name: contiguous.empty_cache(1, heads, size, 64) for name in ("past_key", "past_value")}
+    state = make_state(Executor(model, kernels=kv_kernels()), initial)
+    addresses, ours = set(), []
+    for feed in feeds:
+        with counting() as counters:
+            out = state.run(feed)
+        ours.append(out)
+        assert (counters.in_place_appends, counters.relocated_bytes, counters.allocations) == (2, 0, 0)
+        assert counters.appended_bytes == 2 * feed["K"].nbytes
+        retained = state.values["past_key"]
+        assert retained is out["present_key"] and not retained.flags.c_contiguous
+        addresses.add(retained.__array_interface__["data"][0])
+    assert len(addresses) == 1 and state.counters.payload_bytes_copied == 0
+    assert state.counters.payload_allocations == 0
+    plain = Executor(model)  # onnx's Attention: present = Concat(past, new)
+    empty = {name: np.zeros((1, heads, 0, size), np.float32) for name in initial}
+    manual = feedback_loop(plain.run, _bindings(plain), empty, feeds)
+    for step, (a, b) in enumerate(zip(ours, manual)):
+        np.testing.assert_array_equal(a["present_key"], b["present_key"], err_msg=f"step {step}")
+        np.testing.assert_array_equal(a["present_value"], b["present_value"], err_msg=f"step {step}")
+        np.testing.assert_allclose(a["Y"], b["Y"], rtol=1e-5, atol=1e-6, err_msg=f"step {step}")  # float order
+
+
 # ----------------------------------------------------------------------------- isolation and reset
 @pytest.mark.clause("STATE-ISOLATION", "STATE-NO-CONCURRENCY")
 @pytest.mark.parametrize("variant", ["tensors", "paged"])

@@ -158,18 +158,19 @@ def test_a_first_block_whose_key_and_value_heads_differ_is_a_block_error():
 
 
 # ----------------------------------------------------------------------------- attention kernel
-def attention_model(heads: int, size: int) -> schema.ModelProto:
+def attention_model(heads: int, size: int, q_heads: int | None = None, causal: bool = False) -> schema.ModelProto:
     """Standard Attention with past/present bound: ``past_key <- present_key``, ``past_value <- present_value``
-    in the standard (B, H, S, D) layout."""
+    in the standard (B, H, S, D) layout (``q_heads`` query heads over ``heads`` key/value heads)."""
+    q_heads = heads if q_heads is None else q_heads
     node = helper.make_node("Attention", ["Q", "K", "V", "", "past_key", "past_value"],
-                            ["Y", "present_key", "present_value"])
+                            ["Y", "present_key", "present_value"], is_causal=int(causal))
     info = helper.make_tensor_value_info
     graph = helper.make_graph(
         [node], "mha",
-        [info("Q", T.FLOAT, [1, heads, "s", size]), info("K", T.FLOAT, [1, heads, "s", size]),
+        [info("Q", T.FLOAT, [1, q_heads, "s", size]), info("K", T.FLOAT, [1, heads, "s", size]),
          info("V", T.FLOAT, [1, heads, "s", size]), info("past_key", T.FLOAT, [1, heads, "p", size]),
          info("past_value", T.FLOAT, [1, heads, "p", size])],
-        [info("Y", T.FLOAT, [1, heads, "s", size]), info("present_key", T.FLOAT, [1, heads, "t", size]),
+        [info("Y", T.FLOAT, [1, q_heads, "s", size]), info("present_key", T.FLOAT, [1, heads, "t", size]),
          info("present_value", T.FLOAT, [1, heads, "t", size])])
     model = schema.from_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)]))
     for name in ("key", "value"):
