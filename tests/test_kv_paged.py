@@ -361,3 +361,32 @@ def test_codebook_block_geometry_is_checked_at_the_first_append(key_format, valu
             cache.append(k, v, key_format, value_format)
     assert info.value.code == ErrorCode.KV_BLOCK_INVALID and info.value.path.endswith(bad)
     assert counters.appended_bytes == 0 and counters.allocations == 0
+
+
+@pytest.mark.clause("KV-PAGED", "ZC-FAILURE")
+@pytest.mark.parametrize("fires", [True, False])
+def test_a_paged_append_observes_cancellation_once_before_it_writes(fires):
+    """A multi-block append asks once; cancelled, the kept cache's open block still appends in place."""
+    rng = np.random.default_rng(10)
+    base = paged.empty(1, 4, 4).append(*_kv(rng, 1, 2, 4))
+    calls = []
+
+    def cancel():
+        calls.append(1)
+        return fires
+
+    grown = None
+    with counting() as counters:
+        if fires:
+            with pytest.raises(ContractError) as info:
+                base.append(*_kv(rng, 1, 9, 4), cancel=cancel)
+            assert info.value.code == ErrorCode.STATE_CANCELLED
+        else:
+            grown = base.append(*_kv(rng, 1, 9, 4), cancel=cancel)
+            assert grown.count == 11
+    assert len(calls) == 1 and counters.appended_bytes == (0 if fires else 2 * 9 * 4 * 4)
+    with counting() as counters:
+        base.append(*_kv(rng, 1, 1, 4))
+    # Only a completed (and still held) append has taken the slots behind base's open block.
+    assert (counters.in_place_appends, counters.relocated_bytes) == ((2, 0) if fires else (0, 2 * 2 * 4 * 4))
+    del grown

@@ -143,10 +143,15 @@ class PagedKVCache:
     # ------------------------------------------------------------------------- append
     def append(self, key: np.ndarray, value: np.ndarray, key_format: BlockFormat | str = DENSE,
                value_format: BlockFormat | str = DENSE, cancel=None) -> PagedKVCache:
-        """A cache with ``key``/``value`` [H, n, D] appended; full blocks are sealed in the formats."""
+        """A cache with ``key``/``value`` [H, n, D] appended; full blocks are sealed in the formats.
+
+        Everything is checked, and cancellation observed, before the first write; once writing starts
+        the append completes, so a cancelled append leaves no reservation behind in any open block.
+        """
         key_format, value_format = self.check_formats(key_format, value_format)
         key, value = self._check_tokens(key, value)
         blocks = list(self.blocks)
+        check_cancel(cancel, "kv.paged.append")  # the only checkpoint: an append is all or nothing
         position, total = 0, key.shape[0]
         while position < total:
             last = blocks[-1] if blocks else None
@@ -161,7 +166,6 @@ class PagedKVCache:
                 take = min(self.block_size - last.valid, total - position)
                 start = last.start
             chunk = slice(position, position + take)
-            check_cancel(cancel, "kv.paged.append")
             grown = (contiguous.append(prefixes[0], key[chunk].reshape(1, 1, take, -1)),
                      contiguous.append(prefixes[1], value[chunk].reshape(1, 1, take, -1)))
             block = self._dense_block(start, grown)
