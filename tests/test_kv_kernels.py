@@ -118,6 +118,7 @@ def test_new_tokens_are_checked_against_the_kept_cache(bad, shape, code):
     ("k", (1, 3, 1, 4)),   # 4 query heads are not a multiple of 3 key heads
     ("k", (1, 2, 1, 8)),   # key head size 8, query head size 4
     ("v", (1, 1, 1, 4)),   # V heads differ from K heads
+    ("k", (1, 0, 1, 4)),   # no key heads at all
 ])
 def test_the_first_tokens_of_an_empty_cache_are_checked_against_the_queries(bad, shape):
     rng = np.random.default_rng(3)

@@ -64,9 +64,10 @@ def paged_attention_kernel(args: list, attrs: dict, ctx) -> list:
         raise fail(E.ATTENTION_INPUT_INVALID, "PagedAttention", "inputs are (Q, K, V, cache)")
     q, k, v, value = args
     for name, x in (("Q", q), ("K", k), ("V", v)):
-        if not isinstance(x, np.ndarray) or x.ndim != 4 or x.shape[0] != 1 or x.dtype != np.float32:
+        if not isinstance(x, np.ndarray) or x.ndim != 4 or x.shape[0] != 1 or x.dtype != np.float32 \
+                or min(x.shape[1], x.shape[3]) < 1:
             raise fail(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}",
-                       "expected a float32 (1, heads, S, size) tensor")
+                       "expected a float32 (1, heads, S, size) tensor with at least one head of size >= 1")
     block_size = attrs.get("block_size", 16)
     if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
         raise fail(E.KV_CAPACITY_INVALID, "PagedAttention.block_size",
