@@ -132,7 +132,12 @@ def load_cases(corpus: str | None = None) -> tuple[Case, ...]:
     shared = _load_toml(case_dir / "_templates.toml") if (case_dir / "_templates.toml").exists() else {}
     shared_templates = shared.get("templates", {})
     cases: list[Case] = []
-    for manifest in sorted(case_dir.rglob("*.toml")):
+    # Promoted fuzz findings (corpus/regressions/cases) are cases like any other.
+    regression_dir = root / "regressions" / "cases"
+    manifests = sorted(case_dir.rglob("*.toml"))
+    if regression_dir.is_dir():
+        manifests += sorted(regression_dir.rglob("*.toml"))
+    for manifest in manifests:
         if manifest.name.startswith("_"):
             continue
         data = _load_toml(manifest)

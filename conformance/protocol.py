@@ -27,7 +27,8 @@ _SCALARS = {"string": _F.TYPE_STRING, "bytes": _F.TYPE_BYTES, "int64": _F.TYPE_I
 # name -> [(field, number, type (trailing * = repeated), oneof or None)], in .proto order
 _MESSAGES: list[tuple[str, list]] = [
     ("Tensor", [("dtype", 1, "string"), ("shape", 2, "int64*"), ("data", 3, "bytes"), ("strings", 4, "string*"),
-                ("buffer_id", 5, "uint64"), ("read_only", 6, "bool"), ("strides", 7, "int64*")]),
+                ("buffer_id", 5, "uint64"), ("read_only", 6, "bool"), ("strides", 7, "int64*"),
+                ("byte_strings", 8, "bytes*")]),
     ("StructField", [("name", 1, "string"), ("value", 2, "Value")]),
     ("Struct", [("fields", 1, "StructField*"), ("type_id", 2, "uint64"), ("has_type_id", 3, "bool")]),
     ("Sequence", [("items", 1, "Value*")]),
@@ -168,9 +169,16 @@ def to_proto(value: Any, out, buffer_id=default_buffer_id, with_data: bool = Tru
         tensor = out.tensor
         tensor.shape.extend(array.shape)
         if array.dtype.kind in "OUS":
-            tensor.dtype = "str"
-            if with_data:
-                tensor.strings.extend(str(s) for s in array.reshape(-1))
+            items = array.reshape(-1).tolist()
+            if array.dtype.kind == "S" or any(isinstance(s, (bytes, bytearray)) for s in items):
+                tensor.dtype = "bytes"  # ONNX strings are byte strings; they travel unchanged
+                if with_data:
+                    tensor.byte_strings.extend(bytes(s) if isinstance(s, (bytes, bytearray)) else str(s).encode()
+                                               for s in items)
+            else:
+                tensor.dtype = "str"
+                if with_data:
+                    tensor.strings.extend(str(s) for s in items)
         else:
             tensor.dtype = array.dtype.name
             strided = _span(array)
@@ -205,6 +213,10 @@ def from_proto(value, ids: dict[int, int] | None = None) -> Any:
         shape = tuple(tensor.shape)
         if tensor.dtype == "str":
             array = np.array(list(tensor.strings), dtype=object).reshape(shape)
+        elif tensor.dtype == "bytes":
+            array = np.empty(len(tensor.byte_strings), dtype=object)
+            array[:] = list(tensor.byte_strings)
+            array = array.reshape(shape)
         elif tensor.strides:
             dtype = dtype_of(tensor.dtype)
             span = np.frombuffer(tensor.data, dtype=dtype).copy()

@@ -261,3 +261,19 @@ def test_pytest_plugin_runs_cases_as_items():
     assert done.returncode == 0, done.stdout[-2000:]
     count = len(select(CASES, ["Required.Affine.Axis"]))
     assert f"{count} passed" in done.stdout
+
+
+def test_byte_string_tensors_cross_the_testee_protocol_unchanged():
+    """ONNX strings are bytes: they travel as byte_strings, not as their Python repr."""
+    from conformance import protocol
+
+    for array in (np.array([b"A", b"\xff\x00"], dtype=object), np.array([b"ab", b"c"])):
+        message = protocol.MESSAGES["Value"]()
+        protocol.to_proto(array, message)
+        assert message.tensor.dtype == "bytes"
+        back = protocol.from_proto(message)
+        assert back.tolist() == [bytes(x) for x in array.tolist()]
+    text = np.array(["x", "yz"])
+    message = protocol.MESSAGES["Value"]()
+    protocol.to_proto(text, message)
+    assert message.tensor.dtype == "str" and protocol.from_proto(message).tolist() == ["x", "yz"]

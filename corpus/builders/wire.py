@@ -119,3 +119,12 @@ def unknown_fields(where: str):
 def garbage(kind: str):
     """Bytes that are not a valid ModelProto: a length prefix running past the end."""
     return {"model": field_varint(1, 10) + varint(7 << 3 | 2) + varint(50) + b"\x00\x01"}
+
+
+@builder
+def raw_model(base64: str):
+    """A model given as raw bytes (base64): inputs that protobuf text format cannot express, such as
+    string fields holding invalid UTF-8 (proto2 does not validate them)."""
+    import base64 as b64
+
+    return {"model": b64.b64decode(base64)}
