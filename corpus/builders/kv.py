@@ -31,19 +31,21 @@ def attention_numpy(q, k, v):
     return weights @ v
 
 
-@builder
-def kv_decode(steps: int = 4, heads: int = 2, head_size: int = 4, prefill: int = 3, seed: int = 5,
-              states: int = 1):
-    """Attention with past/present bound back: a prefill of ``prefill`` tokens then one token per call.
-    With ``states`` > 1 the requests interleave on independent states over one model."""
+def attention_model(heads: int, head_size: int, free_tokens: bool = False, name: str = "kv_contiguous",
+                    kv_domain: bool = True):
+    """Attention(q, k, v, past_key, past_value) with ``past_* <- present_*``. ``kv_domain`` imports the
+    ``onnx_light.kv`` domain (unused) so a runtime serving it may append in place."""
     from conformance_corpus_builders.common import model
 
-    m = model("kv_decode")
+    m = model(name)
+    if kv_domain:
+        m.opset_import.add(domain="onnx_light.kv", version=1)
     g = m.graph
     g.node.add(op_type="Attention", input=["q", "k", "v", "", "past_key", "past_value"],
                output=["y", "present_key", "present_value"])
-    for name in ("q", "k", "v"):
-        _tensor_vi(g, name, [1, heads, "s", head_size])
+    _tensor_vi(g, "q", [1, heads, "s", head_size])
+    _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else "s", head_size])
+    _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else "s", head_size])
     for name in ("past_key", "past_value"):
         _tensor_vi(g, name, [1, heads, "t", head_size])
     _tensor_vi(g, "y", [1, heads, "s", head_size], output=True)
@@ -51,6 +53,42 @@ def kv_decode(steps: int = 4, heads: int = 2, head_size: int = 4, prefill: int =
         _tensor_vi(g, name, [1, heads, "t2", head_size], output=True)
     g.persistent_bindings.add(input_name="past_key", output_name="present_key")
     g.persistent_bindings.add(input_name="past_value", output_name="present_value")
+    return m
+
+
+def paged_model(heads: int, head_size: int, block_size, key_format: str = "dense", value_format: str = "dense",
+                free_tokens: bool = False):
+    """PagedAttention(q, k, v, cache) -> (y, next_cache) with ``cache <- next_cache``. ``free_tokens``
+    declares k and v with independent symbolic token counts (so a mismatch reaches the kernel)."""
+    from conformance_corpus_builders.common import model
+
+    from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
+
+    m = model("kv_paged")
+    m.opset_import.add(domain="onnx_light.kv", version=1)
+    m.struct_types.extend(kv_struct_types())
+    g = m.graph
+    node = g.node.add(op_type="PagedAttention", domain="onnx_light.kv", input=["q", "k", "v", "cache"],
+                      output=["y", "next_cache"])
+    node.attribute.add(name="block_size", type=2, i=block_size)
+    node.attribute.add(name="key_format", type=3, s=key_format.encode())
+    node.attribute.add(name="value_format", type=3, s=value_format.encode())
+    _tensor_vi(g, "q", [1, heads, 1, head_size])
+    _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else 1, head_size])
+    _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else 1, head_size])
+    _tensor_vi(g, "y", [1, heads, 1, head_size], output=True)
+    g.input.add(name="cache").type.struct_type.type_ref = KV_PAGED_CACHE
+    g.output.add(name="next_cache").type.struct_type.type_ref = KV_PAGED_CACHE
+    g.persistent_bindings.add(input_name="cache", output_name="next_cache")
+    return m
+
+
+@builder
+def kv_decode(steps: int = 4, heads: int = 2, head_size: int = 4, prefill: int = 3, seed: int = 5,
+              states: int = 1):
+    """Attention with past/present bound back: a prefill of ``prefill`` tokens then one token per call.
+    With ``states`` > 1 the requests interleave on independent states over one model."""
+    m = attention_model(heads, head_size, name="kv_decode", kv_domain=False)
     rng = np.random.default_rng(seed)
     empty = np.zeros((1, heads, 0, head_size), np.float32)
     trace = []
@@ -123,25 +161,9 @@ def kv_paged_decode(steps: int = 6, heads: int = 2, head_size: int = 4, block_si
     """PagedAttention(Q, K, V, cache) -> (Y, next_cache) with the cache struct bound back: one token per
     call; blocks fill and are sealed in ``key_format``/``value_format``. Y is checked against dense
     attention over every token so far (with ``atol`` for quantized block formats)."""
-    from conformance_corpus_builders.common import model
+    from reference_impl.kv.formats import KV_PAGED_CACHE
 
-    from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
-
-    m = model("kv_paged")
-    m.opset_import.add(domain="onnx_light.kv", version=1)
-    m.struct_types.extend(kv_struct_types())
-    g = m.graph
-    node = g.node.add(op_type="PagedAttention", domain="onnx_light.kv", input=["q", "k", "v", "cache"],
-                      output=["y", "next_cache"])
-    node.attribute.add(name="block_size", type=2, i=block_size)
-    node.attribute.add(name="key_format", type=3, s=key_format.encode())
-    node.attribute.add(name="value_format", type=3, s=value_format.encode())
-    for name in ("q", "k", "v"):
-        _tensor_vi(g, name, [1, heads, 1, head_size])
-    _tensor_vi(g, "y", [1, heads, 1, head_size], output=True)
-    g.input.add(name="cache").type.struct_type.type_ref = KV_PAGED_CACHE
-    g.output.add(name="next_cache").type.struct_type.type_ref = KV_PAGED_CACHE
-    g.persistent_bindings.add(input_name="cache", output_name="next_cache")
+    m = paged_model(heads, head_size, block_size, key_format, value_format)
     rng = np.random.default_rng(seed)
     trace = [{"op": "open", "initial": {"cache": {"struct": {"blocks": {"sequence": []},
                                                              "length": {"dtype": "int64", "shape": [],

@@ -11,29 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 from conformance_corpus_builders import builder
-from conformance_corpus_builders.kv import _literal, _tensor_vi, attention_numpy
-
-
-def attention_model(heads: int, head_size: int, free_tokens: bool = False):
-    """Attention(q, k, v, past_key, past_value) with ``past_* <- present_*``."""
-    from conformance_corpus_builders.common import model
-
-    m = model("kv_contiguous")
-    m.opset_import.add(domain="onnx_light.kv", version=1)
-    g = m.graph
-    g.node.add(op_type="Attention", input=["q", "k", "v", "", "past_key", "past_value"],
-               output=["y", "present_key", "present_value"])
-    _tensor_vi(g, "q", [1, heads, "s", head_size])
-    _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else "s", head_size])
-    _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else "s", head_size])
-    for name in ("past_key", "past_value"):
-        _tensor_vi(g, name, [1, heads, "t", head_size])
-    _tensor_vi(g, "y", [1, heads, "s", head_size], output=True)
-    for name in ("present_key", "present_value"):
-        _tensor_vi(g, name, [1, heads, "t2", head_size], output=True)
-    g.persistent_bindings.add(input_name="past_key", output_name="present_key")
-    g.persistent_bindings.add(input_name="past_value", output_name="present_value")
-    return m
+from conformance_corpus_builders.kv import _literal, _tensor_vi, attention_model, attention_numpy
 
 
 class Cache:

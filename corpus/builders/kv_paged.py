@@ -9,40 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 from conformance_corpus_builders import builder
-from conformance_corpus_builders.kv import _literal, _tensor_vi, attention_numpy
+from conformance_corpus_builders.kv import _literal, attention_numpy, paged_model
 from conformance_corpus_builders.kv_formats import AFFINE, KV_DENSE_FLOAT32, SCALED_CODEBOOK2_BLOCK_32, encode
 from google.protobuf import text_format
 
 KV_BLOCK, KV_PAGED_CACHE = 3100, 3101
 #: Float32 summation order only: Y over decoded blocks versus float64 NumPy over the same values.
 DECODED_ATOL = 1e-5
-
-
-def paged_model(heads: int, head_size: int, block_size, key_format: str = "dense", value_format: str = "dense",
-                free_tokens: bool = False):
-    """PagedAttention(q, k, v, cache) -> (y, next_cache) with ``cache <- next_cache``. ``free_tokens``
-    declares k and v with independent symbolic token counts (so a mismatch reaches the kernel)."""
-    from conformance_corpus_builders.common import model
-
-    from reference_impl.kv.formats import kv_struct_types
-
-    m = model("kv_paged")
-    m.opset_import.add(domain="onnx_light.kv", version=1)
-    m.struct_types.extend(kv_struct_types())
-    g = m.graph
-    node = g.node.add(op_type="PagedAttention", domain="onnx_light.kv", input=["q", "k", "v", "cache"],
-                      output=["y", "next_cache"])
-    node.attribute.add(name="block_size", type=2, i=block_size)
-    node.attribute.add(name="key_format", type=3, s=key_format.encode())
-    node.attribute.add(name="value_format", type=3, s=value_format.encode())
-    _tensor_vi(g, "q", [1, heads, 1, head_size])
-    _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else 1, head_size])
-    _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else 1, head_size])
-    _tensor_vi(g, "y", [1, heads, 1, head_size], output=True)
-    g.input.add(name="cache").type.struct_type.type_ref = KV_PAGED_CACHE
-    g.output.add(name="next_cache").type.struct_type.type_ref = KV_PAGED_CACHE
-    g.persistent_bindings.add(input_name="cache", output_name="next_cache")
-    return m
 
 
 def _int64(value: int) -> dict:
