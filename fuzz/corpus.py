@@ -13,6 +13,7 @@ import hashlib
 import pathlib
 import shutil
 
+from conformance.wire import tag, varint
 from fuzz import gen, mutators
 from fuzz.source import RandomSource, RecordingSource
 
@@ -102,22 +103,6 @@ def write_seeds() -> dict[str, int]:
 
 
 # ------------------------------------------------------------------------------------- dictionaries
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _tag(number: int, wire_type: int) -> bytes:
-    return _varint((number << 3) | wire_type)
-
-
 def _escape(blob: bytes) -> str:
     return "".join(chr(b) if 32 <= b < 127 and chr(b) not in '"\\' else f"\\x{b:02x}" for b in blob)
 
@@ -127,10 +112,10 @@ def dictionary_entries() -> dict[str, bytes]:
     from reference_impl import dtypes, examples, schema
 
     entries: dict[str, bytes] = {
-        "model_struct_types_1000": _tag(1000, 2),
-        "graph_encoded_initializer_1000": _tag(1000, 2),
-        "type_struct_type_1000": _tag(1000, 2),
-        "graph_persistent_bindings_1001": _tag(1001, 2),
+        "model_struct_types_1000": tag(1000, 2),
+        "graph_encoded_initializer_1000": tag(1000, 2),
+        "type_struct_type_1000": tag(1000, 2),
+        "graph_persistent_bindings_1001": tag(1001, 2),
         "external_location": b"location",
         "external_offset": b"offset",
         "external_length": b"length",
@@ -144,16 +129,16 @@ def dictionary_entries() -> dict[str, bytes]:
         descriptor = schema.MESSAGE_CLASSES[message].DESCRIPTOR
         for fld in descriptor.fields:
             wire = 2 if fld.type in (fld.TYPE_MESSAGE, fld.TYPE_STRING, fld.TYPE_BYTES) else 0
-            entries[f"{message}_{fld.name}"] = _tag(fld.number, wire)
+            entries[f"{message}_{fld.name}"] = tag(fld.number, wire)
     for type_id in (1002, 1003, 1101, 1102, 2001):
-        entries[f"type_ref_{type_id}"] = _tag(4, 0) + _varint(type_id)
-        entries[f"type_id_{type_id}"] = _tag(10, 0) + _varint(type_id)
+        entries[f"type_ref_{type_id}"] = tag(4, 0) + varint(type_id)
+        entries[f"type_id_{type_id}"] = tag(10, 0) + varint(type_id)
     for storage in sorted(gen.STORAGE_TYPES):
-        entries[f"storage_{dtypes.type_name(storage)}"] = _tag(1, 0) + _varint(storage)
-    entries["data_location_external"] = _tag(6, 0) + _varint(1)
-    entries["block_size_32"] = _tag(5, 0) + _varint(32)
-    entries["axis_minus_1"] = _tag(4, 0) + _varint(2**64 - 1)
-    entries["huge_dimension"] = _tag(2, 0) + _varint(2**62)
+        entries[f"storage_{dtypes.type_name(storage)}"] = tag(1, 0) + varint(storage)
+    entries["data_location_external"] = tag(6, 0) + varint(1)
+    entries["block_size_32"] = tag(5, 0) + varint(32)
+    entries["axis_minus_1"] = tag(4, 0) + varint(2**64 - 1)
+    entries["huge_dimension"] = tag(2, 0) + varint(2**62)
     for name in ("Int4Block", "CODEBOOK2_BLOCK_32", "codes", "scale", "zero_point", "codebook", "index"):
         entries[f"name_{name}"] = name.encode()
     # Short field encodings harvested from the spec's example catalogue (tag + value up to 8 bytes).

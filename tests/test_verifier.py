@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from reference_impl import ContractError, ErrorCode, affine, dtypes, examples, schema, verify_model
+from conformance.wire import varint
+from reference_impl import ContractError, ErrorCode, affine, dtypes, examples, verify_model
 from reference_impl.structs import MAX_DEPTH
 
 
@@ -746,48 +747,14 @@ def test_unparseable_bytes(data):
 
 
 def test_deeply_nested_bytes_are_classified():
-    model = schema.ModelProto()
-    tp = model.graph.input.add(name="x").type
-    for _ in range(200):
-        tp = tp.sequence_type.elem_type
-    data = model.SerializeToString() if False else None
     nested = b""
     for _ in range(300):  # TypeProto.sequence_type (4) -> Sequence.elem_type (1), by hand
-        nested = b"\x0a" + _varint(len(nested)) + nested
-        nested = b"\x22" + _varint(len(nested)) + nested
-    value_info = b"\x0a\x01x" + b"\x12" + _varint(len(nested)) + nested
-    graph = b"\x5a" + _varint(len(value_info)) + value_info
-    data = b"\x3a" + _varint(len(graph)) + graph
-    assert data is not None
+        nested = b"\x0a" + varint(len(nested)) + nested
+        nested = b"\x22" + varint(len(nested)) + nested
+    value_info = b"\x0a\x01x" + b"\x12" + varint(len(nested)) + nested
+    graph = b"\x5a" + varint(len(value_info)) + value_info
+    data = b"\x3a" + varint(len(graph)) + graph
     with pytest.raises(ContractError) as info:
         verify_model(data)
     assert info.value.code in (ErrorCode.MODEL_PARSE_ERROR, ErrorCode.NESTING_TOO_DEEP)
 
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-@pytest.mark.clause("PAY-EXTERNAL-KEYS", "PAY-EXTERNAL-EXTENT")
-@pytest.mark.parametrize("key,code", [("location", ErrorCode.EXTERNAL_PATH_INVALID),
-                                      ("length", ErrorCode.EXTERNAL_NUMBER_INVALID),
-                                      ("offset", ErrorCode.EXTERNAL_NUMBER_INVALID)])
-def test_external_strings_that_are_not_utf8_are_classified(key, code):
-    """proto2 does not validate strings, so invalid UTF-8 reaches the verifier as bytes."""
-    model = base_model()
-    entries = {"location": b"w.bin", "length": b"64", "offset": b"0"}
-    entries[key] = b"\xff\xfe"
-    value = _value(model, "weight_a")
-    value.ClearField("raw_data")
-    value.data_location = 1
-    for name, text in entries.items():
-        entry = schema.StringStringEntryProto()
-        entry.ParseFromString(b"\x0a" + bytes([len(name)]) + name.encode() + b"\x12" + bytes([len(text)]) + text)
-        value.external_data.add().CopyFrom(entry)
-    expect(model, code)

@@ -6,26 +6,7 @@ from __future__ import annotations
 import numpy as np
 from conformance_corpus_builders import builder
 
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field (wire type 2)."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
-
-
-def field_varint(number: int, value: int) -> bytes:
-    return varint(number << 3) + varint(value)
+from conformance.wire import field, field_varint, varint
 
 
 def string(number: int, text: str) -> bytes:
