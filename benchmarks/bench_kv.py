@@ -11,14 +11,12 @@ back as the next past). Ratios are oracle time / onnxruntime time, measured in t
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import pathlib
 import platform
 import statistics
 import sys
 import time
-import tracemalloc
 from functools import partial
 
 import numpy as np
@@ -27,6 +25,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from reference_impl.kv import contiguous, paged
 from reference_impl.kv.attention import attention
+from reference_impl.kv.measure import peak_traced_bytes
 from reference_impl.kv.paged_attention import paged_attention
 from reference_impl.kv.storage import counting
 
@@ -96,20 +95,8 @@ def bench_context(context: int, steps: int, args, session, rng) -> dict:
         row[f"{name}_append_B"] = counters.appended_bytes / steps
         row[f"{name}_encoded_B"] = counters.encoded_bytes / steps
         row[f"{name}_cache_B"] = cache.stored_bytes()
-        row[f"{name}_peak_B"] = _peak_bytes(partial(paged_attention, tokens[0][0], cache, is_causal=1))
+        row[f"{name}_peak_B"] = peak_traced_bytes(partial(paged_attention, tokens[0][0], cache, is_causal=1))
     return row
-
-
-def _peak_bytes(fn) -> int:
-    """tracemalloc peak of one call (smallest of three: interpreter tables sometimes grow mid-call)."""
-    peaks = []
-    for _ in range(3):
-        gc.collect()
-        tracemalloc.start()
-        fn()
-        peaks.append(tracemalloc.get_traced_memory()[1])
-        tracemalloc.stop()
-    return min(peaks)
 
 
 def main() -> None:

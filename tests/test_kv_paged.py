@@ -4,8 +4,6 @@ context. Dequantized references come from the oracle's independent ``decode_valu
 
 from __future__ import annotations
 
-import gc
-import tracemalloc
 from functools import partial
 
 import numpy as np
@@ -17,6 +15,7 @@ from reference_impl import decode_value, schema
 from reference_impl.errors import ContractError, ErrorCode
 from reference_impl.kv import formats, paged
 from reference_impl.kv.attention import attention
+from reference_impl.kv.measure import peak_traced_bytes
 from reference_impl.kv.paged_attention import paged_attention
 from reference_impl.kv.storage import counting
 from reference_impl.values import EncodedValue, StructValue
@@ -195,19 +194,6 @@ def test_convert_reencodes_selected_blocks_and_shares_the_rest():
 WORKSPACE_BLOCKS = {"dense": 4, "int4": 8, "codebook2": 24}
 
 
-def _peak_bytes(fn) -> int:
-    """Smallest peak over three calls: interpreter tables (protobuf wrappers, dict resizes) sometimes
-    grow during a call; the minimum is the call's own working set."""
-    peaks = []
-    for _ in range(3):
-        gc.collect()
-        tracemalloc.start()
-        fn()
-        peaks.append(tracemalloc.get_traced_memory()[1])
-        tracemalloc.stop()
-    return min(peaks)
-
-
 @pytest.mark.clause("KV-BOUNDED", "KV-PAGED")
 @pytest.mark.parametrize("fmt", list(WORKSPACE_BLOCKS))
 def test_workspace_is_bounded_by_a_block_not_the_context(fmt):
@@ -222,7 +208,7 @@ def test_workspace_is_bounded_by_a_block_not_the_context(fmt):
         cache = paged.empty(heads, head, block)
         for _ in range(context // 256):
             cache = cache.append(*_kv(rng, heads, 256, head), fmt, fmt)
-        peaks[context] = _peak_bytes(partial(paged_attention, q, cache))
+        peaks[context] = peak_traced_bytes(partial(paged_attention, q, cache))
     dense_cache_bytes = 2 * 4096 * heads * head * 4
     assert peaks[4096] < WORKSPACE_BLOCKS[fmt] * block_bytes < dense_cache_bytes / 4
     # 8x the blocks, and the peak moves by less than one block (Python object churn, not arrays).
