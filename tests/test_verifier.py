@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conformance.wire import varint
-from reference_impl import ContractError, ErrorCode, affine, dtypes, examples, verify_model
+from conformance.wire import field, varint
+from reference_impl import ContractError, ErrorCode, affine, dtypes, examples, schema, verify_model
 from reference_impl.structs import MAX_DEPTH
 
 
@@ -758,3 +758,22 @@ def test_deeply_nested_bytes_are_classified():
         verify_model(data)
     assert info.value.code in (ErrorCode.MODEL_PARSE_ERROR, ErrorCode.NESTING_TOO_DEEP)
 
+
+
+@pytest.mark.clause("PAY-EXTERNAL-KEYS", "PAY-EXTERNAL-EXTENT")
+@pytest.mark.parametrize("key,code", [("location", ErrorCode.EXTERNAL_PATH_INVALID),
+                                      ("length", ErrorCode.EXTERNAL_NUMBER_INVALID),
+                                      ("offset", ErrorCode.EXTERNAL_NUMBER_INVALID)])
+def test_external_strings_that_are_not_utf8_are_classified(key, code):
+    """proto2 does not validate strings, so invalid UTF-8 reaches the verifier as bytes."""
+    model = base_model()
+    entries = {"location": b"w.bin", "length": b"64", "offset": b"0"}
+    entries[key] = b"\xff\xfe"
+    value = _value(model, "weight_a")
+    value.ClearField("raw_data")
+    value.data_location = 1
+    for name, text in entries.items():
+        entry = schema.StringStringEntryProto()
+        entry.ParseFromString(field(1, name.encode()) + field(2, text))
+        value.external_data.add().CopyFrom(entry)
+    expect(model, code)
