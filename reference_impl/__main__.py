@@ -1,6 +1,7 @@
 """``python -m reference_impl demo``: verify and decode the spec's worked examples and print the figures.
 
-``python -m reference_impl verify MODEL [--base-dir DIR]`` verifies a model file (exit 1 when rejected).
+``python -m reference_impl verify MODEL [--base-dir DIR]`` verifies a model file (exit 1 when rejected, 2 when
+the file cannot be read).
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ def demo() -> int:
 
 
 def verify(path: str, base_dir: str | None) -> int:
-    data = pathlib.Path(path).read_bytes()
+    try:
+        data = pathlib.Path(path).read_bytes()
+    except OSError as error:
+        print(f"cannot read {path}: {error.strerror or error}", file=sys.stderr)
+        return 2
     try:
         verified = verify_model(data, base_dir=base_dir or str(pathlib.Path(path).parent))
     except ContractError as error:
