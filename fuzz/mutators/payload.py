@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from fuzz import gen
 from fuzz import layouts as L
 from fuzz.cases import Case
@@ -14,7 +12,6 @@ from fuzz.mutators.base import (
     entries,
     explicit_affine,
     is_external,
-    logical_shape,
     make_external,
     move_last_to,
     mutator,
@@ -200,6 +197,20 @@ def _logical_invalid(src, generated) -> Case:
     return work.case(rule)
 
 
+#: Record bytes and decoded values per record of the registered spec types.
+_SPEC_RECORDS = {2001: (20, 32), 1002: (76, 128), 1003: (64, 128), 1102: (12, 32)}
+
+
+def _decoded_count(value) -> int:
+    """How many values the registered decoder produces, from the payload length alone (the declared
+    logical shape may be absent, scalar or symbolic, so it cannot stand in for the count)."""
+    record_bytes, per_record = _SPEC_RECORDS[value.struct_type.type_ref]
+    length = len(value.raw_data)
+    if value.data_location == 1:
+        length = int(next(e.value for e in value.external_data if e.key == "length"))
+    return length // record_bytes * per_record
+
+
 @mutator(E.LOGICAL_SHAPE_MISMATCH)
 def _logical_mismatch(src, generated) -> Case:
     work = Work(generated, E.LOGICAL_SHAPE_MISMATCH)
@@ -212,7 +223,7 @@ def _logical_mismatch(src, generated) -> Case:
         del work.graph.output[1:]
         del work.graph.node[1:]
         value = spec_value(src, work)
-    count = int(np.prod(logical_shape(value), dtype=np.int64)) if len(logical_shape(value)) else 1
+    count = _decoded_count(value)
     how = src.integer(0, 3)
     if how == 0:
         value.logical_type.CopyFrom(L.tensor_type(dtypes.FLOAT, (count + src.integer(1, 40),)))
