@@ -100,7 +100,7 @@ def gen_constant(src: Source) -> L.Constant:
     rank = src.choice((0, 0, 1, 2))
     dims = tuple(src.integer(0 if rank else 1, 4) for _ in range(rank))
     count = int(np.prod(dims, dtype=np.int64)) if dims else 1
-    raw = np.frombuffer(src.data(count).ljust(count, b"\0"), dtype=np.uint8)[:count]
+    raw = src.byte_array(count)
     form = src.integer(0, 5)
     tensor = schema.TensorProto(dims=list(dims))
     if form == 0:
@@ -249,8 +249,8 @@ def gen_spec_value(src: Source, name: str):
     records = src.choice((0, 1, 1, 2, 3))
     per_record = {2001: 32, 1002: 128, 1003: 128, 1102: 32}[type_id]
     count = records * per_record
-    raw = np.frombuffer(src.data(count).ljust(count, b"\0"), dtype=np.uint8)[:count]
-    scales = SCALE_TABLE[np.frombuffer(src.data(records).ljust(records, b"\0"), np.uint8) % 16]
+    raw = src.byte_array(count)
+    scales = SCALE_TABLE[src.byte_array(records) % 16]
     scales32 = scales.astype(np.float32)
     scale_bytes = scales32.astype("<f4").reshape(-1, 1).view(np.uint8)
     if type_id == 1102:
@@ -291,7 +291,7 @@ def gen_spec_value(src: Source, name: str):
 # ------------------------------------------------------------------------------------ affine values
 def _scale_array(src: Source, shape: tuple, elem_type: int) -> np.ndarray:
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    picks = np.frombuffer(src.data(count).ljust(count, b"\0"), np.uint8)[:count] % len(SCALE_TABLE)
+    picks = src.byte_array(count) % len(SCALE_TABLE)
     return SCALE_TABLE[picks].astype(dtypes.NUMPY_DTYPE[elem_type]).reshape(shape)
 
 
@@ -365,7 +365,7 @@ def gen_affine_value(src: Source, name: str, storage_type: int | None = None,
     scale = _scale_array(src, param_shape, elem_type)
     lo, hi = CODE_RANGE[storage]
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    raw = np.frombuffer(src.data(count).ljust(count, b"\0"), np.uint8)[:count].astype(np.int64)
+    raw = src.byte_array(count).astype(np.int64)
     codes = lo + raw % (hi - lo + 1)
     zp = None
     value = schema.EncodedValueProto(name=name)
@@ -374,7 +374,7 @@ def gen_affine_value(src: Source, name: str, storage_type: int | None = None,
     layout.scale.CopyFrom(_scale_tensor(src, scale, elem_type))
     if src.boolean():
         pcount = int(np.prod(param_shape, dtype=np.int64)) if param_shape else 1
-        zraw = np.frombuffer(src.data(pcount).ljust(pcount, b"\0"), np.uint8)[:pcount].astype(np.int64)
+        zraw = src.byte_array(pcount).astype(np.int64)
         zp = (lo + zraw % (hi - lo + 1)).reshape(param_shape)
         layout.zero_point.CopyFrom(_zero_point_tensor(src, zp, storage))
     if axis is not None:

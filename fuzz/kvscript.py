@@ -34,9 +34,7 @@ class Mismatch(AssertionError):
 
 
 def _floats(src: Source, shape: tuple) -> np.ndarray:
-    count = int(np.prod(shape, dtype=np.int64))
-    raw = np.frombuffer(src.data(count).ljust(count, b"\0"), np.uint8)[:count]
-    return ((raw.astype(np.float32) - 128) / 32).reshape(shape)
+    return src.floats(shape, 32)
 
 
 @dataclass

@@ -19,6 +19,8 @@ import random
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import numpy as np
+
 T = TypeVar("T")
 
 
@@ -37,6 +39,15 @@ class Source:
 
     def boolean(self) -> bool:
         return self.integer(0, 1) == 1
+
+    def byte_array(self, count: int) -> np.ndarray:
+        """Exactly ``count`` bytes as uint8 (zero-padded once the source runs dry)."""
+        return np.frombuffer(self.data(count).ljust(count, b"\0"), dtype=np.uint8)[:count]
+
+    def floats(self, shape: tuple, step: float) -> np.ndarray:
+        """Float32 values (byte - 128) / step, so every value is exactly representable."""
+        count = int(np.prod(shape, dtype=np.int64))
+        return ((self.byte_array(count).astype(np.float32) - 128) / step).reshape(shape)
 
     def chance(self, numerator: int, denominator: int) -> bool:
         """True with probability numerator/denominator (under uniform bytes); False when exhausted."""
