@@ -17,7 +17,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from conformance.values import Encoded, Struct, default_buffer_id, dtype_of
 
 PACKAGE = "onnx_light.conformance"
-PROTOCOL_VERSION = 2  # 2: Run.cancelled
+PROTOCOL_VERSION = 3  # 2: Run.cancelled; 3: names as bytes, Rejection.causes, Counters
 MAX_FRAME = 1 << 31
 
 _F = descriptor_pb2.FieldDescriptorProto
@@ -29,17 +29,17 @@ _MESSAGES: list[tuple[str, list]] = [
     ("Tensor", [("dtype", 1, "string"), ("shape", 2, "int64*"), ("data", 3, "bytes"), ("strings", 4, "string*"),
                 ("buffer_id", 5, "uint64"), ("read_only", 6, "bool"), ("strides", 7, "int64*"),
                 ("byte_strings", 8, "bytes*")]),
-    ("StructField", [("name", 1, "string"), ("value", 2, "Value")]),
+    ("StructField", [("name", 1, "bytes"), ("value", 2, "Value")]),
     ("Struct", [("fields", 1, "StructField*"), ("type_id", 2, "uint64"), ("has_type_id", 3, "bool")]),
     ("Sequence", [("items", 1, "Value*")]),
     ("Encoded", [("header", 1, "bytes"), ("payload", 2, "bytes"), ("buffer_id", 3, "uint64")]),
     ("Value", [("tensor", 1, "Tensor", "kind"), ("struct", 2, "Struct", "kind"), ("sequence", 3, "Sequence", "kind"),
                ("encoded", 4, "Encoded", "kind"), ("none", 5, "bool", "kind")]),
-    ("NamedValue", [("name", 1, "string"), ("value", 2, "Value")]),
+    ("NamedValue", [("name", 1, "bytes"), ("value", 2, "Value")]),
     ("Hello", []),
     ("Verify", [("model", 1, "bytes"), ("base_dir", 2, "string")]),
-    ("Decode", [("model", 1, "bytes"), ("value_name", 2, "string"), ("base_dir", 3, "string")]),
-    ("ReadFields", [("model", 1, "bytes"), ("value_name", 2, "string"), ("base_dir", 3, "string")]),
+    ("Decode", [("model", 1, "bytes"), ("value_name", 2, "bytes"), ("base_dir", 3, "string")]),
+    ("ReadFields", [("model", 1, "bytes"), ("value_name", 2, "bytes"), ("base_dir", 3, "string")]),
     ("RoundTrip", [("model", 1, "bytes")]),
     ("OpenState", [("model", 1, "bytes"), ("initial", 2, "NamedValue*"), ("base_dir", 3, "string")]),
     ("Run", [("state", 1, "uint64"), ("feeds", 2, "NamedValue*"), ("cancelled", 3, "bool")]),
@@ -49,26 +49,30 @@ _MESSAGES: list[tuple[str, list]] = [
     ("Export", [("model", 1, "bytes"), ("target", 2, "string")]),
     ("Rewrite", [("model", 1, "bytes"), ("rewrite_json", 2, "string")]),
     ("Shutdown", []),
+    ("Counters", [("state", 1, "uint64")]),
     ("Request", [("id", 1, "uint64")] + [(name, number, cls, "op") for name, number, cls in (
         ("hello", 2, "Hello"), ("verify", 3, "Verify"), ("decode", 4, "Decode"), ("read_fields", 5, "ReadFields"),
         ("roundtrip", 6, "RoundTrip"), ("open_state", 7, "OpenState"), ("run", 8, "Run"), ("values", 9, "Values"),
         ("reset", 10, "Reset"), ("close", 11, "Close"), ("export", 12, "Export"), ("rewrite", 13, "Rewrite"),
-        ("shutdown", 14, "Shutdown"))]),
+        ("shutdown", 14, "Shutdown"), ("counters", 15, "Counters"))]),
     ("HelloResult", [("name", 1, "string"), ("version", 2, "string"), ("profiles", 3, "string*"),
                      ("protocol_version", 4, "uint32")]),
     ("Ok", []),
     ("ValueResult", [("value", 1, "Value")]),
     ("NamedValues", [("values", 1, "NamedValue*"), ("received", 2, "NamedValue*")]),
-    ("FeedbackPair", [("input_name", 1, "string"), ("output_name", 2, "string")]),
+    ("FeedbackPair", [("input_name", 1, "bytes"), ("output_name", 2, "bytes")]),
     ("ModelResult", [("model", 1, "bytes"), ("feedback", 2, "FeedbackPair*"), ("has_feedback", 3, "bool")]),
     ("StateOpened", [("state", 1, "uint64"), ("received", 2, "NamedValue*")]),
-    ("Rejection", [("code", 1, "string"), ("message", 2, "string")]),
+    ("Rejection", [("code", 1, "string"), ("message", 2, "string"), ("causes", 3, "string*")]),
     ("NotSupported", [("reason", 1, "string")]),
     ("InternalError", [("message", 1, "string"), ("traceback", 2, "string")]),
+    ("Counter", [("name", 1, "string"), ("value", 2, "int64")]),
+    ("CounterValues", [("counters", 1, "Counter*")]),
     ("Response", [("id", 1, "uint64")] + [(name, number, cls, "result") for name, number, cls in (
         ("hello", 2, "HelloResult"), ("ok", 3, "Ok"), ("value", 4, "ValueResult"), ("values", 5, "NamedValues"),
         ("model", 6, "ModelResult"), ("state", 7, "StateOpened"), ("rejected", 8, "Rejection"),
-        ("not_supported", 9, "NotSupported"), ("error", 10, "InternalError"))]),
+        ("not_supported", 9, "NotSupported"), ("error", 10, "InternalError"),
+        ("counters", 11, "CounterValues"))]),
 ]
 
 
@@ -143,6 +147,21 @@ def read_frame(stream: BinaryIO, cls):
 
 
 # ---------------------------------------------------------------------------------- value transport
+def encode_name(name: str | bytes) -> bytes:
+    """Names travel as bytes: a model's names need not be valid UTF-8 (proto2 does not check strings)."""
+    if isinstance(name, (bytes, bytearray)):
+        return bytes(name)
+    return name.encode("utf-8", "surrogateescape")
+
+
+def decode_name(raw: bytes) -> str | bytes:
+    """A name as protobuf itself gives it: ``str`` when it is valid UTF-8, else the exact bytes."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return bytes(raw)
+
+
 def to_proto(value: Any, out, buffer_id=default_buffer_id, with_data: bool = True) -> None:
     """Fill a protocol Value from a neutral value (only shapes and buffer ids without ``with_data``)."""
     if value is None:
@@ -155,7 +174,7 @@ def to_proto(value: Any, out, buffer_id=default_buffer_id, with_data: bool = Tru
     elif isinstance(value, dict):
         out.struct.SetInParent()
         for name, item in value.items():
-            to_proto(item, out.struct.fields.add(name=name).value, buffer_id, with_data)
+            to_proto(item, out.struct.fields.add(name=encode_name(name)).value, buffer_id, with_data)
         type_id = getattr(value, "type_id", None)
         if type_id is not None:
             out.struct.type_id = type_id
@@ -229,7 +248,7 @@ def from_proto(value, ids: dict[int, int] | None = None) -> Any:
             ids[id(array)] = tensor.buffer_id
         return array
     if kind == "struct":
-        fields = {field.name: from_proto(field.value, ids) for field in value.struct.fields}
+        fields = {decode_name(field.name): from_proto(field.value, ids) for field in value.struct.fields}
         return Struct(fields, value.struct.type_id if value.struct.has_type_id else None)
     if kind == "sequence":
         return [from_proto(item, ids) for item in value.sequence.items]
@@ -247,12 +266,12 @@ def from_proto(value, ids: dict[int, int] | None = None) -> Any:
 
 def named_to_proto(values: dict[str, Any], repeated, buffer_id=default_buffer_id, with_data: bool = True) -> None:
     for name, value in values.items():
-        to_proto(value, repeated.add(name=name).value, buffer_id, with_data)
+        to_proto(value, repeated.add(name=encode_name(name)).value, buffer_id, with_data)
 
 
 def adopt_ids(values: dict[str, Any], received, ids: dict[int, int]) -> None:
     """Map the runner's own leaves to the buffer ids the testee reported for its copies of them."""
-    reported = {item.name: item.value for item in received}
+    reported = {decode_name(item.name): item.value for item in received}
     for name, value in values.items():
         if name in reported:
             _adopt(value, reported[name], ids)
@@ -265,7 +284,7 @@ def _adopt(value: Any, proto, ids: dict[int, int]) -> None:
     elif kind == "encoded" and proto.encoded.buffer_id:
         ids[id(value)] = proto.encoded.buffer_id
     elif kind == "struct" and isinstance(value, dict):
-        fields = {f.name: f.value for f in proto.struct.fields}
+        fields = {decode_name(f.name): f.value for f in proto.struct.fields}
         for name, item in value.items():
             if name in fields:
                 _adopt(item, fields[name], ids)
@@ -275,4 +294,4 @@ def _adopt(value: Any, proto, ids: dict[int, int]) -> None:
 
 
 def named_from_proto(repeated, ids: dict[int, int] | None = None) -> dict[str, Any]:
-    return {item.name: from_proto(item.value, ids) for item in repeated}
+    return {decode_name(item.name): from_proto(item.value, ids) for item in repeated}

@@ -3,6 +3,10 @@
 The reference implementation's testee is this module serving the reference adapter; the suite runs
 through it with ``--testee "python -m conformance.testee"``. Requests are handled on worker threads so
 a second call on a busy state reaches the runtime (which must reject it) instead of waiting in line.
+
+Buffer identities are data addresses, so every value whose identity was reported stays referenced until
+its state closes: an address freed and reused by a later copy would otherwise make two different buffers
+look like one (protocol rule: a buffer_id names one buffer for the whole life of its state).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class Server:
         self.out = out_stream
         self.write_lock = threading.Lock()
         self.states: dict[int, Any] = {}
+        self.reported: dict[int, list] = {}  # state -> every value whose buffer_id was reported
         self.next_state = 1
         self.state_lock = threading.Lock()
 
@@ -42,21 +47,30 @@ class Server:
         try:
             getattr(self, f"op_{op}")(getattr(request, op), response)
         except Rejected as rejected:
-            response.rejected.code = rejected.code or ""
-            response.rejected.message = rejected.message
+            self._reject(response, rejected)
         except NotSupported as exc:
             response.not_supported.reason = str(exc) or "not supported"
         except Exception as exc:  # noqa: BLE001 - everything is answered, nothing kills the server
             found = classify(self.adapter, exc)
             if isinstance(found, Rejected):
-                response.rejected.code = found.code or ""
-                response.rejected.message = found.message
+                self._reject(response, found)
             elif isinstance(found, NotSupported):
                 response.not_supported.reason = str(found)
             else:
                 response.error.message = f"{type(exc).__name__}: {exc}"
                 response.error.traceback = traceback.format_exc()
         self.send(response)
+
+    @staticmethod
+    def _reject(response, rejected: Rejected) -> None:
+        response.rejected.code = rejected.code or ""
+        response.rejected.message = rejected.message
+        response.rejected.causes.extend(getattr(rejected, "causes", ()))
+
+    def keep(self, state_id: int, *values: Any) -> None:
+        """Hold values whose buffer ids were reported until the state closes (see the module docstring)."""
+        with self.state_lock:
+            self.reported.setdefault(state_id, []).extend(values)
 
     def buffer_id(self, handle):
         probe = getattr(handle, "buffer_id", None)
@@ -84,11 +98,11 @@ class Server:
         response.ok.SetInParent()
 
     def op_decode(self, body, response) -> None:
-        value = self.adapter.decode(body.model, body.value_name, self._base_dir(body.base_dir))
+        value = self.adapter.decode(body.model, P.decode_name(body.value_name), self._base_dir(body.base_dir))
         P.to_proto(value, response.value.value)
 
     def op_read_fields(self, body, response) -> None:
-        fields = self.adapter.read_fields(body.model, body.value_name, self._base_dir(body.base_dir))
+        fields = self.adapter.read_fields(body.model, P.decode_name(body.value_name), self._base_dir(body.base_dir))
         response.values.SetInParent()
         P.named_to_proto(fields, response.values.values)
 
@@ -103,6 +117,7 @@ class Server:
             self.next_state += 1
             self.states[state_id] = handle
         response.state.state = state_id
+        self.keep(state_id, initial)
         P.named_to_proto(initial, response.state.received, self.buffer_id(handle), with_data=False)
 
     def op_run(self, body, response) -> None:
@@ -114,26 +129,41 @@ class Server:
             outputs = handle.run_cancelled(feeds)
         else:
             outputs = handle.run(feeds)
+        self.keep(body.state, feeds, outputs)
         response.values.SetInParent()
         P.named_to_proto(outputs, response.values.values, self.buffer_id(handle))
         P.named_to_proto(feeds, response.values.received, self.buffer_id(handle), with_data=False)
 
     def op_values(self, body, response) -> None:
         handle = self.state(body.state)
+        current = dict(handle.values())
+        self.keep(body.state, current)
         response.values.SetInParent()
-        P.named_to_proto(dict(handle.values()), response.values.values, self.buffer_id(handle))
+        P.named_to_proto(current, response.values.values, self.buffer_id(handle))
 
     def op_reset(self, body, response) -> None:
         handle = self.state(body.state)
         initial = P.named_from_proto(body.initial)
         handle.reset(initial)
+        self.keep(body.state, initial)
         response.state.state = body.state
         P.named_to_proto(initial, response.state.received, self.buffer_id(handle), with_data=False)
 
     def op_close(self, body, response) -> None:
         handle = self.state(body.state)
         handle.close()
+        with self.state_lock:
+            self.reported.pop(body.state, None)
         response.ok.SetInParent()
+
+    def op_counters(self, body, response) -> None:
+        handle = self.state(body.state)
+        probe = getattr(handle, "counters", None)
+        if probe is None:
+            raise NotSupported("the runtime reports no counters")
+        response.counters.SetInParent()
+        for name, value in sorted(probe().items()):
+            response.counters.counters.add(name=name, value=int(value))
 
     def op_export(self, body, response) -> None:
         result = self.adapter.export(body.model, body.target)
@@ -141,7 +171,8 @@ class Server:
             result, feedback = result
             response.model.has_feedback = True
             for input_name, output_name in feedback:
-                response.model.feedback.add(input_name=input_name, output_name=output_name)
+                response.model.feedback.add(input_name=P.encode_name(input_name),
+                                            output_name=P.encode_name(output_name))
         response.model.model = result
 
     def op_rewrite(self, body, response) -> None:

@@ -13,11 +13,19 @@ Step tables (``[[case.step]]``)::
     {op = "identity", same = [["init|past", "v1|past"]], distinct = [["r1|y", "r2|y"]]}
     {op = "concurrent", first = {feeds = {...}}, second = {op = "run", feeds = {...}}, error = "STATE_BUSY",
      scale_feed = "iterations"}
+    {op = "counters", as = "c2", since = "c1", at_most = {payload_bytes_copied = 0}, equals = {...}}
 
-Error keys on any step: ``error`` (the code), ``also`` (codes equally justified), ``cause`` (codes a
-``STATE_RUN_FAILED`` must name in its message, each also accepted as the code itself) and ``optional``
-(the step may succeed instead; a later step must then raise the error). A run with ``cancel = true`` is
-issued with cancellation already requested (handles implement ``run_cancelled(feeds)``).
+Error keys on any step: ``error`` (the code), ``also`` (codes equally justified), ``cause`` (codes that
+may explain a ``STATE_RUN_FAILED``: each is also accepted as the code itself, and when the rejection
+names its causes — the structured ``causes`` field, never message text — one of them must be among
+these) and ``optional`` (the step may succeed instead; a later step must then raise the error). A run
+with ``cancel = true`` is issued with cancellation already requested (handles implement
+``run_cancelled(feeds)``).
+
+A ``counters`` step reads the runtime's own counters for the state (``counters()`` on the handle, see
+docs/testee-protocol.md for the names) and bounds them, or their growth ``since`` an earlier counters
+step. A runtime that reports no counters, or not the one a step needs, gets "not supported" for the case:
+the property cannot be observed from outside.
 
 A reference ``label|name[|field...]`` names a value seen at a labelled step: a run's outputs (or its
 feeds), a values() result, or the initial values given to open/reset. Literals may be ``{ref = ...}``.
@@ -93,11 +101,13 @@ class Trace:
         causes = _codes(step.get("cause"))
         expect = {"error": step["error"], "also": list(step.get("also", [])) + causes} if "error" in step else {}
         checked = judge_rejection(outcome, expect, what, self.require_codes)
-        if checked and causes and outcome.rejected.code not in causes \
-                and not any(cause in outcome.rejected.message for cause in causes):
-            raise CaseFailure(f"{what} was rejected with {outcome.rejected.code} but does not name the cause "
-                              f"({' or '.join(causes)})", expected=f"rejected because of {causes[0]}",
-                              actual=f"rejected with {outcome.rejected.code}", detail=outcome.rejected.message)
+        named = tuple(getattr(outcome.rejected, "causes", ()) or ()) if outcome.rejected is not None else ()
+        if checked and causes and named and outcome.rejected.code not in causes \
+                and not any(cause in causes for cause in named):
+            raise CaseFailure(f"{what} was rejected with {outcome.rejected.code} because of {', '.join(named)}, "
+                              f"not {' or '.join(causes)}", expected=f"rejected because of {causes[0]}",
+                              actual=f"rejected with {outcome.rejected.code} ({', '.join(named)})",
+                              detail=outcome.rejected.message)
         if checked is not None:
             self.code_checked = checked if self.code_checked is not False else False
         return outcome.rejected is None
@@ -241,6 +251,36 @@ class Trace:
         self.judge(second_outcome, step, f"step {index} ({op} during an active run)")
         self.remember(step, first_outcome.value or {})
 
+    def step_counters(self, index: int, step: dict) -> None:
+        """Bound the runtime's own counters (or their growth since an earlier counters step)."""
+        self.need_handle(index)
+        outcome = call(self.handle_with_classifier(), "counters")
+        if not self.judge(outcome, step, f"step {index} (counters)"):
+            return
+        current = {str(k): int(v) for k, v in dict(outcome.value).items()}
+        base = {}
+        if "since" in step:
+            earlier = self.seen.get(step["since"], {}).get(_COUNTERS)
+            if earlier is None:
+                raise SuiteError(f"{self.case.id}: step {index} counts since {step['since']!r}, "
+                                 "which is not a counters step")
+            base = earlier
+        checks = (("at_most", lambda have, bound: have <= bound, "at most"),
+                  ("at_least", lambda have, bound: have >= bound, "at least"),
+                  ("equals", lambda have, bound: have == bound, "exactly"))
+        for key, holds, words in checks:
+            for name, bound in step.get(key, {}).items():
+                if name not in current:
+                    raise NotSupported(f"the runtime does not report the counter {name!r}")
+                have = current[name] - base.get(name, 0)
+                if not holds(have, int(bound)):
+                    growth = f" since {step['since']}" if "since" in step else ""
+                    raise CaseFailure(f"step {index}: counter {name}{growth} is {have}, expected {words} {bound}",
+                                      expected=f"{name} {words} {bound}", actual=str(have))
+        label = step.get("as")
+        if label:
+            self.seen[label] = {_COUNTERS: current}
+
     # --------------------------------------------------------------------------------- support
     def handle_with_classifier(self):
         """The handle, with the adapter's classifier available to ``call``."""
@@ -275,6 +315,9 @@ class _Classified:
         return found if found is not None else classify(self._adapter, exc)
 
 
+_COUNTERS = "\0counters"  # where a counters step keeps its snapshot among the labelled values
+
+
 def _codes(value) -> list[str]:
     return [] if value is None else [value] if isinstance(value, str) else list(value)
 
@@ -303,7 +346,8 @@ def _hex(value: int | None) -> str:
 
 _STEPS = {"open": Trace.step_open, "run": Trace.step_run, "values": Trace.step_values, "reset": Trace.step_reset,
           "close": Trace.step_close, "check": Trace.step_check, "identity": Trace.step_identity,
-          "concurrent": Trace.step_concurrent, "readonly": Trace.step_readonly, "repeat": Trace.step_repeat}
+          "concurrent": Trace.step_concurrent, "readonly": Trace.step_readonly, "repeat": Trace.step_repeat,
+          "counters": Trace.step_counters}
 
 
 def run_trace(case, adapter, workdir: str, require_codes: bool) -> bool | None:

@@ -170,10 +170,12 @@ class ErrorCode(str, enum.Enum):
 class ContractError(Exception):
     """The one exception every rejection raises: a stable ``code`` and the ``path`` of the object."""
 
-    def __init__(self, code: ErrorCode, path: str, message: str):
+    def __init__(self, code: ErrorCode, path: str, message: str, causes: tuple[ErrorCode, ...] = ()):
         self.code = ErrorCode(code)
         self.path = path
         self.message = message
+        #: the codes of the errors that made this one happen, innermost last (a failed run names why)
+        self.causes = tuple(ErrorCode(c) for c in causes)
         super().__init__(f"[{self.code.value}] {path}: {message}")
 
     @property
@@ -181,6 +183,6 @@ class ContractError(Exception):
         return self.code.clause
 
 
-def fail(code: ErrorCode, path: str, message: str) -> ContractError:
+def fail(code: ErrorCode, path: str, message: str, causes: tuple[ErrorCode, ...] = ()) -> ContractError:
     """Build the error to raise; ``raise fail(...)`` reads as the rule being enforced."""
-    return ContractError(code, path, message)
+    return ContractError(code, path, message, causes)

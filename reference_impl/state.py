@@ -37,6 +37,11 @@ class Counters:
     adopted_leaves: int = 0
     adopted_bytes: int = 0
     views_created: int = 0
+    #: times the model's bindings and types were resolved: once, when the state is made (STATE-RESOLVE-ONCE)
+    binding_resolutions: int = 0
+    #: the state never serializes, clones, hashes or compares the model (STATE-NO-MODEL-SCAN); a test
+    #: traces every protobuf call made while a state is built and run to keep this figure honest
+    model_serializations: int = 0
 
     def snapshot(self) -> dict[str, int]:
         return asdict(self)
@@ -198,6 +203,7 @@ class State:
     """Retained values for one request over one loaded model (see ``make_state``)."""
 
     def __init__(self, executor: Executor, initial: Mapping[str, Any]):
+        self.counters = Counters(binding_resolutions=1)  # the executor resolved them, once, when loaded
         self._executor: Executor | None = executor
         self._bindings = executor.bindings
         self._bound = {b.input_name: b for b in self._bindings}
@@ -206,7 +212,6 @@ class State:
         self._inputs = frozenset(executor.input_names)
         self._lock = threading.Lock()
         self._closed = False
-        self.counters = Counters()
         self.steps = 0
         self._values: Mapping[str, Any] = self._initial_values(initial)
 
@@ -245,8 +250,8 @@ class State:
             except ContractError as err:
                 if err.code is E.STATE_CANCELLED:
                     raise
-                raise fail(E.STATE_RUN_FAILED, err.path,
-                           f"{err.code.value}: {err.message} (state unchanged)") from err
+                raise fail(E.STATE_RUN_FAILED, err.path, f"{err.code.value}: {err.message} (state unchanged)",
+                           causes=(err.code, *err.causes)) from err
             next_values = {}
             for input_name, output_name, spec, path in self._plan:
                 value = outputs[output_name]

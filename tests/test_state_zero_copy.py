@@ -183,3 +183,41 @@ def test_multi_head_attention_cache_is_retained_as_the_kernels_strided_view():
     with pytest.raises(ContractError) as error:
         state.reset({"past_key": strided, "past_value": empty})
     assert error.value.code is ErrorCode.STATE_UNRETAINABLE
+
+
+# --------------------------------------------------------------------- no model serialization
+_MODEL_COPIES = {"SerializeToString", "SerializePartialToString", "CopyFrom", "MergeFrom", "MergeFromString",
+                 "ParseFromString", "ByteSize", "__deepcopy__", "__copy__", "__reduce__", "__reduce_ex__"}
+
+
+@pytest.mark.clause("STATE-NO-MODEL-SCAN", "STATE-RESOLVE-ONCE")
+@pytest.mark.parametrize("variant", ["tensors", "struct", "paged"])
+def test_state_never_serializes_or_copies_the_model(variant):
+    """Every C-level protobuf call made while a state is built over a loaded session and run is traced:
+    none serializes, clones or re-parses the model, so the ``model_serializations`` counter the state
+    reports (0) is true. Loading the session itself (the explicit load) is outside the state."""
+    import sys
+
+    from reference_impl.executor import Executor
+    from reference_impl.kv import qwen
+    from reference_impl.kv.kernels import kv_kernels
+
+    config = qwen.QwenConfig()
+    executor = Executor(qwen.build(config, variant), kernels=kv_kernels())
+    calls: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "c_call" and getattr(arg, "__name__", "") in _MODEL_COPIES:
+            calls.append(f"{arg.__qualname__} from {frame.f_code.co_filename}:{frame.f_lineno}")
+
+    sys.setprofile(profile)
+    try:
+        state = make_state(executor, qwen.initial_values(config, variant))
+        for _ in range(3):
+            state.run({"input_ids": np.zeros((1, 1), np.int64)})
+        state.reset(qwen.initial_values(config, variant))
+        state.run({"input_ids": np.zeros((1, 2), np.int64)})
+    finally:
+        sys.setprofile(None)
+    assert calls == []
+    assert state.counters.model_serializations == 0 and state.counters.binding_resolutions == 1

@@ -45,11 +45,16 @@ PROFILES = {
 
 
 class Rejected(Exception):
-    """The runtime rejected the input. ``code`` is the suite's error code, or None if unmapped."""
+    """The runtime rejected the input. ``code`` is the suite's error code, or None if unmapped.
 
-    def __init__(self, code: str | None, message: str = ""):
+    ``causes`` optionally names, as error codes, what made a wrapping failure happen (a run that fails
+    with STATE_RUN_FAILED because an append was invalid names KV_SHAPE_MISMATCH, say).
+    """
+
+    def __init__(self, code: str | None, message: str = "", causes: tuple[str, ...] | list[str] = ()):
         self.code = code
         self.message = message
+        self.causes = tuple(causes)
         super().__init__(f"[{code}] {message}" if code else message)
 
 

@@ -14,7 +14,7 @@ from reference_impl import ContractError
 
 
 def _rejected(error: ContractError) -> Rejected:
-    return Rejected(error.code.value, f"{error.path}: {error.message}")
+    return Rejected(error.code.value, f"{error.path}: {error.message}", [c.value for c in error.causes])
 
 
 class ReferenceAdapter:
@@ -173,6 +173,10 @@ class ReferenceState:
 
     def close(self) -> None:
         self.state.close()
+
+    def counters(self) -> dict[str, int]:
+        """The state's own counters under the suite's names (docs/testee-protocol.md)."""
+        return self.state.counters.snapshot()
 
 
 def to_runtime(value: Any) -> Any:

@@ -115,7 +115,7 @@ class TesteeAdapter:
         response = self._send(request, self.timeout)
         kind = response.WhichOneof("result")
         if kind == "rejected":
-            raise Rejected(response.rejected.code or None, response.rejected.message)
+            raise Rejected(response.rejected.code or None, response.rejected.message, list(response.rejected.causes))
         if kind == "not_supported":
             raise NotSupported(response.not_supported.reason)
         if kind == "error":
@@ -130,11 +130,13 @@ class TesteeAdapter:
         self._call("verify", P.MESSAGES["Verify"](model=model_bytes, base_dir=base_dir or ""))
 
     def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None):
-        body = P.MESSAGES["Decode"](model=model_bytes, value_name=value_name or "", base_dir=base_dir or "")
+        body = P.MESSAGES["Decode"](model=model_bytes, value_name=P.encode_name(value_name or ""),
+                                    base_dir=base_dir or "")
         return P.from_proto(self._call("decode", body).value.value)
 
     def read_fields(self, model_bytes: bytes, value_name: str, base_dir: str | None):
-        body = P.MESSAGES["ReadFields"](model=model_bytes, value_name=value_name or "", base_dir=base_dir or "")
+        body = P.MESSAGES["ReadFields"](model=model_bytes, value_name=P.encode_name(value_name or ""),
+                                        base_dir=base_dir or "")
         return P.named_from_proto(self._call("read_fields", body).values.values)
 
     def roundtrip(self, model_bytes: bytes) -> bytes:
@@ -143,7 +145,7 @@ class TesteeAdapter:
     def export(self, model_bytes: bytes, target: str):
         result = self._call("export", P.MESSAGES["Export"](model=model_bytes, target=target)).model
         if result.has_feedback:
-            return result.model, [[f.input_name, f.output_name] for f in result.feedback]
+            return result.model, [[P.decode_name(f.input_name), P.decode_name(f.output_name)] for f in result.feedback]
         return result.model
 
     def rewrite(self, model_bytes: bytes, rewrite: dict) -> bytes:
@@ -210,3 +212,11 @@ class TesteeState:
 
     def buffer_id(self, value: Any) -> int | None:
         return self.ids.get(id(value))
+
+    def counters(self) -> dict[str, int]:
+        """The runtime's own counters for this state (protocol 3); NotSupported when it keeps none."""
+        self._check()
+        if self.adapter.protocol_version < 3:
+            raise NotSupported("the testee speaks a protocol version without counters")
+        response = self.adapter._call("counters", P.MESSAGES["Counters"](state=self.state_id))
+        return {c.name: c.value for c in response.counters.counters}
