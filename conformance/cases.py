@@ -55,6 +55,8 @@ class Case:
     expect: dict
     source: str
     description: str = ""
+    #: the spec sentence(s) that force the expectation, verbatim (every Required case has one)
+    quote: list[str] = field(default_factory=list)
     expectation_source: str = "hand"
     model_text: str | None = None
     builder: str | None = None
@@ -142,7 +144,7 @@ def load_cases(corpus: str | None = None) -> tuple[Case, ...]:
             continue
         data = _load_toml(manifest)
         templates = {**shared_templates, **data.get("templates", {})}
-        defaults = {k: data[k] for k in ("profile", "op", "expectation_source", "value") if k in data}
+        defaults = {k: data[k] for k in ("profile", "op", "expectation_source", "value", "quote") if k in data}
         relative = manifest.relative_to(root).as_posix()
         for entry in data.get("case", []):
             cases.append(_make_case({**defaults, **entry}, templates, manifest.parent, relative, root))
@@ -183,7 +185,7 @@ def _expand_family(family: dict) -> list[dict]:
         entry = _substitute(copy.deepcopy(body), row)
         entry["vars"] = {**_substitute(body.get("vars", {}), row), **row}
         # args/expect keep their native TOML types where a row supplies a whole value
-        for key in ("args", "expect", "step", "rewrite"):
+        for key in ("args", "expect", "step", "rewrite", "clause", "quote"):
             if key in body:
                 entry[key] = _typed_substitute(body[key], row)
         entries.append(entry)
@@ -224,6 +226,9 @@ def _make_case(entry: dict, templates: dict, directory: pathlib.Path, source: st
     unknown = [c for c in clauses if c not in CLAUSES]
     if not clauses or unknown:
         raise SuiteError(f"{where}: clauses {unknown or '(none)'} are not spec clause IDs")
+    quote = entry.get("quote") or []
+    if isinstance(quote, str):
+        quote = [quote]
     source_kind = entry.get("expectation_source", "hand")
     if source_kind not in EXPECTATION_SOURCES:
         raise SuiteError(f"{where}: expectation_source {source_kind!r} not in {EXPECTATION_SOURCES}")
@@ -255,7 +260,8 @@ def _make_case(entry: dict, templates: dict, directory: pathlib.Path, source: st
     raw["model_text"] = text
     raw["merge"] = merge
     return Case(id=case_id, clauses=list(clauses), op=op, profile=profile, expect=expect, source=source,
-                description=entry.get("description", ""), expectation_source=source_kind, model_text=text,
+                description=entry.get("description", ""), quote=list(quote), expectation_source=source_kind,
+                model_text=text,
                 builder=entry.get("builder"), args=entry.get("args", {}), merge=merge,
                 value=entry.get("value"), files=entry.get("files", {}), steps=entry.get("step", []),
                 target=entry.get("target"), rewrite=entry.get("rewrite"), raw=raw, corpus=root)

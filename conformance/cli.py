@@ -190,6 +190,8 @@ def cmd_show(args) -> int:
         print(f"  description:  {case.description}")
     for clause in case.clauses:
         print(f"  clause:       {clause} ({CLAUSES[clause].section}): {CLAUSES[clause].text}")
+    for quote in case.quote:
+        print(f"  spec says:    \"{quote}\"")
     print(f"  expects:      {case.summary()}")
     print(f"  expectation source: {case.expectation_source}")
     print(f"  sha256:       {case.sha256()}")

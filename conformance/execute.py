@@ -311,6 +311,12 @@ def check_model_bytes(original: bytes, produced: Any, expect: dict) -> None:
         _check_standard(model)
     if "struct_types" in expect and len(model.struct_types) != expect["struct_types"]:
         raise CaseFailure(f"{len(model.struct_types)} struct types, expected {expect['struct_types']}")
+    if "keeps_encoded_initializers" in expect:
+        have = {v.name for v in model.graph.encoded_initializer}
+        lost = [name for name in expect["keeps_encoded_initializers"] if name not in have]
+        if lost:
+            raise CaseFailure(f"encoded initializers {lost} were dropped or merged away",
+                              expected=f"keeps {expect['keeps_encoded_initializers']}", actual=str(sorted(have)))
     if "encoded_initializers" in expect:
         got = sorted(v.name for v in model.graph.encoded_initializer)
         if got != sorted(expect["encoded_initializers"]):

@@ -77,7 +77,7 @@ class ErrorCode(str, enum.Enum):
                                "offset or length is not a decimal uint64")
     EXTERNAL_EXTENT_OVERFLOW = ("EXTERNAL_EXTENT_OVERFLOW", "PAY-EXTERNAL-EXTENT",
                                 "offset + length overflows uint64")
-    EXTERNAL_PATH_INVALID = ("EXTERNAL_PATH_INVALID", "PAY-EXTERNAL-EXTENT",
+    EXTERNAL_PATH_INVALID = ("EXTERNAL_PATH_INVALID", "PAY-EXTERNAL-CONTAINED",
                              "location is absolute or escapes the model directory")
     EXTERNAL_FILE_INVALID = ("EXTERNAL_FILE_INVALID", "PAY-EXTERNAL-EXTENT",
                              "backing file missing or shorter than offset + length")
@@ -102,7 +102,7 @@ class ErrorCode(str, enum.Enum):
     AFFINE_BLOCK_INVALID = ("AFFINE_BLOCK_INVALID", "AFF-BLOCK", "block_size is zero")
     AFFINE_PAYLOAD_SIZE = ("AFFINE_PAYLOAD_SIZE", "AFF-PAYLOAD-SIZE",
                            "code payload is not exactly ceil(n * bits / 8) bytes")
-    AFFINE_PADDING_NONZERO = ("AFFINE_PADDING_NONZERO", "AFF-PACKING", "unused final high bits not zero")
+    AFFINE_PADDING_NONZERO = ("AFFINE_PADDING_NONZERO", "AFF-PADDING-ZERO", "unused final high bits not zero")
     # Graph
     INITIALIZER_NAME_DUPLICATE = ("INITIALIZER_NAME_DUPLICATE", "INIT-NAMES-UNIQUE",
                                   "initializer name repeats across dense, sparse and encoded")
@@ -132,13 +132,13 @@ class ErrorCode(str, enum.Enum):
                              "initial values miss a bound input")
     STATE_INITIAL_UNKNOWN = ("STATE_INITIAL_UNKNOWN", "STATE-INITIAL",
                              "initial values name an input that is not bound")
-    STATE_VALUE_INCOMPATIBLE = ("STATE_VALUE_INCOMPATIBLE", "BIND-COMPATIBLE",
+    STATE_VALUE_INCOMPATIBLE = ("STATE_VALUE_INCOMPATIBLE", "STATE-VALIDATE-METADATA",
                                 "a value does not match the declared type or shape")
-    STATE_FEED_OVERRIDES = ("STATE_FEED_OVERRIDES", "STATE-FEEDS", "a feed overrides a retained input")
+    STATE_FEED_OVERRIDES = ("STATE_FEED_OVERRIDES", "STATE-FEED-OVERRIDE", "a feed overrides a retained input")
     STATE_FEED_MISSING = ("STATE_FEED_MISSING", "STATE-FEEDS", "a required input has no feed")
     STATE_FEED_UNKNOWN = ("STATE_FEED_UNKNOWN", "STATE-FEEDS", "a feed names no graph input")
     STATE_BUSY = ("STATE_BUSY", "STATE-NO-CONCURRENCY", "a call is already active on this state")
-    STATE_CLOSED = ("STATE_CLOSED", "STATE-RESET-CLOSE", "the state is closed")
+    STATE_CLOSED = ("STATE_CLOSED", "STATE-CLOSE", "the state is closed")
     STATE_UNRETAINABLE = ("STATE_UNRETAINABLE", "PAY-UNSUPPORTED-OWNERSHIP",
                           "a value cannot be retained without a copy")
     OWNERLESS_BORROW = ("OWNERLESS_BORROW", "PAY-OWNERLESS",
@@ -146,8 +146,8 @@ class ErrorCode(str, enum.Enum):
     STATE_RUN_FAILED = ("STATE_RUN_FAILED", "STATE-ATOMIC", "execution failed; state unchanged")
     STATE_CANCELLED = ("STATE_CANCELLED", "ZC-FAILURE", "execution was cancelled; state unchanged")
     # Execution, export and rewrites
-    EXECUTION_FAILED = ("EXECUTION_FAILED", "ENC-NO-IMPLICIT-TENSOR", "an operator failed")
-    OPERATOR_UNSUPPORTED = ("OPERATOR_UNSUPPORTED", "GRAPH-STRUCT-IO",
+    EXECUTION_FAILED = ("EXECUTION_FAILED", "STATE-ATOMIC", "an operator failed")
+    OPERATOR_UNSUPPORTED = ("OPERATOR_UNSUPPORTED", "DEC-MISSING",
                             "operator not supported by the reference executor")
     EXPORT_PERSISTENCE = ("EXPORT_PERSISTENCE", "EXP-STANDARD",
                           "standard export would drop persistent bindings")
@@ -155,7 +155,7 @@ class ErrorCode(str, enum.Enum):
                           "standard export would drop structured values")
     REWRITE_NAME_CONFLICT = ("REWRITE_NAME_CONFLICT", "EXP-RENAME",
                              "a rename names a missing value or merges two values")
-    REWRITE_DROPS_BINDING = ("REWRITE_DROPS_BINDING", "EXP-RENAME",
+    REWRITE_DROPS_BINDING = ("REWRITE_DROPS_BINDING", "EXP-REWRITE",
                              "a rewrite removes or changes a bound input/output")
     # KV caches
     KV_CAPACITY_INVALID = ("KV_CAPACITY_INVALID", "KV-CAPACITY", "capacity is not a positive integer")

@@ -110,6 +110,41 @@ def _subgraphs(node) -> Iterator[Any]:
             yield from attr.graphs
 
 
+# --------------------------------------------------------------------------------------- deduplicate
+def deduplicate_initializers(model):
+    """A copy where encoded initializers equal in every semantic respect (layout and its parameters,
+    logical type, payload bytes or external extent) are merged into the first; node inputs naming the
+    others are renamed to it (clause EXP-DEDUP). Equal payload bytes alone never merge two values, and a
+    value that is also a graph input or output keeps its own name."""
+    clone = copy_model(model)
+    graph = clone.graph
+    interface = {vi.name for vi in graph.input} | {vi.name for vi in graph.output}
+    first_by_profile: dict[bytes, str] = {}
+    survivors, merged = [], {}
+    for value in graph.encoded_initializer:
+        first = first_by_profile.setdefault(_semantic_profile(value), value.name)
+        if first == value.name or value.name in interface:
+            survivors.append(value)
+        else:
+            merged[value.name] = first
+    if merged:
+        del graph.encoded_initializer[:]
+        graph.encoded_initializer.extend(survivors)
+        for old, new in merged.items():
+            _rename_in_nodes(graph.node, old, new)
+        check_rewrite(model, clone)
+    return clone
+
+
+def _semantic_profile(value) -> bytes:
+    """Everything that gives an encoded value its meaning, without its name and documentation."""
+    profile = schema.EncodedValueProto()
+    profile.CopyFrom(value)
+    profile.ClearField("name")
+    profile.ClearField("doc_string")
+    return profile.SerializeToString(deterministic=True)
+
+
 # ------------------------------------------------------------------------------------------- rewrite
 def apply_rewrite(model, rewrite: Callable[[Any], Any]):
     """Run ``rewrite`` on a copy (it may mutate the copy or return a new model), then check that every

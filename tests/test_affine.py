@@ -11,7 +11,7 @@ from onnx_cases import node_cases
 
 from reference_impl import affine, dtypes
 
-pytestmark = pytest.mark.clause("AFF-DQ", "AFF-PACKING", "AFF-AXIS", "AFF-BLOCK", "AFF-ZERO-POINT")
+pytestmark = pytest.mark.clause("AFF-DQ", "AFF-PACKING", "AFF-ROW-MAJOR", "AFF-AXIS", "AFF-BLOCK", "AFF-ZERO-POINT")
 
 
 def _backend_cases():

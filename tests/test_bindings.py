@@ -66,7 +66,7 @@ def test_unknown_or_inexact_names_rejected(pair):
     assert code_of(model) is ErrorCode.BINDING_NAME_UNKNOWN
 
 
-@pytest.mark.clause("BIND-EXACT-NAMES", "BIND-WHOLE")
+@pytest.mark.clause("BIND-EXACT-NAMES", "BIND-WHOLE", "BIND-LITERAL-NAMES")
 def test_dotted_and_backslash_names_are_literal():
     dims = [1, 4]
     model = passthrough_model([("cache.keys", T.FLOAT, dims), ("a\\b", T.FLOAT, dims)],
@@ -217,7 +217,7 @@ def test_bindings_inside_a_function_body_subgraph_rejected():
     assert info.value.code is ErrorCode.BINDING_IN_SUBGRAPH and "functions[0]" in info.value.path
 
 
-@pytest.mark.clause("BIND-EXACT-NAMES", "STATE-RESOLVE-ONCE")
+@pytest.mark.clause("BIND-EXACT-NAMES", "STATE-RESOLVE-ONCE", "EXP-VALIDATE-FINAL")
 def test_executor_validates_bindings_before_any_state():
     model = bind(kv_model(bind=False), ("tokens", "logits"))  # INT64 input <- FLOAT output
     with pytest.raises(ContractError) as info:

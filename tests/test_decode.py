@@ -30,7 +30,7 @@ def _model_with(*values):
     return model
 
 
-@pytest.mark.clause("ENC-RECORD-COUNT", "ENC-NO-COUNT-IN-TYPE", "DEC-KEYED")
+@pytest.mark.clause("ENC-RECORD-COUNT", "ENC-NO-COUNT-IN-TYPE", "DEC-KEYED", "ENC-TIGHT")
 def test_int4_block_2001_records_and_values():
     rng = np.random.default_rng(1)
     codes = rng.integers(-8, 8, size=(128, 32))
@@ -43,7 +43,7 @@ def test_int4_block_2001_records_and_values():
     np.testing.assert_array_equal(decode(model, "w"), expected)
 
 
-@pytest.mark.clause("DEC-KEYED", "ENC-BIT-ORDER")
+@pytest.mark.clause("DEC-KEYED", "ENC-BIT-ORDER", "EX-LINEAR-INT4")
 def test_type_1003_constants_decode_code_plus_two_times_quarter():
     codes = np.arange(128) % 16 - 8
     payload = pack_sub_byte(codes, 4)
@@ -52,7 +52,8 @@ def test_type_1003_constants_decode_code_plus_two_times_quarter():
     np.testing.assert_array_equal(decode(model, "a"), ((codes + 2) * 0.25).astype(np.float32))
 
 
-@pytest.mark.clause("ENC-UNALIGNED", "ENC-BIT-ORDER", "PAY-NO-POINTERS")
+@pytest.mark.clause("ENC-UNALIGNED", "ENC-BIT-ORDER", "PAY-NO-POINTERS", "ENC-TIGHT", "EX-LINEAR-INT4",
+                    "ENC-PER-VALUE-PARAMS")
 def test_type_1002_parameters_in_payload_with_unaligned_int64():
     codes = (np.arange(128) * 5) % 16 - 8
     payload = examples.linear_int4_with_parameters_payload(codes, 0.25, -2)
@@ -68,7 +69,7 @@ def test_type_1002_parameters_in_payload_with_unaligned_int64():
         == -(2**62) - 3
 
 
-@pytest.mark.clause("ENC-BIT-ORDER", "DEC-ROOT-ONLY")
+@pytest.mark.clause("ENC-BIT-ORDER", "DEC-ROOT-ONLY", "EX-CODEBOOK")
 def test_codebook_example_bytes():
     value = examples.encoded("c", 1102, bytes([0xE4] * 8 + [0x00, 0x00, 0x00, 0x40]), [32])
     model = _model_with(value)
@@ -77,7 +78,7 @@ def test_codebook_example_bytes():
     np.testing.assert_array_equal(decode(model, "c"), np.tile(np.float32([-2, -0.5, 0.5, 2]), 8))
 
 
-@pytest.mark.clause("ENC-RECORD-COUNT", "ENC-BIT-ORDER")
+@pytest.mark.clause("ENC-RECORD-COUNT", "ENC-BIT-ORDER", "EX-CODEBOOK")
 def test_codebook_128_records():
     rng = np.random.default_rng(3)
     indices = rng.integers(0, 4, size=(128, 32))
@@ -116,7 +117,7 @@ def test_registered_decoder_refuses_a_different_declaration_of_its_id():
     assert info.value.code == ErrorCode.DECODER_MISMATCH
 
 
-@pytest.mark.clause("DEC-MISSING")
+@pytest.mark.clause("DEC-MISSING", "DEC-NO-LOAD-EXEC")
 def test_missing_decoder_fails_explicitly_and_verify_runs_no_codec():
     calls = []
     registry = DecoderRegistry()
@@ -203,7 +204,7 @@ def test_short_backing_file_is_rejected_before_decoding(tmp_path):
     assert info.value.code == ErrorCode.EXTERNAL_FILE_INVALID and calls == []
 
 
-@pytest.mark.clause("AFF-PACKING")
+@pytest.mark.clause("AFF-PADDING-ZERO")
 def test_external_affine_padding_is_checked_at_decode(tmp_path):
     from reference_impl import affine, dtypes
 

@@ -186,7 +186,7 @@ def test_independent_states_decode_concurrently(variant):
             np.testing.assert_array_equal(ours, theirs)
 
 
-@pytest.mark.clause("STATE-RESET-CLOSE", "ZC-OUTSTANDING")
+@pytest.mark.clause("STATE-RESET", "ZC-OUTSTANDING")
 @pytest.mark.parametrize("variant", qwen.VARIANTS)
 def test_reset_restores_the_initial_values(variant):
     feeds = _feeds(5, steps=12)

@@ -129,7 +129,7 @@ def test_affine_value_decodes_like_dequantize_linear():
     np.testing.assert_array_equal(ours, reference.run(None, {"x": x})[0])
 
 
-@pytest.mark.clause("ENC-NO-IMPLICIT-TENSOR", "DEC-MISSING")
+@pytest.mark.clause("ENC-NO-IMPLICIT-TENSOR", "DEC-MISSING", "GRAPH-TENSOR-OPS")
 def test_encoded_value_at_tensor_operator_fails_with_consumer_missing():
     value = make_affine_value(np.ones((4, 3), np.float32), T.INT8, np.float32(0.5), name="w")
     model = model_of([helper.make_node("MatMul", ["x", "w"], ["y"])], [fvi("x", [1, 4])], [fvi("y", [1, 3])])
@@ -139,7 +139,7 @@ def test_encoded_value_at_tensor_operator_fails_with_consumer_missing():
     assert info.value.code is ErrorCode.CONSUMER_MISSING and "node[0]" in info.value.path
 
 
-@pytest.mark.clause("GRAPH-STRUCT-IO")
+@pytest.mark.clause("GRAPH-STRUCT-IO", "GRAPH-TENSOR-OPS", "DEC-MISSING-INPUT")
 def test_struct_value_at_tensor_operator_fails_with_consumer_missing():
     model = model_of([helper.make_node("Add", ["s", "s"], ["y"])], [fvi("s", None)], [fvi("y", None)])
     model.struct_types.append(cache_declaration())

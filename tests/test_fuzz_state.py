@@ -12,8 +12,8 @@ from fuzz.source import HypothesisSource, RandomSource
 from fuzz.strategies import profile
 from reference_impl.errors import ErrorCode
 
-pytestmark = pytest.mark.clause("STATE-EQUIV-LOOP", "STATE-ATOMIC", "STATE-FEEDS", "STATE-INITIAL",
-                                "STATE-RESET-CLOSE", "STATE-NO-CONCURRENCY", "ZC-RETAIN", "ZC-FAILURE")
+pytestmark = pytest.mark.clause("STATE-EQUIV-LOOP", "STATE-ATOMIC", "STATE-FEEDS", "STATE-INITIAL", "STATE-RESET",
+                                "STATE-CLOSE", "STATE-NO-RACE", "STATE-NO-CONCURRENCY", "ZC-RETAIN", "ZC-FAILURE")
 
 
 class StateMachine(RuleBasedStateMachine):

@@ -93,7 +93,7 @@ def _retype_output(name, elem):
     return rewrite
 
 
-@pytest.mark.clause("EXP-RENAME")
+@pytest.mark.clause("EXP-REWRITE")
 @pytest.mark.parametrize("rewrite", [
     _remove_input("past_key"),
     _retype_output("present_key", T.FLOAT16),

@@ -21,6 +21,7 @@ def _number(message_cls, field: str) -> int:
     return message_cls.DESCRIPTOR.fields_by_name[field].number
 
 
+@pytest.mark.clause("WIRE-SCHEMA", "WIRE-LOCAL-RANGE", "WIRE-NO-PREPARED", "BIND-GRAPH-LEVEL", "BIND-NO-CONTENTS")
 def test_extension_field_numbers_are_the_frozen_ones():
     assert _number(schema.TypeProto, "struct_type") == 1000
     assert schema.TypeProto.DESCRIPTOR.fields_by_name["struct_type"].containing_oneof.name == "value"
@@ -64,6 +65,7 @@ def _plain_model() -> onnx.ModelProto:
     return helper.make_model(graph, producer_name="test", opset_imports=[helper.make_opsetid("", 21)])
 
 
+@pytest.mark.clause("REP-TENSORPROTO-COMPAT")
 def test_plain_onnx_bytes_reserialize_byte_identically():
     data = _plain_model().SerializeToString()
     assert schema.parse_model(data).SerializeToString() == data
@@ -82,6 +84,7 @@ def test_extended_model_loads_in_plain_onnx_with_extensions_as_unknown_fields():
     assert schema.parse_model(plain.SerializeToString()) == model
 
 
+@pytest.mark.clause("WIRE-ROUNDTRIP")
 def test_text_format_round_trips_every_extension_message():
     model = examples.spec_example_model()
     model.graph.persistent_bindings.add(input_name="a.b", output_name="c\\d")

@@ -59,6 +59,7 @@ def _ints(*groups: str) -> tuple[int, ...]:
 
 
 # -- the figures in the TOML ----------------------------------------------------------------------
+@pytest.mark.clause("SIZE-PR04-ALLOWANCE", "SIZE-ORT-ALLOWANCE")
 def test_pr04_ci_limits_are_post_ort_limits_plus_allowance():
     stages = _raw()["stages"]
     assert stages["PR04"]["base"] == "ORT"
@@ -67,6 +68,7 @@ def test_pr04_ci_limits_are_post_ort_limits_plus_allowance():
         assert stages["PR04"]["limits"][key] == derived, key
 
 
+@pytest.mark.clause("SIZE-PR02-ALLOWANCE")
 def test_pr02_maxima_are_pr01_baseline_plus_allowance():
     raw = _raw()
     for key in GATED:
@@ -90,6 +92,7 @@ def test_project_ceiling_and_pr02_relation():
     assert budget.stage("PR04").within_ceiling is False  # post-ORT limits lie above 1.2 MiB
 
 
+@pytest.mark.clause("SIZE-BASELINE")
 def test_figures_match_the_spec_text():
     spec = _spec_text()
     if spec is None:
@@ -226,6 +229,7 @@ def test_limits_are_inclusive(lib):
         assert f"{stage.limits[key] + 1:,}" in message and "by 1 " in message
 
 
+@pytest.mark.clause("SIZE-PR04-ALLOWANCE")
 def test_spec_pr04_measurement_needs_the_pr04_allowance(lib):
     budget = load_budget()
     measured = _at(lib, **budget.measurements["PR04"])
@@ -253,6 +257,7 @@ def test_ceiling_is_gated_only_where_the_stage_applies_it(lib):
     assert pr04[0].status == "report"
 
 
+@pytest.mark.clause("SIZE-PR02-ALLOWANCE", "SIZE-PR04-ALLOWANCE")
 def test_needed_outside_allowlist_fails(lib):
     budget = load_budget()
     assert passed(evaluate(lib, budget, budget.stage()))
@@ -269,6 +274,7 @@ def test_gated_metric_missing_without_section_headers():
     assert err.value.code == "metric-unavailable" and ".text" in err.value.message
 
 
+@pytest.mark.clause("SIZE-PR02-ALLOWANCE")
 def test_deltas_gated_against_pr02_allowance_only(lib):
     budget = load_budget()
     pr02, pr04 = budget.stage("PR02"), budget.stage("PR04")

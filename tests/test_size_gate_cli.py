@@ -152,6 +152,7 @@ def test_compare_json(capsys):
                                                            / base.alloc_bytes)
 
 
+@pytest.mark.clause("SIZE-SIDE-BY-SIDE")
 def test_compare_with_budget_gates_and_writes_both_reports(capsys, tmp_path):
     md, js = tmp_path / "summary.md", tmp_path / "report.json"
     code, out, _ = _run(capsys, "compare", DEFAULT, EXTRA, "--budget", REPO / "size_gate/budgets/onnx_proto.toml",

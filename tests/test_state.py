@@ -83,7 +83,7 @@ ONE = np.ones(2, np.float32)
 
 
 # ------------------------------------------------------------------------------------ retention
-@pytest.mark.clause("STATE-UNSELECTED", "ZC-RETAIN", "STATE-EQUIV-LOOP")
+@pytest.mark.clause("STATE-UNSELECTED", "ZC-RETAIN", "STATE-EQUIV-LOOP", "ZC-SHARED-STORAGE", "ZC-NO-DUPLICATE")
 def test_whole_tensor_retained_and_fed_back_by_buffer():
     state = make_state(kv_model(), {"past_key": empty_past()})
     first = state.run({"tokens": tokens(1, 2)})
@@ -95,7 +95,7 @@ def test_whole_tensor_retained_and_fed_back_by_buffer():
     np.testing.assert_array_equal(second["present_key"][:, :2], first["present_key"])
 
 
-@pytest.mark.clause("STATE-UNSELECTED")
+@pytest.mark.clause("STATE-UNSELECTED", "ZC-EXACT-OUTPUTS")
 def test_unselected_outputs_are_not_retained():
     state = make_state(kv_model(), {"past_key": empty_past()})
     out = state.run({"tokens": tokens(1)})
@@ -153,7 +153,7 @@ def test_initial_values_must_be_exactly_the_bound_inputs():
         ErrorCode.STATE_VALUE_INCOMPATIBLE
 
 
-@pytest.mark.clause("STATE-FEEDS")
+@pytest.mark.clause("STATE-FEEDS", "STATE-FEED-OVERRIDE")
 def test_feed_rules():
     state = make_state(kv_model(), {"past_key": empty_past()})
     assert code(state.run, {"tokens": tokens(1), "past_key": empty_past()}) is ErrorCode.STATE_FEED_OVERRIDES
@@ -163,7 +163,7 @@ def test_feed_rules():
 
 
 # --------------------------------------------------------------------------------- reset, isolation
-@pytest.mark.clause("STATE-RESET-CLOSE", "ZC-RETAIN")
+@pytest.mark.clause("STATE-RESET", "ZC-RETAIN")
 def test_reset_restores_caller_supplied_initial_values_by_buffer():
     state = make_state(kv_model(), {"past_key": empty_past()})
     state.run({"tokens": tokens(1, 2)})
@@ -204,7 +204,7 @@ def test_caller_releasing_its_references_keeps_the_state_valid():
     np.testing.assert_array_equal(out["seen_past"], expected)
 
 
-@pytest.mark.clause("ZC-OUTSTANDING", "STATE-RESET-CLOSE")
+@pytest.mark.clause("ZC-OUTSTANDING", "STATE-CLOSE")
 def test_outstanding_outputs_and_views_survive_close_and_later_runs():
     state = make_state(kv_model(), {"past_key": empty_past()})
     out = state.run({"tokens": tokens(1, 2)})
@@ -278,7 +278,7 @@ def test_cancelled_run_leaves_state_untouched(hooked):
     np.testing.assert_array_equal(state.values["x"], ONE)
 
 
-@pytest.mark.clause("STATE-ATOMIC", "BIND-COMPATIBLE")
+@pytest.mark.clause("STATE-ATOMIC", "BIND-COMPATIBLE", "STATE-VALIDATE-METADATA")
 def test_invalid_next_value_is_rejected_before_publication(hooked):
     state, hook = hooked
     before = state.values
@@ -315,7 +315,7 @@ def test_reentrant_call_from_a_kernel_is_rejected(hooked):
     assert not state.closed and state.steps == 1
 
 
-@pytest.mark.clause("STATE-NO-CONCURRENCY", "STATE-RESET-CLOSE")
+@pytest.mark.clause("STATE-NO-CONCURRENCY", "STATE-NO-RACE")
 def test_simultaneous_calls_from_two_threads_are_rejected(hooked):
     state, hook = hooked
     entered, release = threading.Event(), threading.Event()
@@ -393,7 +393,7 @@ def test_borrowed_feed_may_be_read_but_not_retained_or_returned():
     assert out["y"] is u and address(state.values["x"]) == address(out["z"])
 
 
-@pytest.mark.clause("BIND-EXACT-NAMES", "BIND-WHOLE")
+@pytest.mark.clause("BIND-EXACT-NAMES", "BIND-WHOLE", "BIND-LITERAL-NAMES")
 def test_dotted_input_name_is_distinct_from_a_struct_field():
     nodes = [helper.make_node("GetField", ["cache"], ["k"], domain=LOCAL_DOMAIN, field="keys"),
              helper.make_node("Add", ["cache.keys", "k"], ["next.keys"])]

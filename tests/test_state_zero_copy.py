@@ -28,7 +28,7 @@ def accumulator_model():
     return model
 
 
-@pytest.mark.clause("ZC-RETAIN", "ZC-VIEWS")
+@pytest.mark.clause("ZC-RETAIN", "ZC-VIEWS", "ZC-NO-PAYLOAD-COPY")
 def test_zero_bytes_copied_over_a_thousand_steps_with_pointer_identity():
     initial = np.zeros((4, 4), np.float32)
     state = make_state(accumulator_model(), {"x": initial})
@@ -46,7 +46,7 @@ def test_zero_bytes_copied_over_a_thousand_steps_with_pointer_identity():
     assert counters.adopted_leaves >= 1000  # every step adopted its next state
 
 
-@pytest.mark.clause("ZC-RETAIN", "STATE-WHOLE-STRUCT")
+@pytest.mark.clause("ZC-RETAIN", "STATE-WHOLE-STRUCT", "PAY-FIELD-OWNERS")
 def test_struct_cache_fields_keep_their_buffers_through_reset_and_views():
     state = make_state(struct_cache_model(), {"cache": empty_cache()})
     out = state.run({"tokens": tokens(1, 2)})

@@ -101,6 +101,8 @@ class ReferenceAdapter:
         kind = rewrite.get("kind")
         if kind == "rename":
             return utils.rename_value(model, rewrite["old"], rewrite["new"]).SerializeToString()
+        if kind == "deduplicate":
+            return utils.deduplicate_initializers(model).SerializeToString()
         edits = {"remove_output": _remove_output, "remove_input": _remove_input,
                  "retype_output": _retype_output, "remove_binding": _remove_binding,
                  "copy": lambda m, r: None, "prune_unused": _prune_unused}
