@@ -88,6 +88,8 @@ BUILTIN = {
     "reference": "conformance.adapters.reference:ReferenceAdapter",
     "onnxruntime": "conformance.adapters.ort:OnnxRuntimeAdapter",
     "onnx-reference": "conformance.adapters.onnx_reference:OnnxReferenceAdapter",
+    "openvino": "conformance.adapters.ov:OpenVinoAdapter",
+    "tract": "conformance.adapters.tract_rt:TractAdapter",
 }
 
 

@@ -44,9 +44,6 @@ class OrtSession:
         self.session.run_with_iobinding(binding)
         return dict(zip(self.output_names, binding.get_outputs()))
 
-    def run(self, feeds: dict) -> dict:
-        return {k: self.to_numpy(v) for k, v in self.run_handles({k: self.adopt(v) for k, v in feeds.items()}).items()}
-
     def to_numpy(self, handle) -> np.ndarray:
         array = handle.numpy()
         self.ids[id(array)] = handle.data_ptr()
