@@ -4,7 +4,9 @@ lowering). Structured values, catalogues and verification are not supported by s
 
 The feedback loop here is the caller's side of that lowering, and it enforces every rule a caller can
 enforce: initial values and feeds checked against the model's declared inputs (at open, reset and every
-run), no concurrent calls on one state, retained and returned views handed out read-only. What is left
+run), outputs checked against the inputs they will feed before they are retained, a failed call leaving
+the state as it was (STATE_RUN_FAILED), no concurrent calls on one state, retained and returned views
+handed out read-only. What is left
 for a case to find is the runtime's own behaviour (copies, strides, kernels, types), whose errors carry
 no code. A runtime joins by implementing ``LoweredSession`` (see docs/adapters.md).
 """
@@ -252,9 +254,17 @@ class LoweredState:
             self._check_feeds(feeds)
             merged = {name: self.session.adopt(value) for name, value in feeds.items()}
             merged.update(self.retained)
-            outputs = self.session.run_handles(merged)
+            try:
+                outputs = self.session.run_handles(merged)
+            except (Rejected, NotSupported):
+                raise
+            except Exception as exc:  # the runtime's own failure: the call failed, the state is unchanged
+                raise Rejected("STATE_RUN_FAILED", f"{type(exc).__name__}: {exc}") from exc
+            arrays = {name: _read_only(self.session.to_numpy(handle)) for name, handle in outputs.items()}
+            # Validate what will be retained against the bound inputs' declared types before publishing.
+            self._check_types({input_name: arrays[output_name] for input_name, output_name in self.bindings})
             self.retained = {input_name: outputs[output_name] for input_name, output_name in self.bindings}
-            return {name: _read_only(self.session.to_numpy(handle)) for name, handle in outputs.items()}
+            return arrays
         finally:
             self._busy.release()
 
@@ -296,7 +306,9 @@ class LoweredState:
 
 
 def _read_only(array: Any) -> Any:
-    """Retained and returned views are shared: hand them out read-only (ZC-READ-ONLY)."""
-    if isinstance(array, np.ndarray):
+    """Retained and returned views are shared: hand them out read-only (ZC-READ-ONLY), as a new view
+    over the same memory, so an array the caller gave us keeps its own flags."""
+    if isinstance(array, np.ndarray) and array.flags.writeable:
+        array = array.view()
         array.flags.writeable = False
     return array

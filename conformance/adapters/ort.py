@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance.adapters import Rejected
 from conformance.adapters.lowering import LoweredAdapter
 
 
@@ -30,7 +31,8 @@ class OrtSession:
             return value
         array = np.asarray(value)
         if not array.flags.c_contiguous:
-            raise ValueError("onnxruntime binds only contiguous buffers")
+            raise Rejected("STATE_UNRETAINABLE", "onnxruntime binds only contiguous buffers; holding this one "
+                           "would need a copy")
         handle = self.ort.OrtValue.ortvalue_from_numpy(array)
         self._keep.append(array)
         return handle
