@@ -21,9 +21,10 @@ import numpy as np
 from conformance.adapters import NotSupported, Rejected
 from conformance.values import Encoded
 
-#: Scale element types ONNX's DequantizeLinear admits (T2 of opset 25, FLOAT8E8M0 aside). Any other
-#: floating scale type (DOUBLE) is lowered to Cast/Sub/Mul in that type instead of an invalid model.
-DEQUANTIZE_SCALE_TYPES = {1, 10, 16}  # FLOAT, FLOAT16, BFLOAT16
+#: Floating scale types the spec allows that ONNX's DequantizeLinear does not admit (its T2 is FLOAT,
+#: FLOAT16, BFLOAT16): DOUBLE is lowered to Cast/Sub/Mul in double instead of an invalid model. Any
+#: other scale type goes to DequantizeLinear as it is, for the runtime to accept or reject.
+LOWERED_SCALE_TYPES = {11}  # DOUBLE
 OPSET = 25
 
 
@@ -64,7 +65,15 @@ class LoweredAdapter:
 
     # ---------------------------------------------------------------------------------- affine
     def verify(self, model_bytes: bytes, base_dir: str | None) -> None:
-        raise NotSupported("a standard ONNX runtime has no verifier for the extended representation")
+        """What a standard runtime can check: every encoded value is lowered and loaded and run by the
+        runtime, whose own checks are the verdict (rejections carry no code)."""
+        from reference_impl import schema
+
+        model = schema.parse_model(model_bytes)
+        if len(model.struct_types):
+            raise NotSupported("struct declarations have no standard ONNX form")
+        for value in model.graph.encoded_initializer:
+            self._decode_value(value)
 
     def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> np.ndarray:
         from reference_impl import schema
@@ -72,23 +81,30 @@ class LoweredAdapter:
         model = schema.parse_model(model_bytes)
         for value in model.graph.encoded_initializer:
             if value.name == value_name:
-                if value.WhichOneof("layout") != "affine":
-                    raise NotSupported("structured layouts have no standard ONNX form")
-                if value.data_location == 1:
-                    raise NotSupported("external affine payloads are not lowered")
-                session = self.stateless(dequantize_model(value))
-                return session.to_numpy(session.run_handles({})["y"])
+                return self._decode_value(value)
         raise Rejected(None, f"no encoded value named {value_name!r}")
+
+    def _decode_value(self, value) -> np.ndarray:
+        layout = value.WhichOneof("layout")
+        if layout == "struct_type":
+            raise NotSupported("structured layouts have no standard ONNX form")
+        if layout is None:
+            raise Rejected(None, f"{value.name!r} selects no layout: nothing to lower")
+        if value.data_location == 1:
+            raise NotSupported("external affine payloads are not lowered")
+        session = self.stateless(dequantize_model(value))
+        return session.to_numpy(session.run_handles({})["y"])
 
     # ----------------------------------------------------------------------------------- state
     def open_state(self, model_bytes: bytes, initial: dict, base_dir: str | None = None):
         from reference_impl import schema
 
         model = schema.parse_model(model_bytes)
+        # A missing type inside a claimed profile is a failure, not "not supported" (docs/adapters.md).
         if len(model.struct_types) or len(model.graph.encoded_initializer):
-            raise NotSupported("structured and encoded values have no standard ONNX form")
+            raise Rejected(None, "structured and encoded values have no standard ONNX form")
         if any(_is_struct(vi) for vi in list(model.graph.input) + list(model.graph.output)):
-            raise NotSupported("struct-typed graph inputs and outputs have no standard ONNX form")
+            raise Rejected(None, "struct-typed graph inputs and outputs have no standard ONNX form")
         bindings = [(b.input_name, b.output_name) for b in model.graph.persistent_bindings]
         model.graph.ClearField("persistent_bindings")
         declared = declared_inputs(model)
@@ -152,13 +168,13 @@ def dequantize_model(value) -> bytes:
     from reference_impl import schema
 
     layout = value.affine
-    dims = [d.dim_value for d in value.logical_type.tensor_type.shape.dim]
+    dims = _concrete_dims(value)
     codes = helper.make_tensor("x", layout.storage_type, dims, vals=value.raw_data, raw=True)
     scale = schema.to_onnx(_named(layout.scale, "s"))
     zero_point = schema.to_onnx(_named(layout.zero_point, "z")) if layout.HasField("zero_point") else None
     elem = value.logical_type.tensor_type.elem_type
     output = helper.make_tensor_value_info("y", elem, dims)
-    if layout.scale.data_type in DEQUANTIZE_SCALE_TYPES:
+    if layout.scale.data_type not in LOWERED_SCALE_TYPES:
         initializers = [codes, scale] + ([zero_point] if zero_point is not None else [])
         attrs = {}
         if layout.HasField("axis"):
@@ -170,6 +186,16 @@ def dequantize_model(value) -> bytes:
         nodes, initializers = _arithmetic_dequantize(layout, codes, scale, zero_point, dims)
     graph = helper.make_graph(nodes, "dq", [], [output], initializers)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=11).SerializeToString()
+
+
+def _concrete_dims(value) -> list[int]:
+    """The logical tensor's dims; a value without a concrete tensor type cannot be lowered."""
+    logical = value.logical_type
+    if not value.HasField("logical_type") or logical.WhichOneof("value") != "tensor_type" \
+            or not logical.tensor_type.HasField("shape") \
+            or not all(d.HasField("dim_value") for d in logical.tensor_type.shape.dim):
+        raise Rejected(None, f"{value.name!r}: no concrete logical tensor type to lower to")
+    return [d.dim_value for d in logical.tensor_type.shape.dim]
 
 
 def _arithmetic_dequantize(layout, codes, scale, zero_point, dims: list[int]):
