@@ -1,4 +1,4 @@
-"""``python -m conformance``: run, list, show, explain, clauses, verify-bundle.
+"""``python -m conformance``: run, list, show, explain, new-adapter, clauses, verify-bundle.
 
 Exit status: 0 when every selected case passed or was an expected failure and the failure list is
 clean; 1 on failures or failure-list problems; 2 on usage or suite errors.
@@ -64,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("case_id")
     _add_adapter_options(explain)
 
+    scaffold = sub.add_parser("new-adapter", help="write a working adapter skeleton and its first failure list "
+                                                   "(docs/adapters.md)")
+    scaffold.add_argument("name", help="the runtime's name, e.g. myrt")
+    scaffold.add_argument("--lowered", action="store_true",
+                          help="a standard ONNX runtime on the lowering base (DequantizeLinear, caller feedback)")
+    scaffold.add_argument("--dir", default=".", help="where to write NAME_adapter.py and NAME-failures.txt")
+    scaffold.add_argument("--no-run", action="store_true", help="do not run the suite for the first failure list")
+
     clauses = sub.add_parser("clauses", help="clause coverage table (fails if a clause has no case)")
     clauses.add_argument("--corpus")
     clauses.add_argument("--markdown", action="store_true")
@@ -87,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in (None, "run"):
             return cmd_run(args, argv)
         return {"list": cmd_list, "show": cmd_show, "explain": cmd_explain, "clauses": cmd_clauses,
-                "verify-bundle": cmd_verify_bundle}[args.command](args)
+                "verify-bundle": cmd_verify_bundle, "new-adapter": cmd_new_adapter}[args.command](args)
     except SuiteError as error:
         print(f"conformance: {error}", file=sys.stderr)
         return 2
@@ -209,6 +217,26 @@ def cmd_explain(args) -> int:
             adapter.shutdown()
     print(text)
     return 0 if result.verdict in PASSING else 1
+
+
+def cmd_new_adapter(args) -> int:
+    import pathlib
+
+    from conformance import scaffold
+
+    path, spec = scaffold.write(args.name, args.lowered, args.dir)
+    print(f"wrote {path}")
+    listing = pathlib.Path(args.dir) / f"{args.name}-failures.txt"
+    report = pathlib.Path(args.dir) / f"{args.name}-report"
+    if not args.no_run:
+        line = scaffold.first_failure_list(spec, listing, report)
+        print(f"wrote {listing} (the skeleton's failures) and {report}/: {line}")
+    print("next (docs/adapters.md):")
+    for command in (f"python -m conformance run --adapter {spec} --failure-list {listing} --report-dir {report}",
+                    f"python -m conformance explain CASE_ID --adapter {spec}",
+                    f"python -m conformance run --adapter {spec} --failure-list {listing} --update-failure-list"):
+        print(f"  {command}")
+    return 0
 
 
 def cmd_clauses(args) -> int:

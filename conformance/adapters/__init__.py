@@ -84,6 +84,18 @@ def contract(protocol: type) -> dict[str, tuple[str, tuple[str, ...]]]:
     return found
 
 
+def contract_gaps(cls: type, protocol: type, extra: tuple[str, ...] = ()) -> list[str]:
+    """What keeps ``cls`` from following ``protocol``: required members it lacks, and public methods the
+    contract (docs/adapters.md) does not describe (``extra`` names members a base class documents)."""
+    members = contract(protocol)
+    attributes = set(getattr(protocol, "__annotations__", {}))  # may be set per instance, as version often is
+    gaps = [f"lacks required {name}" for name, (kind, _) in members.items()
+            if kind == "required" and name not in attributes and not hasattr(cls, name)]
+    public = {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name, None))}
+    gaps += [f"has undocumented member {name}" for name in sorted(public - set(members) - set(extra))]
+    return gaps
+
+
 class StateHandle(Protocol):
     """What ``Adapter.open_state`` returns: one request's retained values."""
 
@@ -131,19 +143,19 @@ class Adapter(Protocol):
     def profiles(self) -> set[str]:
         """The profiles the runtime claims (keys of PROFILES); unclaimed profiles are "not supported"."""
 
-    @for_profiles("representation", "affine", "structured", "external-data", "bindings")
+    @for_profiles("representation", "affine", "external-data")
     def verify(self, model_bytes: bytes, base_dir: str | None) -> None:
         """Validate a serialized model; ``base_dir`` holds its external files."""
 
-    @for_profiles("representation", "affine", "structured", "external-data")
+    @for_profiles("affine", "structured", "external-data")
     def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> Any:
         """The logical tensor of the encoded initializer ``value_name`` (a NumPy array)."""
 
-    @for_profiles("structured")
+    @for_profiles("representation", "structured")
     def read_fields(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> dict[str, Any]:
         """Generic field access: leaf path -> NumPy array of that leaf's values per record."""
 
-    @for_profiles("representation")
+    @for_profiles("representation", "external-data")
     def roundtrip(self, model_bytes: bytes) -> bytes:
         """Explicit load then save."""
 
@@ -228,6 +240,7 @@ __all__ = [
     "StateHandle",
     "SuiteError",
     "contract",
+    "contract_gaps",
     "for_profiles",
     "optional",
     "required",

@@ -14,11 +14,11 @@ no code. A runtime joins by implementing ``LoweredSession`` (see docs/adapters.m
 from __future__ import annotations
 
 import threading
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 
-from conformance.adapters import NotSupported, Rejected
+from conformance.adapters import NotSupported, Rejected, required
 from conformance.values import Encoded
 
 #: Floating scale types the spec allows that ONNX's DequantizeLinear does not admit (its T2 is FLOAT,
@@ -28,22 +28,26 @@ LOWERED_SCALE_TYPES = {11}  # DOUBLE
 OPSET = 25
 
 
-@runtime_checkable
 class LoweredSession(Protocol):
     """One stateless model loaded in the runtime. Handles are the runtime's own value objects."""
 
+    @required
     def adopt(self, value: Any) -> Any:
-        """A caller array as an input handle (sharing its memory where the runtime can), or a handle
-        this session returned, unchanged."""
+        """A caller array as an input handle sharing its memory (raise ``Rejected("STATE_UNRETAINABLE")``
+        when the runtime cannot hold it without a copy), or a handle this session returned, unchanged."""
 
+    @required
     def run_handles(self, feeds: dict[str, Any]) -> dict[str, Any]:
         """One call: input name -> handle in, every output name -> handle out."""
 
+    @required
     def to_numpy(self, handle: Any) -> np.ndarray:
-        """A NumPy array over the handle's memory where the runtime allows it (else a copy)."""
+        """A NumPy array over the handle's memory where the runtime allows it (else a copy); the array
+        must keep the memory alive."""
 
+    @required
     def buffer_id(self, value: Any) -> int | None:
-        """The runtime buffer behind an array this session returned or adopted, else None."""
+        """The runtime buffer behind an array this session returned, else None."""
 
 
 class LoweredAdapter:
