@@ -208,13 +208,14 @@ def expected_text(step: dict) -> str:
     """What a step expects, in words."""
     op = step.get("op")
     error = step.get("error")
+    if op == "concurrent":
+        second = step.get("second", {}).get("op", "run")
+        return f"a {second} issued while a run is active is rejected with {error or 'STATE_BUSY'}"
     if error:
         also = list(step.get("also", [])) + ([step["cause"]] if isinstance(step.get("cause"), str)
                                              else list(step.get("cause", [])))
         text = f"rejected with {error}" + (f" (or {', '.join(also)})" if also else "")
         return text + (", or accepted" if step.get("optional") else "")
-    if op == "concurrent":
-        return f"the second call rejected with {step.get('error', 'STATE_BUSY')}"
     if op == "identity":
         parts = [f"one buffer for {group}" for group in step.get("same", [])]
         parts += [f"distinct buffers for {group}" for group in step.get("distinct", [])]
