@@ -1,5 +1,6 @@
-"""docs/peer-deviations.md is current: it lists exactly the failing cases of every installed peer, and each
-reproduction in it runs standalone (onnx.helper, the runtime and NumPy, no suite code)."""
+"""docs/peer-deviations.md and the README's peer table are current: the document lists exactly the failing
+cases of every installed peer, the table its per-profile counts, and each reproduction in the document
+runs standalone (onnx.helper, the runtime and NumPy, no suite code)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,16 @@ import pathlib
 import re
 import subprocess
 import sys
+from collections import Counter, defaultdict
 
 import pytest
 
 from conformance.cases import load_cases
-from conformance.execute import FAILED
+from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, PASSED_WITHOUT_CODE
 from conformance.runner import RunConfig, run
 
-DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "peer-deviations.md"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "peer-deviations.md"
 #: Section title prefix in the document -> (adapter name, module the runtime needs).
 PEERS = {"onnxruntime": ("onnxruntime", "onnxruntime"), "onnx reference evaluator": ("onnx-reference", "onnx"),
          "OpenVINO": ("openvino", "openvino"), "tract": ("tract", "tract")}
@@ -46,6 +49,30 @@ def test_listed_failures_are_the_current_failures(adapter, module):
     listed = _sections()[adapter]
     assert failing - listed == set(), f"failing but not in docs/peer-deviations.md: {sorted(failing - listed)}"
     assert listed - failing == set(), f"listed but no longer failing: {sorted(listed - failing)}"
+    assert _readme_table(adapter) == _table(results), "the README's peer table is out of date"
+
+
+def _readme_table(adapter: str) -> dict[str, str]:
+    """profile -> "passed / passed without code / failed / not supported" from the README's peer table."""
+    lines = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| ")]
+    header = next(line for line in lines if line.startswith("| profile |"))
+    titles = [cell.strip() for cell in header.strip("|").split("|")]
+    column = next(i for i, title in enumerate(titles) for prefix, (name, _) in PEERS.items()
+                  if name == adapter and title.startswith(prefix))
+    rows = {}
+    for line in lines[lines.index(header) + 2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == len(titles) and "/" in cells[column]:
+            rows[cells[0]] = cells[column]
+    return rows
+
+
+def _table(results) -> dict[str, str]:
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for result in results:
+        counts[result.profile][result.verdict] += 1
+    return {profile: " / ".join(str(c[v]) for v in (PASSED, PASSED_WITHOUT_CODE, FAILED, NOT_SUPPORTED))
+            for profile, c in counts.items() if c[NOT_SUPPORTED] != sum(c.values())}
 
 
 def _reproductions() -> list[str]:

@@ -164,7 +164,8 @@ def test_explain_prints_each_step_with_expected_and_actual():
     assert result.verdict == FAILED
     assert "  trace:\n" in text
     assert "    step 0: open\n      expected: accepted\n      actual:   open_state -> LoweredState" in text
-    assert "    step 1: concurrent\n      expected: a run issued while a run is active is rejected with STATE_BUSY" in text
+    assert ("    step 1: concurrent\n"
+            "      expected: a run issued while a run is active is rejected with STATE_BUSY") in text
     assert ">>> the case failed here" in text
     assert "    step 2: values" in text and "not reached" in text
 
