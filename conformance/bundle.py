@@ -16,7 +16,7 @@ from collections import defaultdict
 
 from conformance import SPEC_REVISION, SUITE_VERSION
 from conformance.cases import load_cases
-from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, Result
+from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, PASSED_WITHOUT_CODE, Result
 from conformance.runner import RunInfo
 
 MANIFEST = "manifest.json"
@@ -25,7 +25,8 @@ REPORT_FILES = ("results.json", "junit.xml", "summary.md")
 
 def certified_profiles(results: list[Result], claimed: list[str]) -> dict[str, str]:
     """Per claimed profile: ``certified`` when every case passed, ``certified-with-waivers`` when the only
-    failures are waived Recommended cases, otherwise ``not certified``."""
+    failures are waived Recommended cases, otherwise ``not certified``. Certification requires error
+    codes: a case that passed without code does not certify its profile."""
     by_profile: dict[str, list[Result]] = defaultdict(list)
     for result in results:
         by_profile[result.profile].append(result)
@@ -75,6 +76,8 @@ def write(directory: str | pathlib.Path, results: list[Result], info: RunInfo, w
 
 def _totals(results) -> dict:
     return {"passed": sum(r["verdict"] == PASSED if isinstance(r, dict) else r.verdict == PASSED for r in results),
+            "passed_without_code": sum((r["verdict"] if isinstance(r, dict) else r.verdict) == PASSED_WITHOUT_CODE
+                                       for r in results),
             "failed": sum((r["verdict"] if isinstance(r, dict) else r.verdict) == FAILED for r in results),
             "not_supported": sum((r["verdict"] if isinstance(r, dict) else r.verdict) == NOT_SUPPORTED
                                  for r in results),

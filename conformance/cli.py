@@ -1,4 +1,4 @@
-"""``python -m conformance``: run, list, show, explain, clauses, verify-bundle.
+"""``python -m conformance``: run, list, show, explain, new-adapter, clauses, verify-bundle.
 
 Exit status: 0 when every selected case passed or was an expected failure and the failure list is
 clean; 1 on failures or failure-list problems; 2 on usage or suite errors.
@@ -7,14 +7,16 @@ clean; 1 on failures or failure-list problems; 2 on usage or suite errors.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 
 from conformance import SPEC_REVISION, SUITE_VERSION
 from conformance.adapters import SuiteError
+from conformance.text import clip
 
 DEFAULT_REPORT_DIR = "conformance-report"
+#: Width of one-line CLI messages (cut at a word boundary; reports and ``explain`` keep them whole).
+MESSAGE_WIDTH = 240
 
 
 def _add_adapter_options(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("case_id")
     _add_adapter_options(explain)
 
+    scaffold = sub.add_parser("new-adapter", help="write a working adapter skeleton and its first failure list "
+                                                   "(docs/adapters.md)")
+    scaffold.add_argument("name", help="the runtime's name, e.g. myrt")
+    scaffold.add_argument("--lowered", action="store_true",
+                          help="a standard ONNX runtime on the lowering base (DequantizeLinear, caller feedback)")
+    scaffold.add_argument("--dir", default=".", help="where to write NAME_adapter.py and NAME-failures.txt")
+    scaffold.add_argument("--no-run", action="store_true", help="do not run the suite for the first failure list")
+
     clauses = sub.add_parser("clauses", help="clause coverage table (fails if a clause has no case)")
     clauses.add_argument("--corpus")
     clauses.add_argument("--markdown", action="store_true")
@@ -85,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in (None, "run"):
             return cmd_run(args, argv)
         return {"list": cmd_list, "show": cmd_show, "explain": cmd_explain, "clauses": cmd_clauses,
-                "verify-bundle": cmd_verify_bundle}[args.command](args)
+                "verify-bundle": cmd_verify_bundle, "new-adapter": cmd_new_adapter}[args.command](args)
     except SuiteError as error:
         print(f"conformance: {error}", file=sys.stderr)
         return 2
@@ -108,12 +118,15 @@ def _select(args):
 def cmd_run(args, argv: list[str]) -> int:
     from conformance import bundle, failure_list, reports
     from conformance.clause_table import uncovered
+    from conformance.execute import PASSED_WITHOUT_CODE
     from conformance.runner import RunConfig, run, summary_line
 
     cases, chosen = _select(args)
     missing = uncovered(cases)
     if not chosen:
         raise SuiteError("no case matches the selection")
+    if args.failure_list and not args.update_failure_list:
+        failure_list.read(args.failure_list)  # a missing or unreadable list is a one-line error, before the run
     config = RunConfig(adapter=args.adapter, testee=args.testee, timeout=args.timeout, corpus=args.corpus,
                        jobs=args.jobs, require_codes=args.require_codes, progress=not args.quiet)
     results, info = run(chosen, config)
@@ -131,7 +144,7 @@ def cmd_run(args, argv: list[str]) -> int:
         waivers = [{"pattern": e.pattern, "message": e.message} for e in entries]
     failures = [r for r in results if r.verdict == "failed" and not r.expected_failure]
     for result in failures[:20]:
-        print(f"FAILED {result.id}: {result.message}")
+        print(clip(f"FAILED {result.id}: {result.message}", MESSAGE_WIDTH))
     if len(failures) > 20:
         print(f"... and {len(failures) - 20} more failures (see the report)")
     for problem in problems:
@@ -141,6 +154,10 @@ def cmd_run(args, argv: list[str]) -> int:
     print(f"report: {directory}/ (summary.md, junit.xml, results.json, manifest.json) in {info.duration:.1f} s")
     if problems or (failures and args.failure_list):
         print("to update the failure list, run:\n  " + _update_command(argv, args))
+    uncoded = sum(r.verdict == PASSED_WITHOUT_CODE for r in results)
+    if uncoded:
+        print(f"{uncoded} case(s) passed without an error code: they do not certify their profile "
+              "(see summary.md; --require-codes makes them failures)")
     print(summary_line(results))
     if missing:
         print(f"SELF-CHECK FAILED: clauses without a case: {', '.join(missing)}")
@@ -180,59 +197,46 @@ def _find(case_id: str, corpus: str | None):
 
 
 def cmd_show(args) -> int:
-    from reference_impl.clauses import CLAUSES
+    from conformance.explain import show
 
-    case = _find(args.case_id, args.corpus)
-    print(f"{case.id}")
-    print(f"  defined in:   corpus/{case.source}")
-    print(f"  level:        {case.level}    profile: {case.profile}    operation: {case.op}")
-    if case.description:
-        print(f"  description:  {case.description}")
-    for clause in case.clauses:
-        print(f"  clause:       {clause} ({CLAUSES[clause].section}): {CLAUSES[clause].text}")
-    for quote in case.quote:
-        print(f"  spec says:    \"{quote}\"")
-    print(f"  expects:      {case.summary()}")
-    print(f"  expectation source: {case.expectation_source}")
-    print(f"  sha256:       {case.sha256()}")
-    if case.value:
-        print(f"  value:        {case.value}")
-    if case.expect:
-        print(f"  expect:       {json.dumps(case.expect)}")
-    for index, step in enumerate(case.steps):
-        print(f"  step {index}: {json.dumps(step)}")
-    if case.builder:
-        print(f"  builder:      {case.builder}({json.dumps(case.args)})")
-    elif case.model_text is not None:
-        print("  model (text format):")
-        print("\n".join("    " + line for line in case.model_text.strip().splitlines()))
-    if case.merge:
-        print("  merged onto the model:")
-        print("\n".join("    " + line for line in case.merge.strip().splitlines()))
+    print(show(_find(args.case_id, args.corpus)))
     return 0
 
 
 def cmd_explain(args) -> int:
     from conformance.adapters import load_adapter
-    from conformance.execute import PASSED, run_case
+    from conformance.execute import PASSING
+    from conformance.explain import explain
 
     case = _find(args.case_id, args.corpus)
     adapter = load_adapter(args.adapter, args.testee, args.timeout)
     try:
-        result = run_case(case, adapter, timeout=args.timeout)
+        result, text = explain(case, adapter, args.timeout)
     finally:
         if hasattr(adapter, "shutdown"):
             adapter.shutdown()
-    print(f"{case.id}: {result.verdict}")
-    print(f"  clauses:  {', '.join(case.clauses)}")
-    print(f"  expected: {result.expected}")
-    print(f"  actual:   {result.actual or ('as expected' if result.verdict == PASSED else '-')}")
-    print(f"  message:  {result.message}")
-    if result.detail:
-        print("  detail:\n" + "\n".join("    " + line for line in result.detail.splitlines()))
-    if result.traceback:
-        print("  traceback:\n" + "\n".join("    " + line for line in result.traceback.splitlines()))
-    return 0 if result.verdict == PASSED else 1
+    print(text)
+    return 0 if result.verdict in PASSING else 1
+
+
+def cmd_new_adapter(args) -> int:
+    import pathlib
+
+    from conformance import scaffold
+
+    path, spec = scaffold.write(args.name, args.lowered, args.dir)
+    print(f"wrote {path}")
+    listing = pathlib.Path(args.dir) / f"{args.name}-failures.txt"
+    report = pathlib.Path(args.dir) / f"{args.name}-report"
+    if not args.no_run:
+        line = scaffold.first_failure_list(spec, listing, report)
+        print(f"wrote {listing} (the skeleton's failures) and {report}/: {line}")
+    print("next (docs/adapters.md):")
+    for command in (f"python -m conformance run --adapter {spec} --failure-list {listing} --report-dir {report}",
+                    f"python -m conformance explain CASE_ID --adapter {spec}",
+                    f"python -m conformance run --adapter {spec} --failure-list {listing} --update-failure-list"):
+        print(f"  {command}")
+    return 0
 
 
 def cmd_clauses(args) -> int:

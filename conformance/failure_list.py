@@ -13,7 +13,9 @@ import fnmatch
 import pathlib
 from dataclasses import dataclass
 
-from conformance.execute import FAILED, PASSED, Result
+from conformance.adapters import SuiteError
+from conformance.execute import FAILED, PASSING, Result
+from conformance.text import clip
 
 
 @dataclass
@@ -28,7 +30,14 @@ class Entry:
 
 def read(path: str | pathlib.Path) -> list[Entry]:
     entries = []
-    for number, line in enumerate(pathlib.Path(path).read_text().splitlines(), start=1):
+    try:
+        text = pathlib.Path(path).read_text()
+    except FileNotFoundError:
+        raise SuiteError(f"failure list {path} does not exist (create it, or write it with "
+                         "--update-failure-list)") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise SuiteError(f"failure list {path} cannot be read: {error}") from None
+    for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
@@ -48,8 +57,9 @@ def apply(entries: list[Entry], results: list[Result], all_ids: list[str]) -> li
         entry = next((e for e in entries if e.matches(result.id)), None)
         if entry is None:
             continue
-        if result.verdict == PASSED:
-            problems.append(f"line {entry.line}: {result.id} is listed as failing but now passes")
+        if result.verdict in PASSING:
+            how = "now passes" if result.verdict == PASSING[0] else "now passes without code"
+            problems.append(f"line {entry.line}: {result.id} is listed as failing but {how}")
         elif result.verdict == FAILED:
             if entry.message and entry.message not in result.message:
                 problems.append(f"line {entry.line}: {result.id} fails with a different message: "
@@ -72,6 +82,7 @@ def write(path: str | pathlib.Path, results: list[Result], header: str = "") -> 
 
 
 def _fragment(message: str) -> str:
-    """A stable, single-line prefix of a failure message."""
+    """A stable, single-line prefix of a failure message, cut at a word boundary."""
     text = " ".join(message.split()).replace("#", "")
-    return text[:160]
+    clipped = clip(text, 160)
+    return clipped[: -len(" …")] if clipped != text else text

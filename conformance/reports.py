@@ -9,8 +9,9 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from dataclasses import asdict
 
-from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, Result
+from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, PASSED_WITHOUT_CODE, Result
 from conformance.runner import RunInfo, summary_line
+from conformance.text import clip
 
 MAX_LISTED_FAILURES = 50
 
@@ -40,14 +41,19 @@ def junit_xml(results: list[Result], info: RunInfo) -> bytes:
                               skipped=str(skipped), errors="0", time=f"{sum(r.duration for r in group):.3f}")
         for result in group:
             case = ET.SubElement(suite, "testcase", classname=area, name=result.id, time=f"{result.duration:.4f}")
+            if result.verdict == PASSED_WITHOUT_CODE:
+                # JUnit has no such outcome: a passed test case that says so in a property and its output.
+                properties = ET.SubElement(case, "properties")
+                ET.SubElement(properties, "property", name="verdict", value=PASSED_WITHOUT_CODE)
+                ET.SubElement(case, "system-out").text = f"{PASSED_WITHOUT_CODE}: {result.message}"
             if result.verdict == FAILED and not result.expected_failure:
-                failure = ET.SubElement(case, "failure", message=result.message[:500])
+                failure = ET.SubElement(case, "failure", message=clip(result.message, 500))
                 failure.text = "\n".join(filter(None, [f"expected: {result.expected}", f"actual: {result.actual}",
                                                         result.detail, result.traceback]))
             elif result.verdict == FAILED:
-                ET.SubElement(case, "skipped", message=f"expected failure: {result.message[:400]}")
+                ET.SubElement(case, "skipped", message=f"expected failure: {clip(result.message, 400)}")
             elif result.verdict == NOT_SUPPORTED:
-                ET.SubElement(case, "skipped", message=f"not supported: {result.message[:400]}")
+                ET.SubElement(case, "skipped", message=f"not supported: {clip(result.message, 400)}")
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
@@ -56,15 +62,15 @@ def markdown(results: list[Result], info: RunInfo, problems: list[str] | None = 
     lines = [f"## Conformance: {adapter.get('name')} ({adapter.get('version')})", "",
              f"**{summary_line(results)}** in {info.duration:.1f} s — suite {info.suite.get('version')}, "
              f"spec revision {info.spec.get('revision')}", ""]
-    lines += ["| Profile | Passed | Failed | Not supported | Expected failures |",
-              "| --- | ---: | ---: | ---: | ---: |"]
+    lines += ["| Profile | Passed | Passed without code | Failed | Not supported | Expected failures |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
     by_profile: dict[str, list[Result]] = defaultdict(list)
     for result in results:
         by_profile[result.profile].append(result)
     for profile, group in sorted(by_profile.items()):
         counts = _counts(group)
-        lines.append(f"| {profile} | {counts[PASSED]} | {counts[FAILED]} | {counts[NOT_SUPPORTED]} | "
-                     f"{counts['xfail']} |")
+        lines.append(f"| {profile} | {counts[PASSED]} | {counts[PASSED_WITHOUT_CODE]} | {counts[FAILED]} | "
+                     f"{counts[NOT_SUPPORTED]} | {counts['xfail']} |")
     failing = [r for r in results if r.verdict == FAILED and not r.expected_failure]
     if failing:
         lines += ["", f"### Failures ({len(failing)})", ""]
@@ -72,6 +78,14 @@ def markdown(results: list[Result], info: RunInfo, problems: list[str] | None = 
             lines.append(f"- `{result.id}` — {_md(result.message)}")
         if len(failing) > MAX_LISTED_FAILURES:
             lines.append(f"- … and {len(failing) - MAX_LISTED_FAILURES} more (see results.json)")
+    uncoded = [r for r in results if r.verdict == PASSED_WITHOUT_CODE]
+    if uncoded:
+        lines += ["", f"### Passed without code ({len(uncoded)})", "",
+                  "Rejected as expected, but without an error code: the suite cannot tell the rejection was for "
+                  "the reason the case tests, so these cases do not certify their profile.", ""]
+        lines += [f"- `{r.id}`" for r in uncoded[:MAX_LISTED_FAILURES]]
+        if len(uncoded) > MAX_LISTED_FAILURES:
+            lines.append(f"- … and {len(uncoded) - MAX_LISTED_FAILURES} more (see results.json)")
     if problems:
         lines += ["", "### Failure-list problems", ""] + [f"- {_md(p)}" for p in problems]
     return "\n".join(lines) + "\n"
@@ -79,13 +93,14 @@ def markdown(results: list[Result], info: RunInfo, problems: list[str] | None = 
 
 def _counts(group: list[Result]) -> dict:
     return {PASSED: sum(r.verdict == PASSED for r in group),
+            PASSED_WITHOUT_CODE: sum(r.verdict == PASSED_WITHOUT_CODE for r in group),
             FAILED: sum(r.verdict == FAILED and not r.expected_failure for r in group),
             NOT_SUPPORTED: sum(r.verdict == NOT_SUPPORTED for r in group),
             "xfail": sum(r.verdict == FAILED and r.expected_failure for r in group)}
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")[:300]
+    return clip(text, 300).replace("|", "\\|")
 
 
 def write_all(directory: str | pathlib.Path, results: list[Result], info: RunInfo,

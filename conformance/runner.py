@@ -14,7 +14,7 @@ from typing import Any
 from conformance import SPEC_NAME, SPEC_REVISION, SUITE_NAME, SUITE_VERSION
 from conformance.adapters import load_adapter
 from conformance.cases import Case, load_cases
-from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, Result, run_case
+from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, PASSED_WITHOUT_CODE, Result, run_case
 
 
 @dataclass
@@ -110,7 +110,7 @@ class Progress:
         self.total = total
         self.enabled = enabled
         self.done = 0
-        self.counts = {PASSED: 0, FAILED: 0, NOT_SUPPORTED: 0}
+        self.counts = {PASSED: 0, PASSED_WITHOUT_CODE: 0, FAILED: 0, NOT_SUPPORTED: 0}
         self.tty = sys.stderr.isatty()
         self.next_mark = 0.1
 
@@ -121,6 +121,8 @@ class Progress:
             return
         line = (f"[{self.done}/{self.total}] {self.counts[PASSED]} passed, {self.counts[FAILED]} failed, "
                 f"{self.counts[NOT_SUPPORTED]} not supported")
+        if self.counts[PASSED_WITHOUT_CODE]:
+            line += f", {self.counts[PASSED_WITHOUT_CODE]} passed without code"
         if self.tty:
             sys.stderr.write("\r" + line)
             sys.stderr.flush()
@@ -134,9 +136,12 @@ class Progress:
 
 
 def summary_line(results: list[Result]) -> str:
-    """``N passed, N failed, N not supported, N expected failures`` (failed excludes expected ones)."""
+    """``N passed, N failed, N not supported, N expected failures`` (failed excludes expected ones), then
+    ``, N passed without code`` when a rejection carried no error code (those are not in ``passed``)."""
     passed = sum(r.verdict == PASSED for r in results)
     expected = sum(r.verdict == FAILED and r.expected_failure for r in results)
     failed = sum(r.verdict == FAILED and not r.expected_failure for r in results)
     unsupported = sum(r.verdict == NOT_SUPPORTED for r in results)
-    return f"{passed} passed, {failed} failed, {unsupported} not supported, {expected} expected failures"
+    uncoded = sum(r.verdict == PASSED_WITHOUT_CODE for r in results)
+    line = f"{passed} passed, {failed} failed, {unsupported} not supported, {expected} expected failures"
+    return line + (f", {uncoded} passed without code" if uncoded else "")

@@ -66,6 +66,7 @@ class Trace:
         self.handles: dict[str, Any] = {}
         self.current = "main"
         self.seen: dict[str, dict[str, Any]] = {}
+        self.origin: dict[str, str] = {}  # step label -> the state it ran on
         self.code_checked: bool | None = None
 
     # --------------------------------------------------------------------------------- helpers
@@ -85,14 +86,14 @@ class Trace:
     def build(self, literals: dict) -> dict[str, Any]:
         return {name: V.build(literal, self.ref) for name, literal in (literals or {}).items()}
 
-    def identify(self, value: Any) -> int | None:
-        """The buffer id the adapter reports (any open state may know the value), else its address."""
-        for handle in self.handles.values():
-            probe = getattr(handle, "buffer_id", None)
-            found = probe(value) if probe is not None else None
-            if found is not None:
-                return found
-        return V.default_buffer_id(value)
+    def identify(self, text: str) -> int | None:
+        """The buffer id of the value ``text`` names, as reported by the state whose step produced it
+        (another state's answer would mix two id spaces), else the value's data address."""
+        value = self.ref(text)
+        handle = self.handles.get(self.origin.get(text.partition("|")[0], ""))
+        probe = getattr(handle, "buffer_id", None)
+        found = probe(value) if probe is not None else None
+        return found if found is not None else V.default_buffer_id(value)
 
     def judge(self, outcome: Outcome, step: dict, what: str) -> bool:
         """True when the step succeeded (and success was expected, or the error was ``optional``)."""
@@ -192,12 +193,12 @@ class Trace:
 
     def step_identity(self, index: int, step: dict) -> None:
         for group in step.get("same", []):
-            ids = [self.identify(self.ref(r)) for r in group]
+            ids = [self.identify(r) for r in group]
             if None in ids or len(set(ids)) != 1:
                 raise CaseFailure(f"step {index}: {group} should share one buffer",
                                   expected="one buffer", actual=", ".join(f"{r}={_hex(i)}" for r, i in zip(group, ids)))
         for group in step.get("distinct", []):
-            ids = [self.identify(self.ref(r)) for r in group]
+            ids = [self.identify(r) for r in group]
             if len(set(ids)) != len(ids):
                 raise CaseFailure(f"step {index}: {group} should be distinct buffers",
                                   expected="distinct buffers", actual=", ".join(_hex(i) for i in ids))
@@ -291,6 +292,7 @@ class Trace:
         label = step.get("as")
         if label:
             self.seen[label] = {**(feeds or {}), **named}
+            self.origin[label] = self.current
 
     def expect_values(self, index: int, kind: str, got: dict, expected: dict, step: dict) -> None:
         for name, literal in expected.items():
@@ -376,6 +378,9 @@ def _run_steps(trace: Trace) -> None:
         if handler is None:
             raise SuiteError(f"{trace.case.id}: unknown step op {op!r}")
         trace.current = step.get("state", "main")
+        observe = getattr(trace.adapter, "observe_step", None)  # conformance.explain records the trace
+        if observe is not None:
+            observe(trace, index, step)
         handler(trace, index, step)
         if op == "open" and trace.handle is None and not step.get("continue"):
             return  # a rejected open ends the trace

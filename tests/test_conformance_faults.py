@@ -12,7 +12,7 @@ import pytest
 from conformance.adapters import Rejected
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState, to_neutral, to_runtime
 from conformance.cases import load_cases, select
-from conformance.execute import FAILED, PASSED, run_case
+from conformance.execute import FAILED, PASSED, PASSED_WITHOUT_CODE, run_case
 from reference_impl import ContractError, schema
 
 
@@ -183,6 +183,6 @@ def test_rejection_without_code_is_not_a_pass_under_require_codes():
             return Rejected(None, found.message) if found is not None else None
 
     case = select(load_cases(), ["Required.Catalogue.Identity.TypeIdZero"])[0]
-    assert run_case(case, Uncoded()).verdict == PASSED
+    assert run_case(case, Uncoded()).verdict == PASSED_WITHOUT_CODE
     assert run_case(case, Uncoded()).code_checked is False
     assert run_case(case, Uncoded(), require_codes=True).verdict == FAILED

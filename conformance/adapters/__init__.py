@@ -1,23 +1,12 @@
 """The adapter protocol: how a runtime plugs into the suite in process.
 
-An adapter is any object with these members (see docs/conformance.md for the full contract)::
+``Adapter`` and ``StateHandle`` below list every member the suite calls, each marked ``required``,
+``for_profiles(...)`` (required when the adapter claims one of those profiles; a missing one makes
+those cases "not supported") or ``optional``. docs/adapters.md describes each member, its return
+conventions and the value types; tests/test_adapters_doc.py keeps the two in agreement.
 
-    name: str                      # identity, recorded in reports and certificates
-    version: str
-    profiles() -> set[str]         # what the runtime claims to support (see PROFILES)
-    verify(model_bytes, base_dir) -> None
-    decode(model_bytes, value_name, base_dir) -> numpy.ndarray
-    open_state(model_bytes, initial, base_dir) -> StateHandle
-    export(model_bytes, target) -> bytes            # target: "onnx-light" (round trip) or "onnx"
-    rewrite(model_bytes, rewrite: dict) -> bytes    # rename / remove / replace, see cases
-
-and a StateHandle has ``run(feeds) -> dict``, ``values() -> dict``, ``reset(initial)``, ``close()`` and
-optionally ``buffer_id(value) -> int | None`` (default: the NumPy data address).
-
-A rejection raises ``Rejected(code, message)`` (``code`` is one of reference_impl.errors.ErrorCode's
-values, or None when the runtime has no mapping). ``NotSupported`` is a verdict distinct from failure.
-Any other exception is a case failure, reported with its traceback. An adapter may instead provide
-``classify(exc) -> Rejected | NotSupported | None`` to map its native exceptions.
+A rejection raises ``Rejected(code, message, causes)``; ``NotSupported`` is a verdict distinct from
+failure; any other exception fails the case with its traceback (unless ``classify`` maps it).
 """
 
 from __future__ import annotations
@@ -26,7 +15,7 @@ import importlib
 import importlib.util
 import pathlib
 import sys
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 #: Profiles a runtime can claim; every case belongs to exactly one.
 PROFILES = {
@@ -66,28 +55,142 @@ class SuiteError(Exception):
     """A problem with the suite itself (bad case, unknown adapter): never blamed on the adapter."""
 
 
-@runtime_checkable
+def required(member):
+    """A member every adapter (or state handle) has."""
+    member.__contract__ = ("required", ())
+    return member
+
+
+def for_profiles(*profiles: str):
+    """A member the cases of these profiles call: required when the adapter claims one of them."""
+    def mark(member):
+        member.__contract__ = ("profiles", profiles)
+        return member
+    return mark
+
+
+def optional(member):
+    """A member the suite uses when present and does without otherwise."""
+    member.__contract__ = ("optional", ())
+    return member
+
+
+def contract(protocol: type) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Member name -> (kind, profiles) for a protocol class below (attributes are ``required``)."""
+    found = {name: ("required", ()) for name in getattr(protocol, "__annotations__", {})}
+    for name, member in vars(protocol).items():
+        if hasattr(member, "__contract__"):
+            found[name] = member.__contract__
+    return found
+
+
+def contract_gaps(cls: type, protocol: type, extra: tuple[str, ...] = ()) -> list[str]:
+    """What keeps ``cls`` from following ``protocol``: required members it lacks, and public methods the
+    contract (docs/adapters.md) does not describe (``extra`` names members a base class documents)."""
+    members = contract(protocol)
+    attributes = set(getattr(protocol, "__annotations__", {}))  # may be set per instance, as version often is
+    gaps = [f"lacks required {name}" for name, (kind, _) in members.items()
+            if kind == "required" and name not in attributes and not hasattr(cls, name)]
+    public = {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name, None))}
+    gaps += [f"has undocumented member {name}" for name in sorted(public - set(members) - set(extra))]
+    return gaps
+
+
 class StateHandle(Protocol):
-    def run(self, feeds: dict[str, Any]) -> dict[str, Any]: ...
-    def values(self) -> dict[str, Any]: ...
-    def reset(self, initial: dict[str, Any]) -> None: ...
-    def close(self) -> None: ...
+    """What ``Adapter.open_state`` returns: one request's retained values."""
+
+    @required
+    def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        """One call with these fresh feeds: every graph output by name."""
+
+    @required
+    def values(self) -> dict[str, Any]:
+        """The retained values by bound input name, as shared (read-only) views."""
+
+    @required
+    def reset(self, initial: dict[str, Any]) -> None:
+        """Replace the retained values with these initial values."""
+
+    @required
+    def close(self) -> None:
+        """Release the retained values; later calls are rejected with STATE_CLOSED."""
+
+    @optional
+    def buffer_id(self, value: Any) -> int | None:
+        """The identity of the runtime buffer behind a value this state handed out or received, or None
+        for a value it does not know (the suite then uses the value's own data address)."""
+
+    @optional
+    def run_cancelled(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        """``run`` with cancellation requested before it starts: rejected with STATE_CANCELLED."""
+
+    @optional
+    def counters(self) -> dict[str, int]:
+        """The runtime's own counters for this state since it was opened (docs/testee-protocol.md)."""
+
+    @optional
+    def classify(self, exc: BaseException) -> Any:
+        """Like ``Adapter.classify``, for this handle's exceptions (tried first)."""
 
 
-@runtime_checkable
 class Adapter(Protocol):
+    """A runtime under test, in process."""
+
     name: str
     version: str
 
-    def profiles(self) -> set[str]: ...
-    def verify(self, model_bytes: bytes, base_dir: str | None) -> None: ...
-    def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> Any: ...
+    @required
+    def profiles(self) -> set[str]:
+        """The profiles the runtime claims (keys of PROFILES); unclaimed profiles are "not supported"."""
+
+    @for_profiles("representation", "affine", "external-data")
+    def verify(self, model_bytes: bytes, base_dir: str | None) -> None:
+        """Validate a serialized model; ``base_dir`` holds its external files."""
+
+    @for_profiles("affine", "structured", "external-data")
+    def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> Any:
+        """The logical tensor of the encoded initializer ``value_name`` (a NumPy array)."""
+
+    @for_profiles("representation", "structured")
+    def read_fields(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> dict[str, Any]:
+        """Generic field access: leaf path -> NumPy array of that leaf's values per record."""
+
+    @for_profiles("representation", "external-data")
+    def roundtrip(self, model_bytes: bytes) -> bytes:
+        """Explicit load then save."""
+
+    @for_profiles("bindings", "state", "zero-copy", "kv-contiguous", "kv-paged", "decode-e2e")
+    def open_state(self, model_bytes: bytes, initial: dict[str, Any], base_dir: str | None) -> StateHandle:
+        """A state over the model's persistent bindings, holding these initial values."""
+
+    @for_profiles("export")
+    def export(self, model_bytes: bytes, target: str) -> Any:
+        """``onnx-light`` or ``onnx``: model bytes; ``onnx-lowered``: (model bytes, [[input, output], ...])."""
+
+    @for_profiles("export")
+    def rewrite(self, model_bytes: bytes, rewrite: dict) -> bytes:
+        """The model after one graph rewrite (rename, remove_output, remove_input, retype_output,
+        remove_binding, copy, prune_unused)."""
+
+    @optional
+    def classify(self, exc: BaseException) -> Any:
+        """Map a native exception to ``Rejected`` or ``NotSupported``; None leaves it a failure."""
+
+    @optional
+    def operators(self) -> dict[str, Any]:
+        """The operator roles the runtime implements; see docs/testee-protocol.md."""
+
+    @optional
+    def shutdown(self) -> None:
+        """Called once when a run ends."""
 
 
 BUILTIN = {
     "reference": "conformance.adapters.reference:ReferenceAdapter",
     "onnxruntime": "conformance.adapters.ort:OnnxRuntimeAdapter",
     "onnx-reference": "conformance.adapters.onnx_reference:OnnxReferenceAdapter",
+    "openvino": "conformance.adapters.ov:OpenVinoAdapter",
+    "tract": "conformance.adapters.tract_rt:TractAdapter",
 }
 
 
@@ -136,5 +239,10 @@ __all__ = [
     "Rejected",
     "StateHandle",
     "SuiteError",
+    "contract",
+    "contract_gaps",
+    "for_profiles",
+    "optional",
+    "required",
     "load_adapter",
 ]

@@ -2,23 +2,56 @@
 state by lowering bindings to a stateless model with caller-managed feedback (the spec's explicit
 lowering). Structured values, catalogues and verification are not supported by such runtimes.
 
-The feedback loop here is the caller's side of that lowering: it checks what a careful caller can
-check (initial values, feed overrides) and maps those to the suite's codes; everything else is the
-runtime's own behaviour, whose errors carry no code.
+The feedback loop here is the caller's side of that lowering, and it enforces every rule a caller can
+enforce: initial values and feeds checked against the model's declared inputs (at open, reset and every
+run), outputs checked against the inputs they will feed before they are retained, a failed call leaving
+the state as it was (STATE_RUN_FAILED), no concurrent calls on one state, retained and returned views
+handed out read-only. What is left
+for a case to find is the runtime's own behaviour (copies, strides, kernels, types), whose errors carry
+no code. A runtime joins by implementing ``LoweredSession`` (see docs/adapters.md).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, Protocol
 
 import numpy as np
 
-from conformance.adapters import NotSupported, Rejected
+from conformance.adapters import NotSupported, Rejected, required
 from conformance.values import Encoded
+
+#: Floating scale types the spec allows that ONNX's DequantizeLinear does not admit (its T2 is FLOAT,
+#: FLOAT16, BFLOAT16): DOUBLE is lowered to Cast/Sub/Mul in double instead of an invalid model. Any
+#: other scale type goes to DequantizeLinear as it is, for the runtime to accept or reject.
+LOWERED_SCALE_TYPES = {11}  # DOUBLE
+OPSET = 25
+
+
+class LoweredSession(Protocol):
+    """One stateless model loaded in the runtime. Handles are the runtime's own value objects."""
+
+    @required
+    def adopt(self, value: Any) -> Any:
+        """A caller array as an input handle sharing its memory (raise ``Rejected("STATE_UNRETAINABLE")``
+        when the runtime cannot hold it without a copy), or a handle this session returned, unchanged."""
+
+    @required
+    def run_handles(self, feeds: dict[str, Any]) -> dict[str, Any]:
+        """One call: input name -> handle in, every output name -> handle out."""
+
+    @required
+    def to_numpy(self, handle: Any) -> np.ndarray:
+        """A NumPy array over the handle's memory where the runtime allows it (else a copy); the array
+        must keep the memory alive."""
+
+    @required
+    def buffer_id(self, value: Any) -> int | None:
+        """The runtime buffer behind an array this session returned, else None."""
 
 
 class LoweredAdapter:
-    """Base for stateless runtimes; subclasses supply ``stateless(model_bytes)`` -> Session."""
+    """Base for stateless runtimes; subclasses supply ``stateless(model_bytes) -> LoweredSession``."""
 
     name = "lowered"
     version = ""
@@ -26,7 +59,7 @@ class LoweredAdapter:
     def profiles(self) -> set[str]:
         return {"affine", "state", "zero-copy", "kv-contiguous", "decode-e2e"}
 
-    def stateless(self, model_bytes: bytes):
+    def stateless(self, model_bytes: bytes) -> LoweredSession:
         raise NotImplementedError
 
     def classify(self, exc: BaseException):
@@ -36,7 +69,15 @@ class LoweredAdapter:
 
     # ---------------------------------------------------------------------------------- affine
     def verify(self, model_bytes: bytes, base_dir: str | None) -> None:
-        raise NotSupported("a standard ONNX runtime has no verifier for the extended representation")
+        """What a standard runtime can check: every encoded value is lowered and loaded and run by the
+        runtime, whose own checks are the verdict (rejections carry no code)."""
+        from reference_impl import schema
+
+        model = schema.parse_model(model_bytes)
+        if len(model.struct_types):
+            raise NotSupported("struct declarations have no standard ONNX form")
+        for value in model.graph.encoded_initializer:
+            self._decode_value(value)
 
     def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> np.ndarray:
         from reference_impl import schema
@@ -44,56 +85,151 @@ class LoweredAdapter:
         model = schema.parse_model(model_bytes)
         for value in model.graph.encoded_initializer:
             if value.name == value_name:
-                if value.WhichOneof("layout") != "affine":
-                    raise NotSupported("structured layouts have no standard ONNX form")
-                if value.data_location == 1:
-                    raise NotSupported("external affine payloads are not lowered")
-                session = self.stateless(dequantize_model(value))
-                return session.run({})["y"]
+                return self._decode_value(value)
         raise Rejected(None, f"no encoded value named {value_name!r}")
+
+    def _decode_value(self, value) -> np.ndarray:
+        layout = value.WhichOneof("layout")
+        if layout == "struct_type":
+            raise NotSupported("structured layouts have no standard ONNX form")
+        if layout is None:
+            raise Rejected(None, f"{value.name!r} selects no layout: nothing to lower")
+        if value.data_location == 1:
+            raise NotSupported("external affine payloads are not lowered")
+        session = self.stateless(dequantize_model(value))
+        return session.to_numpy(session.run_handles({})["y"])
 
     # ----------------------------------------------------------------------------------- state
     def open_state(self, model_bytes: bytes, initial: dict, base_dir: str | None = None):
         from reference_impl import schema
 
         model = schema.parse_model(model_bytes)
+        # A missing type inside a claimed profile is a failure, not "not supported" (docs/adapters.md).
         if len(model.struct_types) or len(model.graph.encoded_initializer):
-            raise NotSupported("structured and encoded values have no standard ONNX form")
+            raise Rejected(None, "structured and encoded values have no standard ONNX form")
         if any(_is_struct(vi) for vi in list(model.graph.input) + list(model.graph.output)):
-            raise NotSupported("struct-typed graph inputs and outputs have no standard ONNX form")
+            raise Rejected(None, "struct-typed graph inputs and outputs have no standard ONNX form")
         bindings = [(b.input_name, b.output_name) for b in model.graph.persistent_bindings]
         model.graph.ClearField("persistent_bindings")
+        declared = declared_inputs(model)
         session = self.stateless(schema.to_onnx(model).SerializeToString())
-        return LoweredState(session, bindings, initial)
+        return LoweredState(session, bindings, initial, declared)
 
 
 def _is_struct(vi) -> bool:
     return vi.HasField("type") and vi.type.WhichOneof("value") == "struct_type"
 
 
+# -------------------------------------------------------------------------------- declared types
+class Declared:
+    """A graph input's declared tensor type: NumPy dtype and dims (None where a dim is symbolic)."""
+
+    def __init__(self, dtype: np.dtype | None, dims: tuple[int | None, ...] | None, required: bool):
+        self.dtype, self.dims, self.required = dtype, dims, required
+
+    def mismatch(self, value: Any) -> str | None:
+        """Why ``value`` cannot be this input, or None."""
+        if isinstance(value, (dict, list, Encoded)) or value is None or not hasattr(value, "dtype"):
+            return f"a {type(value).__name__} is not a tensor"
+        if self.dtype is not None and np.dtype(value.dtype) != self.dtype:
+            return f"element type {value.dtype}, declared {self.dtype}"
+        if self.dims is not None:
+            shape = tuple(np.shape(value))
+            if len(shape) != len(self.dims):
+                return f"rank {len(shape)}, declared {len(self.dims)}"
+            if any(want is not None and want != have for want, have in zip(self.dims, shape)):
+                return f"shape {list(shape)}, declared {[d if d is not None else '?' for d in self.dims]}"
+        return None
+
+
+def declared_inputs(model) -> dict[str, Declared]:
+    """Every graph input's declared tensor type (inputs with an initializer of the same name are optional)."""
+    from onnx import helper
+
+    initialized = {t.name for t in model.graph.initializer}
+    found = {}
+    for vi in model.graph.input:
+        tensor = vi.type.tensor_type if vi.type.WhichOneof("value") == "tensor_type" else None
+        dtype = dims = None
+        if tensor is not None and tensor.elem_type:
+            try:
+                dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+            except (KeyError, TypeError, ValueError):
+                dtype = None
+        if tensor is not None and tensor.HasField("shape"):
+            dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+        found[vi.name] = Declared(dtype, dims, vi.name not in initialized)
+    return found
+
+
+# --------------------------------------------------------------------------------- DequantizeLinear
 def dequantize_model(value) -> bytes:
-    """A one-node DequantizeLinear model with the codes as an initializer of the storage type."""
+    """A model with one output ``y``: the affine value decoded by DequantizeLinear, the codes as an
+    initializer of the storage type. A scale type DequantizeLinear does not admit (DOUBLE) is decoded
+    exactly the same way in that type: (Cast(x) - Cast(zero_point)) * scale, one rounding per element."""
     from onnx import helper
 
     from reference_impl import schema
 
     layout = value.affine
-    dims = [d.dim_value for d in value.logical_type.tensor_type.shape.dim]
+    dims = _concrete_dims(value)
     codes = helper.make_tensor("x", layout.storage_type, dims, vals=value.raw_data, raw=True)
-    initializers = [codes, schema.to_onnx(_named(layout.scale, "s"))]
-    inputs = ["x", "s"]
-    if layout.HasField("zero_point"):
-        initializers.append(schema.to_onnx(_named(layout.zero_point, "z")))
-        inputs.append("z")
-    attrs = {}
-    if layout.HasField("axis"):
-        attrs["axis"] = layout.axis
-    if layout.HasField("block_size"):
-        attrs["block_size"] = layout.block_size
-    node = helper.make_node("DequantizeLinear", inputs, ["y"], **attrs)
-    output = helper.make_tensor_value_info("y", value.logical_type.tensor_type.elem_type, dims)
-    graph = helper.make_graph([node], "dq", [], [output], initializers)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)], ir_version=11).SerializeToString()
+    scale = schema.to_onnx(_named(layout.scale, "s"))
+    zero_point = schema.to_onnx(_named(layout.zero_point, "z")) if layout.HasField("zero_point") else None
+    elem = value.logical_type.tensor_type.elem_type
+    output = helper.make_tensor_value_info("y", elem, dims)
+    if layout.scale.data_type not in LOWERED_SCALE_TYPES:
+        initializers = [codes, scale] + ([zero_point] if zero_point is not None else [])
+        attrs = {}
+        if layout.HasField("axis"):
+            attrs["axis"] = layout.axis
+        if layout.HasField("block_size"):
+            attrs["block_size"] = layout.block_size
+        nodes = [helper.make_node("DequantizeLinear", [t.name for t in initializers], ["y"], **attrs)]
+    else:
+        nodes, initializers = _arithmetic_dequantize(layout, codes, scale, zero_point, dims)
+    graph = helper.make_graph(nodes, "dq", [], [output], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=11).SerializeToString()
+
+
+def _concrete_dims(value) -> list[int]:
+    """The logical tensor's dims; a value without a concrete tensor type cannot be lowered."""
+    logical = value.logical_type
+    if not value.HasField("logical_type") or logical.WhichOneof("value") != "tensor_type" \
+            or not logical.tensor_type.HasField("shape") \
+            or not all(d.HasField("dim_value") for d in logical.tensor_type.shape.dim):
+        raise Rejected(None, f"{value.name!r}: no concrete logical tensor type to lower to")
+    return [d.dim_value for d in logical.tensor_type.shape.dim]
+
+
+def _arithmetic_dequantize(layout, codes, scale, zero_point, dims: list[int]):
+    """(Cast(x) - Cast(z)) * s in the scale's type, with per-axis and blocked parameters laid out to
+    broadcast against x (a constant reshape or repeat of the parameter tensors, no arithmetic)."""
+    from onnx import helper, numpy_helper
+
+    target = layout.scale.data_type
+    params = [numpy_helper.to_array(scale)] + ([numpy_helper.to_array(zero_point)] if zero_point is not None else [])
+    if layout.HasField("axis") and len(dims):
+        axis = layout.axis + len(dims) if layout.axis < 0 else layout.axis
+        if layout.HasField("block_size") and layout.block_size:
+            params = [np.repeat(p, int(layout.block_size), axis=axis).take(range(dims[axis]), axis=axis)
+                      for p in params]
+        else:
+            shape = [1] * len(dims)
+            shape[axis] = dims[axis]
+            params = [p.reshape(shape) for p in params]
+    s = numpy_helper.from_array(params[0], "s")
+    initializers = [codes, s]
+    nodes = [helper.make_node("Cast", ["x"], ["xf"], to=target)]
+    centred = "xf"
+    if zero_point is not None:
+        z = numpy_helper.from_array(params[1], "z")
+        initializers.append(z)
+        nodes += [helper.make_node("Cast", ["z"], ["zf"], to=target),
+                  helper.make_node("Sub", ["xf", "zf"], ["centred"])]
+        centred = "centred"
+    nodes.append(helper.make_node("Mul", [centred, "s"], ["y"]))
+    return nodes, initializers
 
 
 def _named(tensor, name: str):
@@ -103,15 +239,19 @@ def _named(tensor, name: str):
     return copy
 
 
+# ----------------------------------------------------------------------------- caller feedback
 class LoweredState:
     """Caller-managed feedback over a stateless session: retained values are the session's own
-    output buffers, fed back without copies where the runtime allows it."""
+    output handles, fed back as they are (zero-copy wherever the runtime allows it)."""
 
-    def __init__(self, session, bindings: list[tuple[str, str]], initial: dict):
+    def __init__(self, session: LoweredSession, bindings: list[tuple[str, str]], initial: dict,
+                 declared: dict[str, Declared] | None = None):
         self.session = session
         self.bindings = bindings
         self.bound = {i for i, _ in bindings}
+        self.declared = declared or {}
         self.closed = False
+        self._busy = threading.Lock()
         self.retained = self._initial(initial)
 
     def _initial(self, initial: dict) -> dict:
@@ -121,40 +261,84 @@ class LoweredState:
         missing = self.bound - set(initial)
         if missing:
             raise Rejected("STATE_INITIAL_MISSING", f"no initial value for {sorted(missing)}")
-        for value in initial.values():
-            if isinstance(value, (dict, list, Encoded)):
-                raise NotSupported("only tensors can be carried by a lowered state")
+        self._check_types(initial)
         return {name: self.session.adopt(value) for name, value in initial.items()}
 
-    def _open(self) -> None:
+    def _check_types(self, values: dict) -> None:
+        for name, value in values.items():
+            declared = self.declared.get(name)
+            reason = declared.mismatch(value) if declared is not None else None
+            if reason:
+                raise Rejected("STATE_VALUE_INCOMPATIBLE", f"{name!r}: {reason}")
+
+    def _enter(self) -> None:
+        if not self._busy.acquire(blocking=False):
+            raise Rejected("STATE_BUSY", "another call on this state is active")
         if self.closed:
+            self._busy.release()
             raise Rejected("STATE_CLOSED", "the state is closed")
 
     def run(self, feeds: dict) -> dict:
-        self._open()
+        self._enter()
+        try:
+            self._check_feeds(feeds)
+            merged = {name: self.session.adopt(value) for name, value in feeds.items()}
+            merged.update(self.retained)
+            try:
+                outputs = self.session.run_handles(merged)
+            except (Rejected, NotSupported):
+                raise
+            except Exception as exc:  # the runtime's own failure: the call failed, the state is unchanged
+                raise Rejected("STATE_RUN_FAILED", f"{type(exc).__name__}: {exc}") from exc
+            arrays = {name: _read_only(self.session.to_numpy(handle)) for name, handle in outputs.items()}
+            # Validate what will be retained against the bound inputs' declared types before publishing.
+            self._check_types({input_name: arrays[output_name] for input_name, output_name in self.bindings})
+            self.retained = {input_name: outputs[output_name] for input_name, output_name in self.bindings}
+            return arrays
+        finally:
+            self._busy.release()
+
+    def _check_feeds(self, feeds: dict) -> None:
         for name in feeds:
             if name in self.bound:
                 raise Rejected("STATE_FEED_OVERRIDES", f"{name!r} is supplied by the retained state")
-        for value in feeds.values():
-            if isinstance(value, (dict, list, Encoded)):
-                raise NotSupported("only tensors can be fed to a lowered model")
-        merged = {name: self.session.adopt(value) for name, value in feeds.items()}
-        merged.update(self.retained)
-        outputs = self.session.run_handles(merged)
-        self.retained = {input_name: outputs[output_name] for input_name, output_name in self.bindings}
-        return {name: self.session.to_numpy(handle) for name, handle in outputs.items()}
+            if self.declared and name not in self.declared:
+                raise Rejected("STATE_FEED_UNKNOWN", f"{name!r} is not a graph input")
+        missing = sorted(n for n, d in self.declared.items() if d.required and n not in self.bound and n not in feeds)
+        if missing:
+            raise Rejected("STATE_FEED_MISSING", f"no value for {missing}")
+        self._check_types(feeds)
 
     def values(self) -> dict:
-        self._open()
-        return {name: self.session.to_numpy(handle) for name, handle in self.retained.items()}
+        if self.closed:
+            raise Rejected("STATE_CLOSED", "the state is closed")
+        retained = self.retained
+        return {name: _read_only(self.session.to_numpy(handle)) for name, handle in retained.items()}
 
     def reset(self, initial: dict) -> None:
-        self._open()
-        self.retained = self._initial(initial)
+        self._enter()
+        try:
+            self.retained = self._initial(initial)
+        finally:
+            self._busy.release()
 
     def close(self) -> None:
-        self.closed = True
-        self.retained = {}
+        if not self._busy.acquire(blocking=False):
+            raise Rejected("STATE_BUSY", "close during an active call")
+        try:
+            self.closed = True
+            self.retained = {}
+        finally:
+            self._busy.release()
 
     def buffer_id(self, value: Any) -> int | None:
         return self.session.buffer_id(value)
+
+
+def _read_only(array: Any) -> Any:
+    """Retained and returned views are shared: hand them out read-only (ZC-READ-ONLY), as a new view
+    over the same memory, so an array the caller gave us keeps its own flags."""
+    if isinstance(array, np.ndarray) and array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array

@@ -27,9 +27,6 @@ class EvaluatorSession:
     def run_handles(self, feeds: dict) -> dict:
         return dict(zip(self.output_names, self.evaluator.run(None, feeds)))
 
-    def run(self, feeds: dict) -> dict:
-        return self.run_handles(feeds)
-
     def to_numpy(self, handle) -> np.ndarray:
         return handle
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance.adapters import Rejected
 from conformance.adapters.lowering import LoweredAdapter
 
 
@@ -29,13 +30,21 @@ class OrtSession:
         if isinstance(value, self.ort.OrtValue):
             return value
         array = np.asarray(value)
+        if array.dtype.kind in "OUS":
+            return array  # strings travel materialized, as ONNX strings always do (never retained state)
         if not array.flags.c_contiguous:
-            raise ValueError("onnxruntime binds only contiguous buffers")
+            raise Rejected("STATE_UNRETAINABLE", "onnxruntime binds only contiguous buffers; holding this one "
+                           "would need a copy")
         handle = self.ort.OrtValue.ortvalue_from_numpy(array)
         self._keep.append(array)
         return handle
 
     def run_handles(self, feeds: dict) -> dict:
+        if any(not isinstance(handle, self.ort.OrtValue) for handle in feeds.values()):
+            # IO binding takes no string tensors: run with plain arrays; outputs are new arrays.
+            plain = {name: handle if isinstance(handle, np.ndarray) else handle.numpy()
+                     for name, handle in feeds.items()}
+            return dict(zip(self.output_names, self.session.run(self.output_names, plain)))
         binding = self.session.io_binding()
         for name, handle in feeds.items():
             binding.bind_ortvalue_input(name, handle)
@@ -44,10 +53,10 @@ class OrtSession:
         self.session.run_with_iobinding(binding)
         return dict(zip(self.output_names, binding.get_outputs()))
 
-    def run(self, feeds: dict) -> dict:
-        return {k: self.to_numpy(v) for k, v in self.run_handles({k: self.adopt(v) for k, v in feeds.items()}).items()}
-
     def to_numpy(self, handle) -> np.ndarray:
+        if isinstance(handle, np.ndarray):
+            self._keep.append(handle)
+            return handle
         array = handle.numpy()
         self.ids[id(array)] = handle.data_ptr()
         self._keep.append(array)

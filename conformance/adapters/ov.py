@@ -1,0 +1,97 @@
+"""The OpenVINO adapter: affine values through DequantizeLinear and state lowered to caller-managed
+feedback (conformance/adapters/lowering.py). Inputs are ``ov.Tensor`` objects sharing the caller's
+memory; every call gets a fresh infer request, so an earlier call's output tensors are never
+overwritten and can be fed back as they are. An array over a tensor OpenVINO handed out (in any state
+of this adapter, so a state can start from another's output) is fed as that tensor: ``ov.Tensor`` does
+not share read-only memory, and the suite hands views out read-only. Buffer identity is the tensor's
+data address (every tensor handed out is kept alive, so addresses are never reused).
+
+Precision is pinned: OpenVINO's CPU plugin computes in bfloat16 or float16 by default on CPUs that
+have them (``INFERENCE_PRECISION_HINT``), which would change decoded values; the adapter compiles
+every model with ``INFERENCE_PRECISION_HINT = f32`` so results are the model's own precision.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from conformance.adapters import Rejected
+from conformance.adapters.lowering import LoweredAdapter
+
+#: Compile options: f32 inference precision instead of the CPU's reduced-precision default.
+COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
+
+
+class OpenVinoSession:
+    def __init__(self, model_bytes: bytes, core: Any, handed_out: dict):
+        import openvino as ov
+
+        self.ov = ov
+        self.handed_out = handed_out  # (address, shape, dtype) -> the ov.Tensor behind it, adapter-wide
+        model = core.read_model(model_bytes, b"")
+        self.compiled = core.compile_model(model, "CPU", COMPILE_CONFIG)
+        self.output_names = [output.get_any_name() for output in self.compiled.outputs]
+        self.ids: dict[int, int] = {}
+        self._keep: list = []
+
+    def adopt(self, value: Any):
+        """A caller array as an ``ov.Tensor`` over the same memory, or a tensor this session returned."""
+        if isinstance(value, self.ov.Tensor):
+            return value
+        array = np.asarray(value)
+        known = self.handed_out.get(_key(array))
+        if known is not None:
+            return known
+        if not array.flags.writeable:
+            raise Rejected("STATE_UNRETAINABLE", "OpenVINO shares only writable memory; holding this buffer "
+                           "would need a copy")
+        if not array.flags.c_contiguous:
+            raise Rejected("STATE_UNRETAINABLE", "OpenVINO shares only contiguous buffers; holding this one "
+                           "would need a copy")
+        tensor = self.ov.Tensor(array, shared_memory=True)
+        self._keep.append((array, tensor))
+        return tensor
+
+    def run_handles(self, feeds: dict) -> dict:
+        request = self.compiled.create_infer_request()
+        for name, tensor in feeds.items():
+            request.set_tensor(name, tensor)
+        request.infer()
+        outputs = {name: request.get_tensor(name) for name in self.output_names}
+        self._keep.append(request)
+        return outputs
+
+    def to_numpy(self, handle) -> np.ndarray:
+        array = handle.data
+        self.ids[id(array)] = _address(array)
+        self._keep.append((array, handle))
+        if array.size:
+            self.handed_out[_key(array)] = handle
+        return array
+
+    def buffer_id(self, value: Any) -> int | None:
+        return self.ids.get(id(value))
+
+
+def _key(array: np.ndarray) -> tuple:
+    return (_address(array), array.shape, array.dtype.str)
+
+
+def _address(array: np.ndarray) -> int | None:
+    return int(array.__array_interface__["data"][0]) if array.size else None
+
+
+class OpenVinoAdapter(LoweredAdapter):
+    name = "openvino"
+
+    def __init__(self) -> None:
+        import openvino as ov
+
+        self.version = ov.__version__.split("-")[0]
+        self.core = ov.Core()
+        self.handed_out: dict = {}
+
+    def stateless(self, model_bytes: bytes) -> OpenVinoSession:
+        return OpenVinoSession(model_bytes, self.core, self.handed_out)

@@ -1,0 +1,99 @@
+"""docs/peer-deviations.md and the README's peer table are current: the document lists exactly the failing
+cases of every installed peer, the table its per-profile counts, and each reproduction in the document
+runs standalone (onnx.helper, the runtime and NumPy, no suite code)."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import re
+import subprocess
+import sys
+from collections import Counter, defaultdict
+
+import pytest
+
+from conformance.cases import load_cases
+from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, PASSED_WITHOUT_CODE
+from conformance.runner import RunConfig, run
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "peer-deviations.md"
+#: Section title prefix in the document -> (adapter name, module the runtime needs).
+PEERS = {"onnxruntime": ("onnxruntime", "onnxruntime"), "onnx reference evaluator": ("onnx-reference", "onnx"),
+         "OpenVINO": ("openvino", "openvino"), "tract": ("tract", "tract")}
+
+
+def _sections() -> dict[str, set[str]]:
+    listed: dict[str, set[str]] = {}
+    current = None
+    for line in DOC.read_text().splitlines():
+        if line.startswith("## "):
+            current = next((adapter for title, (adapter, _) in PEERS.items() if line[3:].startswith(title)), None)
+            if current:
+                listed[current] = set()
+        elif current and (match := re.match(r"\| `([^`]+)` \|", line)):
+            listed[current].add(match.group(1))
+    return listed
+
+
+def test_every_peer_has_a_section():
+    assert set(_sections()) == {adapter for adapter, _ in PEERS.values()}
+
+
+@pytest.mark.parametrize("adapter,module", list(PEERS.values()), ids=[a for a, _ in PEERS.values()])
+def test_listed_failures_are_the_current_failures(adapter, module):
+    pytest.importorskip(module)
+    results, _ = run(list(load_cases()), RunConfig(adapter=adapter, progress=False))
+    failing = {r.id for r in results if r.verdict == FAILED}
+    listed = _sections()[adapter]
+    assert failing - listed == set(), f"failing but not in docs/peer-deviations.md: {sorted(failing - listed)}"
+    assert listed - failing == set(), f"listed but no longer failing: {sorted(listed - failing)}"
+    assert _readme_table(adapter) == _table(results), "the README's peer table is out of date"
+
+
+def _readme_table(adapter: str) -> dict[str, str]:
+    """profile -> "passed / passed without code / failed / not supported" from the README's peer table."""
+    lines = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| ")]
+    header = next(line for line in lines if line.startswith("| profile |"))
+    titles = [cell.strip() for cell in header.strip("|").split("|")]
+    column = next(i for i, title in enumerate(titles) for prefix, (name, _) in PEERS.items()
+                  if name == adapter and title.startswith(prefix))
+    rows = {}
+    for line in lines[lines.index(header) + 2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == len(titles) and "/" in cells[column]:
+            rows[cells[0]] = cells[column]
+    return rows
+
+
+def _table(results) -> dict[str, str]:
+    counts: dict[str, Counter] = defaultdict(Counter)
+    for result in results:
+        counts[result.profile][result.verdict] += 1
+    return {profile: " / ".join(str(c[v]) for v in (PASSED, PASSED_WITHOUT_CODE, FAILED, NOT_SUPPORTED))
+            for profile, c in counts.items() if c[NOT_SUPPORTED] != sum(c.values())}
+
+
+def _reproductions() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def test_reproductions_use_no_suite_code():
+    blocks = _reproductions()
+    assert len(blocks) >= 10
+    for code in blocks:
+        assert not re.search(r"^\s*(from|import) (conformance|reference_impl|corpus)", code, flags=re.M), code[:200]
+
+
+@pytest.mark.parametrize("index", range(len(_reproductions())))
+def test_reproduction_runs_standalone(index, tmp_path):
+    code = _reproductions()[index]
+    for module in ("onnxruntime", "openvino", "tract"):
+        if re.search(rf"^import {module}\b", code, flags=re.M) and importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed")
+    script = tmp_path / "repro.py"
+    script.write_text(code)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip()
