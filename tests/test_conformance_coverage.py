@@ -30,6 +30,8 @@ from reference_impl import ContractError, ErrorCode, affine, graph_utils, schema
 from reference_impl import bindings as bindings_module
 from reference_impl import state as state_module
 from reference_impl import values as values_module
+from reference_impl.errors import fail
+from reference_impl.executor import Executor
 from reference_impl.executor import kernels as kernels_module
 from reference_impl.executor import program as program_module
 from reference_impl.values import (
@@ -47,7 +49,8 @@ decode_module = importlib.import_module("reference_impl.decode")  # the package 
 #: The manifests of this file's cases.
 MANIFESTS = ("cases/affine_scales.toml", "cases/bindings_compat.toml", "cases/consumers.toml",
              "cases/export_semantics.toml", "cases/ownership.toml", "cases/state_counters.toml",
-             "cases/state_independent.toml", "cases/state_publication.toml", "cases/transport.toml")
+             "cases/representation_more.toml", "cases/state_independent.toml", "cases/state_publication.toml",
+             "cases/state_structured.toml", "cases/transport.toml")
 NEW_CASES = [case for case in load_cases() if case.source in MANIFESTS]
 
 
@@ -951,7 +954,7 @@ def test_external_padding_unchecked_is_caught():
 
 # -------------------------------------------------------------------- every new case, both ways
 def test_every_new_case_is_required_to_quote_the_spec():
-    assert len(NEW_CASES) >= 80
+    assert len(NEW_CASES) >= 95
     assert all(case.quote for case in NEW_CASES if case.level == "Required")
 
 
@@ -968,3 +971,265 @@ def test_new_cases_pass_through_the_reference_testee():
     finally:
         adapter.shutdown()
     assert not failed
+
+
+# ------------------------------------------------------------- the state rules over a second model
+class _StartsMissingValuesEmpty(ReferenceAdapter):
+    """Bound inputs without an initial value start as zeros; initial values for other names are ignored."""
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        executor = Executor(schema.parse_model(model_bytes), base_dir=base_dir)
+        completed = {k: v for k, v in initial.items() if k in {b.input_name for b in executor.bindings}}
+        for binding in executor.bindings:
+            if binding.input_name not in completed and isinstance(binding.spec, TensorSpec):
+                dims = tuple(d if isinstance(d, int) else 0 for d in binding.spec.dims or ())
+                completed[binding.input_name] = np.zeros(dims, values_module.numpy_dtype(binding.spec.elem_type))
+        return super().open_state(model_bytes, completed, base_dir)
+
+
+class _FeedsWin(ReferenceState):
+    """A feed for a bound input replaces the retained value instead of being refused."""
+
+    def run(self, feeds):
+        bound = {b.input_name for b in self.state.bindings}
+        overrides = {k: to_runtime(v) for k, v in feeds.items() if k in bound}
+        if overrides:
+            self.state._values = MappingProxyType({**self.state.values, **overrides})
+        return super().run({k: v for k, v in feeds.items() if k not in bound})
+
+
+class _KeepsEveryOutput(ReferenceState):
+    """values() also returns every output of the last call (a context-wide persistence mode)."""
+
+    last: dict = {}
+
+    def run(self, feeds):
+        self.last = super().run(feeds)
+        return self.last
+
+    def values(self):
+        return {**self.last, **super().values()}
+
+
+class _CopiedValues(ReferenceState):
+    """values() returns deep-copied snapshots."""
+
+    def values(self):
+        return {k: V.Struct({f: np.array(x) for f, x in v.items()}, v.type_id) if isinstance(v, V.Struct)
+                else np.array(v) for k, v in super().values().items()}
+
+
+class _CloseIgnored(ReferenceState):
+    def close(self):
+        return None
+
+
+class _BindingMarksTheType(ReferenceState):
+    """Treats every input of a bound input's struct type as persistent (a flag on the type)."""
+
+    def run(self, feeds):
+        specs = self.state._executor.input_specs
+        bound_types = {b.spec for b in self.state.bindings}
+        if any(specs.get(name) in bound_types and name not in {b.input_name for b in self.state.bindings}
+               for name in feeds):
+            raise Rejected("STATE_FEED_OVERRIDES", "an input of a persistent type is supplied by the state")
+        return super().run(feeds)
+
+
+_CHECK_FEEDS = Executor.check_feeds
+
+
+def _ignores_missing_feeds(self, feeds, validated=None):
+    try:
+        _CHECK_FEEDS(self, feeds, validated)
+    except ContractError as error:
+        if error.code is not ErrorCode.STATE_FEED_MISSING:
+            raise
+
+
+def _prunes_bindings(before, after):
+    """Bindings whose input or output a rewrite removed are dropped without a word."""
+    names = {vi.name for vi in after.graph.input} | {vi.name for vi in after.graph.output}
+    keep = [b for b in after.graph.persistent_bindings if b.input_name in names and b.output_name in names]
+    del after.graph.persistent_bindings[:]
+    after.graph.persistent_bindings.extend(keep)
+
+
+RULES = ["Required.State.StructuredRules", "Required.State.Feedback", "Required.State.ResetClose",
+         "Required.State.Initial"]
+
+
+@pytest.mark.clause("STATE-INITIAL")
+def test_missing_or_unknown_initial_values_tolerated_are_caught():
+    _expect_caught(_StartsMissingValuesEmpty(), RULES, "Required.State.StructuredRules.OneInitialValueMissing",
+                   "Required.State.StructuredRules.InitialForFreshInputRejected")
+
+
+@pytest.mark.clause("STATE-FEED-OVERRIDE")
+def test_feeds_overriding_the_state_are_caught():
+    _expect_caught(_with_state(_FeedsWin), RULES, "Required.State.StructuredRules.FeedOverridingRetainedStruct")
+
+
+@pytest.mark.clause("STATE-FEEDS")
+def test_missing_fresh_inputs_not_checked_are_caught():
+    adapter = Patched(calls=[(Executor, "check_feeds", _ignores_missing_feeds)])
+    _expect_caught(adapter, RULES, "Required.State.StructuredRules.FreshStructInputMissing")
+
+
+@pytest.mark.clause("ZC-EXACT-OUTPUTS", "BIND-STATELESS-DEFAULT")
+def test_every_output_retained_is_caught():
+    _expect_caught(_with_state(_KeepsEveryOutput), RULES, "Required.State.StructuredRules.OnlySelectedOutputsRetained",
+                   "Required.State.StructuredRules.NoBindingsNothingRetained",
+                   "Required.State.Feedback.UnselectedOutputsNotRetained")
+
+
+@pytest.mark.clause("ZC-VIEWS")
+def test_values_snapshots_are_caught():
+    _expect_caught(_with_state(_CopiedValues), RULES, "Required.State.StructuredRules.ValuesAreViewsOfTheOutputs")
+
+
+@pytest.mark.clause("STATE-CLOSE")
+def test_close_ignored_is_caught():
+    _expect_caught(_with_state(_CloseIgnored), RULES, "Required.State.StructuredRules.ClosedStateReleasesAndRejects",
+                   "Required.State.ResetClose.ClosedStateRejectsCalls")
+
+
+@pytest.mark.clause("BIND-SHARED-TYPE", "BIND-GRAPH-LEVEL")
+def test_persistence_flag_on_the_type_is_caught():
+    _expect_caught(_with_state(_BindingMarksTheType), RULES,
+                   "Required.State.StructuredRules.SharedTypeFreshInputFedEachCall")
+
+
+@pytest.mark.clause("STATE-NO-RACE")
+def test_reset_and_close_queued_behind_a_run_are_caught():
+    from test_conformance_faults import AllowsConcurrentCalls
+
+    _expect_caught(AllowsConcurrentCalls(), ["Required.State.Independent"],
+                   "Required.State.Independent.ResetDuringRunRejected",
+                   "Required.State.Independent.CloseDuringRunRejected")
+
+
+@pytest.mark.clause("EXP-REWRITE")
+def test_bindings_pruned_by_a_rewrite_are_caught():
+    _expect_caught(Patched(load=[(graph_utils, "check_rewrite", _prunes_bindings)]), ["Required.Export.Rewrite"],
+                   *[f"Required.Export.Rewrite.Ledger{name}" for name in (
+                       "RemoveBoundStructOutput", "RemoveBoundTensorInput", "RetypeBoundTensorOutput")])
+
+
+# -------------------------------------------------------------- representation rules, second cases
+def _column_major(codes, storage_type, scale, zero_point, axis, block_size, shape):
+    """Codes placed in column-major order: the payload's k-th code lands at the k-th Fortran position."""
+    from reference_impl import dtypes
+    from reference_impl.bits import pack_sub_byte
+
+    if len(shape) < 2:
+        return _DEQUANTIZE(codes, storage_type, scale, zero_point, axis, block_size, shape)
+    plain = _DEQUANTIZE(codes, storage_type, np.float64(1.0), None, None, None, shape).astype(np.int64)
+    placed = plain.reshape(-1).reshape(shape, order="F").reshape(-1)
+    width = dtypes.BIT_WIDTH[storage_type]
+    repacked = placed.astype(dtypes.NUMPY_DTYPE[storage_type]).tobytes() if width == 8 else pack_sub_byte(placed, width)
+    return _DEQUANTIZE(repacked, storage_type, scale, zero_point, axis, block_size, shape)
+
+
+@pytest.mark.clause("AFF-ROW-MAJOR")
+def test_column_major_codes_are_caught():
+    _expect_caught(Patched(load=[(affine, "dequantize", _column_major)]), SCALES + ["Required.Affine.Axis"],
+                   *[f"Required.Affine.ScaleType.{t}.{g}" for t in ("Float", "Float16", "Bfloat16", "Double")
+                     for g in ("PerAxis", "Blocked")], "Required.Affine.Axis.PerAxisRows")
+
+
+def _msb_first_codebook(layout, payload):
+    """The spec's codebook decoder reading the four 2-bit indices of a byte most-significant first."""
+    table = layout.constant("quantized.codebook").astype(np.float32).reshape(-1)
+    index = layout.read(payload, "quantized.codes.index").astype(np.intp)
+    index = index.reshape(index.shape[0], -1, 4)[:, :, ::-1].reshape(index.shape[0], -1)
+    scale = layout.read(payload, "scale").astype(np.float32)
+    return (scale[:, None] * table[index]).reshape(-1)
+
+
+@pytest.mark.clause("EX-CODEBOOK")
+def test_codebook_indices_read_high_first_are_caught():
+    from reference_impl import decoders
+
+    registry = decoders.default_registry()
+    registry.register(1102, "DecodeScaledCodebookBlocks", decoders.spec_catalogue(), _msb_first_codebook)
+    adapter = Patched(load=[(decode_module, "_DEFAULT_REGISTRY", registry)],
+                      calls=[(decode_module, "_DEFAULT_REGISTRY", registry)])
+    _expect_caught(adapter, ["Required.Structured.SpecExamples", "Required.ZeroCopy.ReadOnlyInputs",
+                             "Required.ZeroCopy.Transport"],
+                   "Required.Structured.SpecExamples.CodebookFirstValue",
+                   "Required.ZeroCopy.ReadOnlyInputs.RetainedEncodedNeverWritten",
+                   "Required.ZeroCopy.Transport.EncodedThroughFunctionAndIf")
+
+
+class DenseWithoutLayout(ReferenceAdapter):
+    """An encoded value selecting no layout is read as the dense bytes of its logical tensor type."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        model = schema.parse_model(model_bytes)
+        for value in model.graph.encoded_initializer:
+            if value.name == value_name and value.WhichOneof("layout") is None:
+                tensor = value.logical_type.tensor_type
+                dtype = values_module.numpy_dtype(tensor.elem_type)
+                return np.frombuffer(value.raw_data, dtype=dtype).reshape([d.dim_value for d in tensor.shape.dim])
+        return super().decode(model_bytes, value_name, base_dir)
+
+
+class AliasDeclarations(ReferenceAdapter):
+    """A type_ref declaration is accepted as an alias of the type it names."""
+
+    def verify(self, model_bytes, base_dir):
+        model = schema.parse_model(model_bytes)
+        by_id = {d.type_id: d for d in model.struct_types}
+        for declaration in model.struct_types:
+            if declaration.WhichOneof("kind") == "type_ref":
+                type_id = declaration.type_id
+                declaration.CopyFrom(by_id[declaration.type_ref])
+                declaration.type_id = type_id
+        return super().verify(model.SerializeToString(), base_dir)
+
+
+def _bind_by_id(self, type_id, layout, path, declaration=None):
+    """The decoder registered for an ID, whatever the model now declares under it."""
+    decoder = self._decoders.get(type_id)
+    if decoder is None:
+        raise fail(ErrorCode.CONSUMER_MISSING, path, "no decoder")
+    return decoder
+
+
+class CompilesCodecsAtLoad(ReferenceAdapter):
+    """Prepares every declared codec when the model is loaded, failing on operators it cannot run."""
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        for declaration in schema.parse_model(model_bytes).struct_types:
+            for node in declaration.decoder.node:
+                if node.domain not in ("", "ai.onnx", "onnx_light"):
+                    raise Rejected("OPERATOR_UNSUPPORTED", f"cannot prepare {node.domain}.{node.op_type}")
+        return super().open_state(model_bytes, initial, base_dir)
+
+
+@pytest.mark.clause("ENC-LAYOUT")
+def test_missing_layout_read_as_dense_is_caught():
+    _expect_caught(DenseWithoutLayout(), ["Required.Affine.Layout"], "Required.Affine.Layout.NoLayoutNotReadAsDense")
+
+
+@pytest.mark.clause("CAT-DECL-CONCRETE")
+def test_type_ref_declarations_as_aliases_are_caught():
+    _expect_caught(AliasDeclarations(), ["Required.Catalogue.Identity"],
+                   "Required.Catalogue.Identity.ValueThroughTypeRefDeclaration",
+                   "Required.Catalogue.Identity.DeclarationIsTypeRef")
+
+
+@pytest.mark.clause("CAT-ID-CHANGE", "DEC-KEYED")
+def test_decoders_bound_by_id_alone_are_caught():
+    from reference_impl.decoders import DecoderRegistry
+
+    _expect_caught(Patched(load=[(DecoderRegistry, "bind", _bind_by_id)]), ["Required.Structured.Consumers"],
+                   "Required.Structured.Consumers.ChangedFieldTypeNeedsNewId",
+                   "Required.Structured.Consumers.ChangedConstantNeedsNewId")
+
+
+@pytest.mark.clause("DEC-NO-LOAD-EXEC")
+def test_codecs_prepared_at_load_are_caught():
+    _expect_caught(CompilesCodecsAtLoad(), ["Required.Structured.Consumers"],
+                   "Required.Structured.Consumers.CodecNotRunWhenLoading")
