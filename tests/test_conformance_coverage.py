@@ -1233,3 +1233,87 @@ def test_decoders_bound_by_id_alone_are_caught():
 def test_codecs_prepared_at_load_are_caught():
     _expect_caught(CompilesCodecsAtLoad(), ["Required.Structured.Consumers"],
                    "Required.Structured.Consumers.CodecNotRunWhenLoading")
+
+
+class HasFieldMeansExternal(ReferenceAdapter):
+    """Takes the presence of data_location, not its value, to mean an external payload."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        for value in schema.parse_model(model_bytes).graph.encoded_initializer:
+            if value.name == value_name and value.HasField("data_location") and not len(value.external_data):
+                raise Rejected("EXTERNAL_LOCATION_MISSING", "data_location is set but names no file")
+        return super().decode(model_bytes, value_name, base_dir)
+
+
+@pytest.mark.clause("PAY-DEFAULT-INLINE")
+def test_explicit_default_location_misread_is_caught():
+    _expect_caught(HasFieldMeansExternal(), ["Required.External.Keys"],
+                   "Required.External.Keys.ExplicitDefaultLocationUsesRawData")
+
+
+def _naturally_aligned(compile_layout):
+    """Record layouts with implicit padding: 16/32/64-bit scalars start at a multiple of their width."""
+    import dataclasses
+
+    from reference_impl.records import RecordLayout
+
+    def compile_aligned(st, catalogue, path="layout"):
+        layout = compile_layout(st, catalogue, path)
+        shift, leaves = 0, {}
+        for leaf in sorted(layout.leaves.values(), key=lambda item: item.offset):
+            offset = leaf.offset + shift
+            if leaf.elem_type is not None and leaf.width in (16, 32, 64) and not leaf.dims and offset % leaf.width:
+                shift += leaf.width - offset % leaf.width
+                offset = leaf.offset + shift
+            leaves[leaf.path] = dataclasses.replace(leaf, offset=offset)
+        return RecordLayout(layout.record_bits + shift, leaves, dict(layout.constants))
+    return compile_aligned
+
+
+@pytest.mark.clause("ENC-TIGHT", "ENC-UNALIGNED")
+def test_implicit_alignment_padding_is_caught():
+    from reference_impl import decoders
+
+    aligned = _naturally_aligned(decode_module.compile_layout)
+    with mock.patch.object(decoders, "compile_layout", aligned):
+        registry = decoders.default_registry()
+    patches = [(decode_module, "compile_layout", aligned), (decoders, "compile_layout", aligned),
+               (decode_module, "_DEFAULT_REGISTRY", registry)]
+    _expect_caught(Patched(load=patches, calls=patches),
+                   ["Required.State.Parameters", "Required.Structured.SpecExamples"],
+                   "Required.State.Parameters.Type1002OwnParameters",
+                   "Required.Structured.SpecExamples.WithParameters1002")
+
+
+class AxisAndBlockNumbersSwapped(ReferenceAdapter):
+    """Its AffineLayoutProto numbers axis 5 and block_size 4 (the two swapped)."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        model = schema.parse_model(model_bytes)
+        for value in model.graph.encoded_initializer:
+            layout = value.affine
+            if value.WhichOneof("layout") == "affine" and layout.HasField("axis") and layout.HasField("block_size"):
+                layout.axis, layout.block_size = layout.block_size, layout.axis
+        return super().decode(model.SerializeToString(), value_name, base_dir)
+
+
+class BitWidthMisnumbered(ReferenceAdapter):
+    """Its BitPacking.Component reads bit_width from the wrong field number, so every width reads as zero."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        model = schema.parse_model(model_bytes)
+        for declaration in model.struct_types:
+            for item in declaration.structure.field:
+                kind = item.type.struct_type.WhichOneof("kind") if item.type.HasField("struct_type") else None
+                if kind == "bit_packing":
+                    for component in item.type.struct_type.bit_packing.component:
+                        component.bit_width = 0
+        return super().decode(model.SerializeToString(), value_name, base_dir)
+
+
+@pytest.mark.clause("WIRE-SCHEMA")
+def test_misnumbered_schema_fields_are_caught():
+    _expect_caught(AxisAndBlockNumbersSwapped(), ["Required.Wire.FieldNumbers"],
+                   "Required.Wire.FieldNumbers.EveryAffineLayoutField")
+    _expect_caught(BitWidthMisnumbered(), ["Required.Wire.FieldNumbers"],
+                   "Required.Wire.FieldNumbers.CodebookCatalogueByFieldNumber")
