@@ -16,6 +16,7 @@ Step tables (``[[case.step]]``)::
     {op = "counters", as = "c2", since = "c1", at_most = {payload_bytes_copied = 0}, equals = {...}}
     {op = "open",   rewrite = {kind = "rename", ...} | export = "onnx-light", initial = {...}}
     {op = "file",   path = "weights.bin", replace = {hex = "..."} | remove = true}
+    {op = "forget", labels = ["init", "r1"]}        # the caller drops its references to those values
     {op = "parallel", runs = [{state = "a", feeds = {...}, as = "ra", outputs = {...}}, ...],
      scale_feed = "a"}
     {op = "lowered", calls = [{feeds = {...}, outputs = {...}}, ...], initial = {...}}
@@ -83,6 +84,7 @@ class Trace:
         self.seen: dict[str, dict[str, Any]] = {}
         self.code_checked: bool | None = None
         self.final_attempt = False
+        self.junk: list[np.ndarray] = []  # memory a forget step refilled, kept until the trace ends
 
     # --------------------------------------------------------------------------------- helpers
     def ref(self, text: str) -> Any:
@@ -201,6 +203,23 @@ class Trace:
                 if flags.writeable:
                     raise CaseFailure(f"step {index}: {path} is writable; shared and retained buffers are "
                                       "read-only", expected="read-only view", actual="writable buffer")
+
+    def step_forget(self, index: int, step: dict) -> None:
+        """The caller lets go of the values it gave or got at the labelled steps. Their memory is then
+        reused: same-sized buffers full of a junk pattern are allocated (and kept) so that anything still
+        reading the released memory without owning it reads junk."""
+        import gc
+
+        released = []
+        for label in step["labels"]:
+            found = self.seen.pop(label, None)
+            if found is None:
+                raise SuiteError(f"{self.case.id}: step {index} forgets unknown label {label!r}")
+            released += [leaf for name, value in found.items() for _, leaf in _payload_leaves(value, name)]
+        sizes = [leaf.nbytes for leaf in released if isinstance(leaf, np.ndarray)]
+        del released, found
+        gc.collect()
+        self.junk.extend(np.full(size, 0x5A, dtype=np.uint8) for size in sizes for _ in range(4))
 
     def step_file(self, index: int, step: dict) -> None:
         """Replace or remove an external payload file after the runtime has loaded it."""
@@ -485,8 +504,8 @@ def _hex(value: int | None) -> str:
 _STEPS = {"open": Trace.step_open, "run": Trace.step_run, "values": Trace.step_values, "reset": Trace.step_reset,
           "close": Trace.step_close, "check": Trace.step_check, "identity": Trace.step_identity,
           "concurrent": Trace.step_concurrent, "readonly": Trace.step_readonly, "repeat": Trace.step_repeat,
-          "counters": Trace.step_counters, "file": Trace.step_file, "parallel": Trace.step_parallel,
-          "lowered": Trace.step_lowered}
+          "counters": Trace.step_counters, "file": Trace.step_file, "forget": Trace.step_forget,
+          "parallel": Trace.step_parallel, "lowered": Trace.step_lowered}
 
 
 def run_trace(case, adapter, workdir: str, require_codes: bool) -> bool | None:

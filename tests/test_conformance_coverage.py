@@ -9,6 +9,7 @@ adapter differs from the oracle in exactly the behaviour its docstring names.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import importlib
 import sys
@@ -1317,3 +1318,26 @@ def test_misnumbered_schema_fields_are_caught():
                    "Required.Wire.FieldNumbers.EveryAffineLayoutField")
     _expect_caught(BitWidthMisnumbered(), ["Required.Wire.FieldNumbers"],
                    "Required.Wire.FieldNumbers.CodebookCatalogueByFieldNumber")
+
+
+# ------------------------------------------------------------------ the caller lets go of buffers
+_ADOPT_ARRAY = state_module._adopt_array
+
+
+def _adopts_by_address(array, path, counters, persistent, owned):
+    """Retains the memory's address, not its owner (a raw pointer into the caller's buffer)."""
+    kept = _ADOPT_ARRAY(array, path, counters, persistent, owned)
+    if not kept.nbytes or kept.dtype.kind in "OUS":
+        return kept
+    raw = (ctypes.c_char * kept.nbytes).from_address(kept.__array_interface__["data"][0])
+    view = np.frombuffer(raw, dtype=kept.dtype).reshape(kept.shape)
+    view.flags.writeable = False
+    return view
+
+
+@pytest.mark.clause("ZC-OUTSTANDING")
+def test_retained_views_without_owner_are_caught():
+    patches = [(state_module, "_adopt_array", _adopts_by_address)]
+    _expect_caught(Patched(load=patches, calls=patches), ["Required.ZeroCopy.Outstanding"],
+                   "Required.ZeroCopy.Outstanding.CallerDropsForwardedFeed",
+                   "Required.ZeroCopy.Outstanding.CallerDropsItsBuffers")
