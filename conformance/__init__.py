@@ -10,6 +10,6 @@ from __future__ import annotations
 from reference_impl.clauses import SPEC_NAME, SPEC_REVISION
 
 SUITE_NAME = "onnx-light-conformance"
-SUITE_VERSION = "1.0.0"
+SUITE_VERSION = "1.1.0"
 
 __all__ = ["SPEC_NAME", "SPEC_REVISION", "SUITE_NAME", "SUITE_VERSION"]

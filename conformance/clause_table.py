@@ -7,6 +7,7 @@ native, size-gate and process clauses are checked elsewhere (tests, ``size_gate`
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 
 from reference_impl.clauses import CLAUSES
@@ -26,6 +27,33 @@ CASE_KINDS = ("rule", "limit")
 def uncovered(cases) -> list[str]:
     """Clauses that need a case (see the module docstring) and have none."""
     return [cid for cid, ids in coverage(cases).items() if not ids and CLAUSES[cid].kind in CASE_KINDS]
+
+
+def independent(cases) -> dict[str, int]:
+    """Rule clause -> how many independent Required cases cover it. Cases are independent when their
+    inputs differ: the model bytes and external files (two traces over one model count once, so a
+    runtime special-casing one model cannot pass a clause twice)."""
+    inputs: dict[str, set[str]] = {cid: set() for cid, clause in CLAUSES.items() if clause.kind == "rule"}
+    for case in cases:
+        if case.level != "Required":
+            continue
+        digest = hashlib.sha256(case.model_bytes())
+        for relative, data in sorted(case.external_files().items()):
+            digest.update(relative.encode() + b"\0" + data)
+        for cid in case.clauses:
+            if cid in inputs:
+                inputs[cid].add(digest.hexdigest())
+    return {cid: len(found) for cid, found in inputs.items()}
+
+
+def render_independent(cases, at_least: int = 2) -> str:
+    """The rule clauses covered by fewer than ``at_least`` independent Required cases, and the count."""
+    counts = independent(cases)
+    short = {cid: n for cid, n in counts.items() if n < at_least}
+    lines = [f"  {cid:28s} {n} independent case(s)" for cid, n in short.items()]
+    lines.append(f"{len(counts) - len(short)} of {len(counts)} rule clauses are covered by at least {at_least} "
+                 "independent Required cases (distinct models)")
+    return "\n".join(lines)
 
 
 def render(cases, markdown: bool = False, with_cases: bool = False) -> str:

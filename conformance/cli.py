@@ -76,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     clauses.add_argument("--corpus")
     clauses.add_argument("--markdown", action="store_true")
     clauses.add_argument("--cases", action="store_true", help="list the cases of every clause")
+    clauses.add_argument("--independent", type=int, metavar="N",
+                         help="list the rule clauses with fewer than N independent Required cases (distinct models)")
 
     bundle = sub.add_parser("verify-bundle", help="check a certification bundle (a report directory)")
     bundle.add_argument("directory")
@@ -244,6 +246,11 @@ def cmd_clauses(args) -> int:
     from conformance.clause_table import render, uncovered
 
     cases = load_cases(args.corpus)
+    if args.independent:
+        from conformance.clause_table import render_independent
+
+        print(render_independent(cases, args.independent))
+        return 0
     print(render(cases, markdown=args.markdown, with_cases=args.cases))
     return 1 if uncovered(cases) else 0
 

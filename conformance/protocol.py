@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from conformance.values import Encoded, Struct, default_buffer_id, dtype_of
+from conformance.values import Encoded, Struct, borrow, default_buffer_id, dtype_of, is_ownerless
 
 PACKAGE = "onnx_light.conformance"
 PROTOCOL_VERSION = 3  # 2: Run.cancelled; 3: names as bytes, Rejection.causes, Counters
@@ -28,11 +28,12 @@ _SCALARS = {"string": _F.TYPE_STRING, "bytes": _F.TYPE_BYTES, "int64": _F.TYPE_I
 _MESSAGES: list[tuple[str, list]] = [
     ("Tensor", [("dtype", 1, "string"), ("shape", 2, "int64*"), ("data", 3, "bytes"), ("strings", 4, "string*"),
                 ("buffer_id", 5, "uint64"), ("read_only", 6, "bool"), ("strides", 7, "int64*"),
-                ("byte_strings", 8, "bytes*")]),
+                ("byte_strings", 8, "bytes*"), ("ownerless", 9, "bool")]),
     ("StructField", [("name", 1, "bytes"), ("value", 2, "Value")]),
     ("Struct", [("fields", 1, "StructField*"), ("type_id", 2, "uint64"), ("has_type_id", 3, "bool")]),
     ("Sequence", [("items", 1, "Value*")]),
-    ("Encoded", [("header", 1, "bytes"), ("payload", 2, "bytes"), ("buffer_id", 3, "uint64")]),
+    ("Encoded", [("header", 1, "bytes"), ("payload", 2, "bytes"), ("buffer_id", 3, "uint64"),
+                 ("read_only", 4, "bool")]),
     ("Value", [("tensor", 1, "Tensor", "kind"), ("struct", 2, "Struct", "kind"), ("sequence", 3, "Sequence", "kind"),
                ("encoded", 4, "Encoded", "kind"), ("none", 5, "bool", "kind")]),
     ("NamedValue", [("name", 1, "bytes"), ("value", 2, "Value")]),
@@ -172,6 +173,7 @@ def to_proto(value: Any, out, buffer_id=default_buffer_id, with_data: bool = Tru
         if with_data:
             out.encoded.payload = np.ascontiguousarray(value.payload).tobytes()
         out.encoded.buffer_id = buffer_id(value) or 0
+        out.encoded.read_only = not value.payload.flags.writeable
     elif isinstance(value, dict):
         out.struct.SetInParent()
         for name, item in value.items():
@@ -211,6 +213,7 @@ def to_proto(value: Any, out, buffer_id=default_buffer_id, with_data: bool = Tru
                 tensor.data = np.ascontiguousarray(array).tobytes()
         tensor.buffer_id = buffer_id(value) or 0
         tensor.read_only = bool(isinstance(value, np.ndarray) and not value.flags.writeable)
+        tensor.ownerless = is_ownerless(value)
 
 
 def _span(array: np.ndarray):
@@ -243,7 +246,9 @@ def from_proto(value, ids: dict[int, int] | None = None) -> Any:
             array = np.lib.stride_tricks.as_strided(span, shape, [s * dtype.itemsize for s in tensor.strides])
         else:
             array = np.frombuffer(tensor.data, dtype=dtype_of(tensor.dtype)).reshape(shape)
-            if not tensor.read_only:
+            if tensor.ownerless and array.size:
+                array = borrow(array)
+            elif not tensor.read_only:
                 array = array.copy()
         if ids is not None and tensor.buffer_id:
             ids[id(array)] = tensor.buffer_id
@@ -258,7 +263,8 @@ def from_proto(value, ids: dict[int, int] | None = None) -> Any:
 
         header = schema.EncodedValueProto()
         header.ParseFromString(value.encoded.header)
-        result = Encoded(header, np.frombuffer(value.encoded.payload, dtype=np.uint8))
+        payload = np.frombuffer(value.encoded.payload, dtype=np.uint8)
+        result = Encoded(header, payload if value.encoded.read_only else payload.copy())
         if ids is not None and value.encoded.buffer_id:
             ids[id(result)] = value.encoded.buffer_id
         return result

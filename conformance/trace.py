@@ -14,6 +14,12 @@ Step tables (``[[case.step]]``)::
     {op = "concurrent", first = {feeds = {...}}, second = {op = "run", feeds = {...}}, error = "STATE_BUSY",
      scale_feed = "iterations"}
     {op = "counters", as = "c2", since = "c1", at_most = {payload_bytes_copied = 0}, equals = {...}}
+    {op = "open",   rewrite = {kind = "rename", ...} | export = "onnx-light", initial = {...}}
+    {op = "file",   path = "weights.bin", replace = {hex = "..."} | remove = true}
+    {op = "forget", labels = ["init", "r1"]}        # the caller drops its references to those values
+    {op = "parallel", runs = [{state = "a", feeds = {...}, as = "ra", outputs = {...}}, ...],
+     scale_feed = "a"}
+    {op = "lowered", calls = [{feeds = {...}, outputs = {...}}, ...], initial = {...}}
 
 Error keys on any step: ``error`` (the code), ``also`` (codes equally justified), ``cause`` (codes that
 may explain a ``STATE_RUN_FAILED``: each is also accepted as the code itself, and when the rejection
@@ -27,12 +33,22 @@ docs/testee-protocol.md for the names) and bounds them, or their growth ``since`
 step. A runtime that reports no counters, or not the one a step needs, gets "not supported" for the case:
 the property cannot be observed from outside.
 
+An ``open`` with ``rewrite`` or ``export`` opens the state over the model the adapter produced from the
+case's model (a rewrite, or an ``onnx-light`` save/load), so a rename or a round trip is checked by running
+it. A ``file`` step replaces (by writing a new file and renaming it over the old one, so existing mappings
+keep the old bytes) or removes an external payload file of the case. A ``parallel`` step runs calls on
+different states at the same time; each must succeed with its own outputs. A ``lowered`` step exports the
+model with ``onnx-lowered`` and runs the produced standard model with onnx's reference evaluator, feeding
+outputs back through the returned feedback mapping as a caller would; each call's outputs must match.
+
 A reference ``label|name[|field...]`` names a value seen at a labelled step: a run's outputs (or its
 feeds), a values() result, or the initial values given to open/reset. Literals may be ``{ref = ...}``.
 """
 
 from __future__ import annotations
 
+import os
+import pathlib
 import threading
 import time
 from typing import Any
@@ -68,6 +84,8 @@ class Trace:
         self.seen: dict[str, dict[str, Any]] = {}
         self.origin: dict[str, str] = {}  # step label -> the state it ran on
         self.code_checked: bool | None = None
+        self.final_attempt = False
+        self.junk: list[np.ndarray] = []  # memory a forget step refilled, kept until the trace ends
 
     # --------------------------------------------------------------------------------- helpers
     def ref(self, text: str) -> Any:
@@ -124,7 +142,7 @@ class Trace:
     # ----------------------------------------------------------------------------------- steps
     def step_open(self, index: int, step: dict) -> None:
         initial = self.build(step.get("initial"))
-        outcome = call(self.adapter, "open_state", self.case.model_bytes(), initial, self.workdir)
+        outcome = call(self.adapter, "open_state", self.model_for(index, step), initial, self.workdir)
         if self.judge(outcome, step, f"step {index} (open)"):
             self.handles[self.current] = outcome.value
             self.remember(step, initial)
@@ -176,13 +194,124 @@ class Trace:
             handler(self, index, inner)
 
     def step_readonly(self, index: int, step: dict) -> None:
-        """A retained or returned view must not be writable through the view the runtime handed out."""
+        """A retained or returned view must not be writable through the view the runtime handed out:
+        every payload leaf (tensors, encoded payloads, inside structs and sequences) is checked."""
         for ref in step["refs"]:
-            value = self.ref(ref)
-            flags = getattr(value, "flags", None)
-            if flags is not None and flags.writeable:
-                raise CaseFailure(f"step {index}: {ref} is writable; shared and retained buffers are read-only",
-                                  expected="read-only view", actual="writable array")
+            for path, leaf in _payload_leaves(self.ref(ref), ref):
+                flags = getattr(leaf, "flags", None)
+                if flags is None:
+                    raise NotSupported(f"cannot tell whether {path} ({type(leaf).__name__}) is writable")
+                if flags.writeable:
+                    raise CaseFailure(f"step {index}: {path} is writable; shared and retained buffers are "
+                                      "read-only", expected="read-only view", actual="writable buffer")
+
+    def step_forget(self, index: int, step: dict) -> None:
+        """The caller lets go of the values it gave or got at the labelled steps. Their memory is then
+        reused: same-sized buffers full of a junk pattern are allocated (and kept) so that anything still
+        reading the released memory without owning it reads junk."""
+        import gc
+
+        released = []
+        for label in step["labels"]:
+            found = self.seen.pop(label, None)
+            if found is None:
+                raise SuiteError(f"{self.case.id}: step {index} forgets unknown label {label!r}")
+            released += [leaf for name, value in found.items() for _, leaf in _payload_leaves(value, name)]
+        sizes = [leaf.nbytes for leaf in released if isinstance(leaf, np.ndarray)]
+        del released, found
+        gc.collect()
+        self.junk.extend(np.full(size, 0x5A, dtype=np.uint8) for size in sizes for _ in range(4))
+
+    def step_file(self, index: int, step: dict) -> None:
+        """Replace or remove an external payload file after the runtime has loaded it."""
+        from conformance.cases import file_bytes
+
+        target = pathlib.Path(self.workdir) / step["path"]
+        if step.get("remove"):
+            target.unlink()
+            return
+        fresh = target.with_name(target.name + ".new")
+        fresh.write_bytes(file_bytes(step["replace"], self.case.id))
+        os.replace(fresh, target)  # a new file: mappings of the old one keep their bytes
+
+    def step_parallel(self, index: int, step: dict) -> None:
+        """Calls on different states issued at the same time; every one must succeed."""
+        runs = step["runs"]
+        prepared = []
+        for run in runs:
+            handle = self.handles.get(run.get("state", "main"))
+            if handle is None:
+                raise SuiteError(f"{self.case.id}: step {index} runs on unopened state {run.get('state')!r}")
+            feeds = self.build(run.get("feeds"))
+            scale_feed = step.get("scale_feed")
+            if scale_feed in feeds and self.scale > 1:
+                array = np.asarray(feeds[scale_feed])
+                feeds[scale_feed] = np.ascontiguousarray(np.tile(array, (self.scale,) + (1,) * (array.ndim - 1)))
+            prepared.append((run, _Classified(handle, self.adapter), feeds))
+        barrier = threading.Barrier(len(prepared))
+        box: dict[int, tuple] = {}
+
+        def issue(slot: int, handle, feeds) -> None:
+            barrier.wait()
+            start = time.perf_counter()
+            try:
+                outcome = call(handle, "run", feeds)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the trace thread
+                outcome = exc
+            box[slot] = (outcome, start, time.perf_counter())
+
+        workers = [threading.Thread(target=issue, args=(n, h, f), daemon=True) for n, (_, h, f) in enumerate(prepared)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=120)
+        if any(worker.is_alive() for worker in workers):
+            raise CaseFailure(f"step {index}: a parallel call did not finish within 120 s")
+        for slot, (run, _, feeds) in enumerate(prepared):
+            outcome = box[slot][0]
+            if isinstance(outcome, BaseException):
+                raise outcome
+            what = f"step {index} (run on state {run.get('state', 'main')!r} alongside another state's run)"
+            self.judge(outcome, {}, what)
+            self.expect_values(index, "output", outcome.value, run.get("outputs", {}), run)
+            self.remember(run, outcome.value, feeds)
+        overlapped = max(start for _, start, _ in box.values()) < min(end for _, _, end in box.values())
+        if not overlapped and not self.final_attempt:
+            raise Inconclusive()  # both succeeded, but one may have finished before the other began
+
+    def step_lowered(self, index: int, step: dict) -> None:
+        """Run the adapter's ``onnx-lowered`` export as a caller would: a standard model executed by onnx's
+        reference evaluator, outputs fed back to inputs through the returned feedback mapping."""
+        import onnx
+        from onnx.reference import ReferenceEvaluator
+
+        outcome = call(self.adapter, "export", self.case.model_bytes(), "onnx-lowered")
+        if not self.judge(outcome, step, f"step {index} (export onnx-lowered)"):
+            return
+        if not isinstance(outcome.value, tuple):
+            raise CaseFailure(f"step {index}: the lowered export returned no feedback mapping",
+                              expected="(model, feedback)", actual=type(outcome.value).__name__)
+        produced, feedback = outcome.value
+        model = onnx.ModelProto()
+        try:
+            model.ParseFromString(bytes(produced))
+            evaluator = ReferenceEvaluator(model)
+        except Exception as exc:  # noqa: BLE001 - an unusable export is the adapter's failure
+            raise CaseFailure(f"step {index}: the lowered model does not load as standard ONNX: {exc}") from None
+        values = self.build(step.get("initial"))
+        names = list(evaluator.output_names)
+        for number, item in enumerate(step["calls"]):
+            feeds = {**self.build(item.get("feeds")), **values}
+            try:
+                results = dict(zip(names, evaluator.run(None, feeds)))
+            except Exception as exc:  # noqa: BLE001 - the lowered model fails where the state ran
+                raise CaseFailure(f"step {index}: call {number} of the lowered model failed: {exc}") from None
+            self.expect_values(index, f"lowered call {number} output", results, item.get("outputs", {}), step)
+            try:
+                values = {str(i): results[str(o)] for i, o in feedback}
+            except KeyError as missing:
+                raise CaseFailure(f"step {index}: feedback names output {missing} the lowered model lacks",
+                                  actual=str(names)) from None
 
     def step_check(self, index: int, step: dict) -> None:
         actual = self.ref(step["ref"])
@@ -283,6 +412,20 @@ class Trace:
             self.seen[label] = {_COUNTERS: current}
 
     # --------------------------------------------------------------------------------- support
+    def model_for(self, index: int, step: dict) -> bytes:
+        """The case's model, or the adapter's rewrite or explicit save/load of it."""
+        data = self.case.model_bytes()
+        if "rewrite" in step:
+            outcome = call(self.adapter, "rewrite", data, dict(step["rewrite"]))
+            judge_rejection(outcome, {}, f"step {index} (rewrite {step['rewrite']})", self.require_codes)
+            return bytes(outcome.value)
+        if "export" in step:
+            outcome = call(self.adapter, "export", data, step["export"])
+            judge_rejection(outcome, {}, f"step {index} (export {step['export']})", self.require_codes)
+            produced = outcome.value[0] if isinstance(outcome.value, tuple) else outcome.value
+            return bytes(produced)
+        return data
+
     def handle_with_classifier(self):
         """The handle, with the adapter's classifier available to ``call``."""
         return _Classified(self.handle, self.adapter)
@@ -342,6 +485,20 @@ def _check_layout(value: Any, step: dict, what: str) -> None:
                           actual=str(found))
 
 
+def _payload_leaves(value: Any, path: str):
+    """(path, leaf) for every tensor and encoded payload inside a neutral value."""
+    if isinstance(value, V.Encoded):
+        yield path, value.payload
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            yield from _payload_leaves(item, f"{path}|{name}")
+    elif isinstance(value, (list, tuple)):
+        for number, item in enumerate(value):
+            yield from _payload_leaves(item, f"{path}|{number}")
+    elif value is not None:
+        yield path, value
+
+
 def _hex(value: int | None) -> str:
     return "none" if value is None else hex(value)
 
@@ -349,14 +506,16 @@ def _hex(value: int | None) -> str:
 _STEPS = {"open": Trace.step_open, "run": Trace.step_run, "values": Trace.step_values, "reset": Trace.step_reset,
           "close": Trace.step_close, "check": Trace.step_check, "identity": Trace.step_identity,
           "concurrent": Trace.step_concurrent, "readonly": Trace.step_readonly, "repeat": Trace.step_repeat,
-          "counters": Trace.step_counters}
+          "counters": Trace.step_counters, "file": Trace.step_file, "forget": Trace.step_forget,
+          "parallel": Trace.step_parallel, "lowered": Trace.step_lowered}
 
 
 def run_trace(case, adapter, workdir: str, require_codes: bool) -> bool | None:
     """Run every step; a concurrency step that could not overlap is retried with a longer first call."""
     scale = 1
-    for _attempt in range(CONCURRENT_ATTEMPTS):
+    for attempt in range(CONCURRENT_ATTEMPTS):
         trace = Trace(case, adapter, workdir, require_codes, scale)
+        trace.final_attempt = attempt == CONCURRENT_ATTEMPTS - 1
         try:
             _run_steps(trace)
             return trace.code_checked

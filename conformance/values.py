@@ -12,10 +12,15 @@ A case writes a value as a small TOML table::
     {none = true}
     {encoded = '''struct_type { type_ref: 2001 } raw_data: "..."'''}
     {ref = "s1|present"}                                        # a value seen earlier in the trace
+
+A tensor literal with ``ownerless = true`` is lent like a raw pointer valid for one call only: the array
+views memory through a ctypes object that owns nothing (``borrow``), so a runtime cannot keep it alive.
+Encoded payloads are built writable, so a runtime that writes into an encoded input is seen doing it.
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,6 +67,8 @@ def build(literal: Any, refs: Callable[[str], Any] | None = None) -> Any:
             return base[..., ::step] if array.ndim else array
         if literal.get("readonly"):
             array.flags.writeable = False
+        if literal.get("ownerless"):
+            return borrow(array)
         return array
     if "struct" in literal:
         fields = {name: build(item, refs) for name, item in literal["struct"].items()}
@@ -74,10 +81,40 @@ def build(literal: Any, refs: Callable[[str], Any] | None = None) -> Any:
         from reference_impl import schema
 
         proto = schema.parse_text(literal["encoded"], "EncodedValueProto")
-        payload = np.frombuffer(proto.raw_data, dtype=np.uint8)
+        payload = np.frombuffer(proto.raw_data, dtype=np.uint8).copy()  # writable, like a caller's buffer
         proto.ClearField("raw_data")
         return Encoded(proto, payload)
     raise LiteralError(f"unrecognized value literal {dict(literal)!r}")
+
+
+#: The memory behind ``borrow`` views. The suite keeps it alive; the views themselves reference no owner.
+_LENT: list[np.ndarray] = []
+
+
+def borrow(array: np.ndarray) -> np.ndarray:
+    """A view of ``array``'s bytes with no owner a runtime could keep: like a raw pointer a caller lends
+    for the duration of one call (clause PAY-OWNERLESS). The bytes stay valid for the suite's lifetime."""
+    array = np.ascontiguousarray(array)
+    if array.size == 0 or array.dtype.kind in "OUS":
+        raise LiteralError("an ownerless tensor needs fixed-width, non-empty data")
+    _LENT.append(array)
+    raw = (ctypes.c_char * array.nbytes).from_address(array.__array_interface__["data"][0])
+    return np.frombuffer(raw, dtype=array.dtype).reshape(array.shape)
+
+
+def is_ownerless(value: Any) -> bool:
+    """True for an array whose memory is lent through an owner-less ctypes object (see ``borrow``)."""
+    owner = value
+    for _ in range(16):
+        if isinstance(owner, np.ndarray):
+            owner = owner.base
+        elif isinstance(owner, memoryview):
+            owner = owner.obj
+        elif isinstance(owner, ctypes.Array):
+            return not owner._b_needsfree_ and owner._b_base_ is None and not owner._objects
+        else:
+            return False
+    return False
 
 
 def dtype_of(name: str) -> np.dtype:

@@ -105,12 +105,17 @@ class EncodedValue:
         return int(self.payload.nbytes)
 
     def to_proto(self):
-        """The value as an EncodedValueProto for a decoder. Materializes the payload into the message
-        only for runtime-built values: this is decoding (kernel) cost, never state management."""
-        if self.source is not None:
+        """The value as an EncodedValueProto for a decoder. An inline source message is handed over as
+        it is; otherwise the payload this value holds is materialized into the message (decoding, i.e.
+        kernel, cost, never state management). An external value is decoded from the bytes it mapped,
+        never from its file again: the mapping is its owner, and the file may since have been replaced or
+        removed (clause PAY-EXTERNAL-OWNER)."""
+        if self.source is not None and not len(self.source.external_data):
             return self.source
         proto = type(self.header)()
         proto.CopyFrom(self.header)
+        proto.ClearField("external_data")
+        proto.ClearField("data_location")
         proto.raw_data = self.payload.tobytes()
         return proto
 
