@@ -110,9 +110,10 @@ class ReferenceAdapter:
             return utils.rename_value(model, rewrite["old"], rewrite["new"]).SerializeToString()
         if kind == "deduplicate":
             return utils.deduplicate_initializers(model).SerializeToString()
+        if kind == "remove_binding":  # an explicit unbinding, not a rewrite that loses a binding
+            return utils.unbind(model, rewrite["input"]).SerializeToString()
         edits = {"remove_output": _remove_output, "remove_input": _remove_input,
-                 "retype_output": _retype_output, "remove_binding": _remove_binding,
-                 "copy": lambda m, r: None, "prune_unused": _prune_unused}
+                 "retype_output": _retype_output, "copy": lambda m, r: None, "prune_unused": _prune_unused}
         if kind not in edits:
             raise NotSupported(f"rewrite kind {kind!r}")
         return utils.apply_rewrite(model, lambda m: edits[kind](m, rewrite)).SerializeToString()
@@ -134,12 +135,6 @@ def _retype_output(model, rewrite: dict) -> None:
     for vi in model.graph.output:
         if vi.name == rewrite["name"]:
             vi.type.tensor_type.elem_type = rewrite["elem_type"]
-
-
-def _remove_binding(model, rewrite: dict) -> None:
-    keep = [b for b in model.graph.persistent_bindings if b.input_name != rewrite["input"]]
-    del model.graph.persistent_bindings[:]
-    model.graph.persistent_bindings.extend(keep)
 
 
 def _prune_unused(model, rewrite: dict) -> None:
