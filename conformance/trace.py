@@ -55,7 +55,7 @@ from conformance.hold import Hold
 #: How long a second call may take to come back while the first run is parked before the runner releases
 #: the run. It only decides which branch is observed (a rejection or a call that waits for the run); no
 #: verdict depends on it.
-SECOND_CALL_GRACE = 0.5
+SECOND_CALL_GRACE = 0.2
 #: How long a held run may take to reach its Hold node, and a released call to finish.
 HOLD_TIMEOUT = 120.0
 

@@ -90,6 +90,8 @@ def dequantize_model(value) -> bytes:
         attrs["axis"] = layout.axis
     if layout.HasField("block_size"):
         attrs["block_size"] = layout.block_size
+    if value.logical_type.tensor_type.elem_type != layout.scale.data_type:
+        attrs["output_dtype"] = value.logical_type.tensor_type.elem_type  # DequantizeLinear-23 onwards
     node = helper.make_node("DequantizeLinear", inputs, ["y"], **attrs)
     output = helper.make_tensor_value_info("y", value.logical_type.tensor_type.elem_type, dims)
     graph = helper.make_graph([node], "dq", [], [output], initializers)
