@@ -29,6 +29,6 @@ def _load(name: str) -> None:
     spec.loader.exec_module(module)
 
 
-for _name in ("representation", "affine_sweep", "wire", "state_models", "kv", "kv_formats", "kv_paged",
+for _name in ("representation", "affine_sweep", "wire", "kv", "kv_formats", "kv_paged",
               "kv_contiguous"):
     _load(_name)
