@@ -17,7 +17,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from conformance.values import Encoded, Struct, borrow, default_buffer_id, dtype_of, is_ownerless
 
 PACKAGE = "onnx_light.conformance"
-PROTOCOL_VERSION = 3  # 2: Run.cancelled; 3: names as bytes, Rejection.causes, Counters
+PROTOCOL_VERSION = 4  # 2: Run.cancelled; 3: names as bytes, Rejection.causes, Counters; 4: Run.hold, Hold
 MAX_FRAME = 1 << 31
 
 _F = descriptor_pb2.FieldDescriptorProto
@@ -43,7 +43,7 @@ _MESSAGES: list[tuple[str, list]] = [
     ("ReadFields", [("model", 1, "bytes"), ("value_name", 2, "bytes"), ("base_dir", 3, "string")]),
     ("RoundTrip", [("model", 1, "bytes")]),
     ("OpenState", [("model", 1, "bytes"), ("initial", 2, "NamedValue*"), ("base_dir", 3, "string")]),
-    ("Run", [("state", 1, "uint64"), ("feeds", 2, "NamedValue*"), ("cancelled", 3, "bool")]),
+    ("Run", [("state", 1, "uint64"), ("feeds", 2, "NamedValue*"), ("cancelled", 3, "bool"), ("hold", 4, "bool")]),
     ("Values", [("state", 1, "uint64")]),
     ("Reset", [("state", 1, "uint64"), ("initial", 2, "NamedValue*")]),
     ("Close", [("state", 1, "uint64")]),
@@ -51,11 +51,12 @@ _MESSAGES: list[tuple[str, list]] = [
     ("Rewrite", [("model", 1, "bytes"), ("rewrite_json", 2, "string")]),
     ("Shutdown", []),
     ("Counters", [("state", 1, "uint64")]),
+    ("Hold", [("state", 1, "uint64"), ("release", 2, "bool"), ("cancel", 3, "bool")]),
     ("Request", [("id", 1, "uint64")] + [(name, number, cls, "op") for name, number, cls in (
         ("hello", 2, "Hello"), ("verify", 3, "Verify"), ("decode", 4, "Decode"), ("read_fields", 5, "ReadFields"),
         ("roundtrip", 6, "RoundTrip"), ("open_state", 7, "OpenState"), ("run", 8, "Run"), ("values", 9, "Values"),
         ("reset", 10, "Reset"), ("close", 11, "Close"), ("export", 12, "Export"), ("rewrite", 13, "Rewrite"),
-        ("shutdown", 14, "Shutdown"), ("counters", 15, "Counters"))]),
+        ("shutdown", 14, "Shutdown"), ("counters", 15, "Counters"), ("hold", 16, "Hold"))]),
     ("OperatorRole", [("role", 1, "string"), ("domain", 2, "string"), ("op_type", 3, "string")]),
     ("HelloResult", [("name", 1, "string"), ("version", 2, "string"), ("profiles", 3, "string*"),
                      ("protocol_version", 4, "uint32"), ("operators", 5, "OperatorRole*")]),

@@ -23,6 +23,7 @@ from typing import Any
 from conformance import protocol as P
 from conformance.adapters import NotSupported, Rejected, load_adapter
 from conformance.execute import classify
+from conformance.hold import Hold
 from conformance.values import default_buffer_id
 
 
@@ -35,6 +36,8 @@ class Server:
         self.reported: dict[int, list] = {}  # state -> every value whose buffer_id was reported
         self.next_state = 1
         self.state_lock = threading.Lock()
+        self.holds: dict[int, Hold] = {}  # state -> its latest held run, registered as its Run is read
+        self.hold_timeout = 120.0
 
     # ------------------------------------------------------------------------------------ plumbing
     def send(self, response) -> None:
@@ -121,12 +124,24 @@ class Server:
         P.named_to_proto(initial, response.state.received, self.buffer_id(handle), with_data=False)
 
     def op_run(self, body, response) -> None:
+        hold = (self.holds.get(body.state) or self.begin_hold(body.state)) if body.hold else None
+        try:
+            self._run(body, response, hold)
+        finally:
+            if hold is not None:
+                hold.finish()  # an await on a run that never parked is answered, not left waiting
+
+    def _run(self, body, response, hold: Hold | None) -> None:
         handle = self.state(body.state)
         feeds = P.named_from_proto(body.feeds)
         if body.cancelled:
             if not hasattr(handle, "run_cancelled"):
                 raise NotSupported("the adapter cannot request cancellation (no run_cancelled())")
             outputs = handle.run_cancelled(feeds)
+        elif hold is not None:
+            if not hasattr(handle, "run_held"):
+                raise NotSupported("the adapter cannot hold a run (no run_held())")
+            outputs = handle.run_held(feeds, hold)
         else:
             outputs = handle.run(feeds)
         self.keep(body.state, feeds, outputs)
@@ -154,6 +169,25 @@ class Server:
         handle.close()
         with self.state_lock:
             self.reported.pop(body.state, None)
+        response.ok.SetInParent()
+
+    def begin_hold(self, state_id: int) -> Hold:
+        """Register a held run when its Run request is read, so a Hold request read after it (the
+        runner sends it only after the Run) finds this run, not an earlier one."""
+        with self.state_lock:
+            hold = self.holds[state_id] = Hold()
+            return hold
+
+    def op_hold(self, body, response) -> None:
+        hold = self.holds.get(body.state)
+        if hold is None:
+            raise Rejected("", f"no held run on state {body.state}")
+        if body.release:
+            if body.cancel:
+                hold.request_cancel()
+            hold.release()
+        elif not hold.wait_parked_or_finished(self.hold_timeout):
+            raise Rejected("", "the held run ended (or did not start) without parking at a Hold node")
         response.ok.SetInParent()
 
     def op_counters(self, body, response) -> None:
@@ -193,6 +227,8 @@ def serve(adapter: Any, in_stream, out_stream, workers: int = 8) -> None:
             if request.WhichOneof("op") == "shutdown":
                 server.handle(request)
                 return
+            if request.WhichOneof("op") == "run" and request.run.hold:
+                server.begin_hold(request.run.state)
             pool.submit(server.handle, request)
 
 

@@ -4,29 +4,42 @@ identities.
 Step tables (``[[case.step]]``)::
 
     {op = "open",   initial = {name = <literal>}, as = "init", error = "CODE"?}
-    {op = "run",    feeds = {...}, as = "r1", outputs = {name = <literal>}, output_names = [...], error?}
+    {op = "run",    feeds = {...}, as = "r1", feeds_as = "f1", outputs = {name = <literal>}, output_names = [...],
+     error?}
     {op = "values", as = "v1", values = {...}, names = [...]}
     {op = "reset",  initial = {...}, as = "init2", error?}
     {op = "close",  error?}
     {op = "check",  ref = "r1|present", equals = <literal>}           # an outstanding view is intact
     {op = "check",  ref = "r2|cache|blocks|0|key", layout = "affine", storage_type = 22}  # encoded layout
     {op = "identity", same = [["init|past", "v1|past"]], distinct = [["r1|y", "r2|y"]]}
-    {op = "concurrent", first = {feeds = {...}}, second = {op = "run", feeds = {...}}, error = "STATE_BUSY",
-     scale_feed = "iterations"}
+    {op = "held", run = {feeds = {...}, as = "r2"}, second = {op = "run|reset|close", ...}, error = "STATE_BUSY",
+     may_wait = true, rejected = [steps], waited = [steps]}
+    {op = "held", run = {feeds = {...}, as = "r2"}, cancel = true, cancelled = [steps], completed = [steps]}
+    {op = "held", run = {...}, second = {state = "b", op = "run", feeds = {...}, as = "rb", outputs = {...}}}
     {op = "counters", as = "c2", since = "c1", at_most = {payload_bytes_copied = 0}, equals = {...}}
     {op = "open",   rewrite = {kind = "rename", ...} | export = "onnx-light", initial = {...}}
     {op = "file",   path = "weights.bin", replace = {hex = "..."} | remove = true}
     {op = "forget", labels = ["init", "r1"]}        # the caller drops its references to those values
-    {op = "parallel", runs = [{state = "a", feeds = {...}, as = "ra", outputs = {...}}, ...],
-     scale_feed = "a"}
     {op = "lowered", calls = [{feeds = {...}, outputs = {...}}, ...], initial = {...}}
 
 Error keys on any step: ``error`` (the code), ``also`` (codes equally justified), ``cause`` (codes that
 may explain a ``STATE_RUN_FAILED``: each is also accepted as the code itself, and when the rejection
 names its causes — the structured ``causes`` field, never message text — one of them must be among
-these) and ``optional`` (the step may succeed instead; a later step must then raise the error). A run
+these) and ``optional`` (the step may succeed instead; a later step must then raise the error, or the
+steps listed under ``if_accepted`` / ``if_rejected`` check what each outcome must leave behind). A run
 with ``cancel = true`` is issued with cancellation already requested (handles implement
 ``run_cancelled(feeds)``).
+
+A ``held`` step issues its ``run`` held at the model's ``Hold`` node (conformance/hold.py), so the call is
+certainly active, with no timing involved. With ``second``, that call is issued while the run is parked:
+it must be rejected with ``error`` (``STATE_BUSY``); with ``may_wait = true`` (reset and close: "neither may
+race with an active call") it may instead wait for the run and take effect after it, but never return while
+the run is still parked. With ``cancel = true``, cancellation is requested while the run is parked, then
+the run is released: it either ends with ``STATE_CANCELLED`` or completes (the request came too late). The
+steps listed under the branch that happened (``rejected``/``waited``, ``cancelled``/``completed``) run next.
+A ``second`` naming another ``state`` is a call on an independent state: it must succeed, with its
+``outputs``, while the first run stays parked (it is given ``INDEPENDENT_TIMEOUT`` before the run is
+released, so load never decides the verdict; only a runtime that holds independent states back waits).
 
 A ``counters`` step reads the runtime's own counters for the state (``counters()`` on the handle, see
 docs/testee-protocol.md for the names) and bounds them, or their growth ``since`` an earlier counters
@@ -36,8 +49,7 @@ the property cannot be observed from outside.
 An ``open`` with ``rewrite`` or ``export`` opens the state over the model the adapter produced from the
 case's model (a rewrite, or an ``onnx-light`` save/load), so a rename or a round trip is checked by running
 it. A ``file`` step replaces (by writing a new file and renaming it over the old one, so existing mappings
-keep the old bytes) or removes an external payload file of the case. A ``parallel`` step runs calls on
-different states at the same time; each must succeed with its own outputs. A ``lowered`` step exports the
+keep the old bytes) or removes an external payload file of the case. A ``lowered`` step exports the
 model with ``onnx-lowered`` and runs the produced standard model with onnx's reference evaluator, feeding
 outputs back through the returned feedback mapping as a caller would; each call's outputs must match.
 
@@ -50,7 +62,6 @@ from __future__ import annotations
 import os
 import pathlib
 import threading
-import time
 from typing import Any
 
 import numpy as np
@@ -58,34 +69,31 @@ import numpy as np
 from conformance import values as V
 from conformance.adapters import NotSupported, SuiteError
 from conformance.execute import CaseFailure, Outcome, call, classify, compare, judge_rejection
+from conformance.hold import Hold
 
-#: How long the first of two concurrent calls is given to start before the second is issued.
-CONCURRENT_DELAY = 0.05
-CONCURRENT_ATTEMPTS = 4
-#: An accepted second call counts against the runtime only if the first call's reply came at least this
-#: long after the second was issued; closer than that, the first may simply have finished already (its
-#: reply still in flight or unread on a loaded machine), so the step is retried with a longer first call.
-CONCURRENT_MARGIN = 0.1
-
-
-class Inconclusive(Exception):
-    """The first call finished before the second could overlap it; retry with a longer first call."""
+#: How long a second call may take to come back while the first run is parked before the runner releases
+#: the run. It only decides which branch is observed (a rejection or a call that waits for the run); no
+#: verdict depends on it.
+SECOND_CALL_GRACE = 0.2
+#: How long a call on another state may take while a run is parked (a correct runtime answers at once).
+INDEPENDENT_TIMEOUT = 30.0
+#: How long a held run may take to reach its Hold node, and a released call to finish.
+HOLD_TIMEOUT = 120.0
 
 
 class Trace:
-    def __init__(self, case, adapter, workdir: str, require_codes: bool, scale: int):
+    def __init__(self, case, adapter, workdir: str, require_codes: bool):
         self.case = case
         self.adapter = adapter
         self.workdir = workdir
         self.require_codes = require_codes
-        self.scale = scale
         self.handles: dict[str, Any] = {}
         self.current = "main"
         self.seen: dict[str, dict[str, Any]] = {}
         self.origin: dict[str, str] = {}  # step label -> the state it ran on
         self.code_checked: bool | None = None
-        self.final_attempt = False
         self.junk: list[np.ndarray] = []  # memory a forget step refilled, kept until the trace ends
+        self.last_rejected = False  # whether the last judged call was rejected (for if_rejected/if_accepted)
 
     # --------------------------------------------------------------------------------- helpers
     def ref(self, text: str) -> Any:
@@ -115,6 +123,7 @@ class Trace:
 
     def judge(self, outcome: Outcome, step: dict, what: str) -> bool:
         """True when the step succeeded (and success was expected, or the error was ``optional``)."""
+        self.last_rejected = outcome.rejected is not None
         if step.get("optional") and outcome.rejected is None:
             return True
         causes = _codes(step.get("cause"))
@@ -150,6 +159,9 @@ class Trace:
     def step_run(self, index: int, step: dict) -> None:
         self.need_handle(index)
         feeds = self.build(step.get("feeds"))
+        if step.get("feeds_as"):  # the caller's own feed buffers, even where an output shares a name
+            self.seen[step["feeds_as"]] = dict(feeds)
+            self.origin[step["feeds_as"]] = self.current
         method = "run_cancelled" if step.get("cancel") else "run"
         if method == "run_cancelled" and getattr(self.handle, method, None) is None:
             raise NotSupported("the adapter cannot request cancellation (its state handle has no run_cancelled())")
@@ -234,51 +246,6 @@ class Trace:
         fresh.write_bytes(file_bytes(step["replace"], self.case.id))
         os.replace(fresh, target)  # a new file: mappings of the old one keep their bytes
 
-    def step_parallel(self, index: int, step: dict) -> None:
-        """Calls on different states issued at the same time; every one must succeed."""
-        runs = step["runs"]
-        prepared = []
-        for run in runs:
-            handle = self.handles.get(run.get("state", "main"))
-            if handle is None:
-                raise SuiteError(f"{self.case.id}: step {index} runs on unopened state {run.get('state')!r}")
-            feeds = self.build(run.get("feeds"))
-            scale_feed = step.get("scale_feed")
-            if scale_feed in feeds and self.scale > 1:
-                array = np.asarray(feeds[scale_feed])
-                feeds[scale_feed] = np.ascontiguousarray(np.tile(array, (self.scale,) + (1,) * (array.ndim - 1)))
-            prepared.append((run, _Classified(handle, self.adapter), feeds))
-        barrier = threading.Barrier(len(prepared))
-        box: dict[int, tuple] = {}
-
-        def issue(slot: int, handle, feeds) -> None:
-            barrier.wait()
-            start = time.perf_counter()
-            try:
-                outcome = call(handle, "run", feeds)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the trace thread
-                outcome = exc
-            box[slot] = (outcome, start, time.perf_counter())
-
-        workers = [threading.Thread(target=issue, args=(n, h, f), daemon=True) for n, (_, h, f) in enumerate(prepared)]
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join(timeout=120)
-        if any(worker.is_alive() for worker in workers):
-            raise CaseFailure(f"step {index}: a parallel call did not finish within 120 s")
-        for slot, (run, _, feeds) in enumerate(prepared):
-            outcome = box[slot][0]
-            if isinstance(outcome, BaseException):
-                raise outcome
-            what = f"step {index} (run on state {run.get('state', 'main')!r} alongside another state's run)"
-            self.judge(outcome, {}, what)
-            self.expect_values(index, "output", outcome.value, run.get("outputs", {}), run)
-            self.remember(run, outcome.value, feeds)
-        overlapped = max(start for _, start, _ in box.values()) < min(end for _, _, end in box.values())
-        if not overlapped and not self.final_attempt:
-            raise Inconclusive()  # both succeeded, but one may have finished before the other began
-
     def step_lowered(self, index: int, step: dict) -> None:
         """Run the adapter's ``onnx-lowered`` export as a caller would: a standard model executed by onnx's
         reference evaluator, outputs fed back to inputs through the returned feedback mapping."""
@@ -332,54 +299,107 @@ class Trace:
                 raise CaseFailure(f"step {index}: {group} should be distinct buffers",
                                   expected="distinct buffers", actual=", ".join(_hex(i) for i in ids))
 
-    def step_concurrent(self, index: int, step: dict) -> None:
-        """Issue ``second`` while ``first`` (a run) is still active; the second must be rejected."""
+    def step_held(self, index: int, step: dict) -> None:
+        """Run ``run`` held at its Hold node; meanwhile issue ``second`` or request cancellation."""
         self.need_handle(index)
-        feeds = self.build(step["first"].get("feeds"))
-        scale_feed = step.get("scale_feed")
-        if scale_feed and self.scale > 1:
-            array = np.asarray(feeds[scale_feed])
-            feeds[scale_feed] = np.ascontiguousarray(np.tile(array, (self.scale,) + (1,) * (array.ndim - 1)))
         handle = self.handle_with_classifier()
-        box: dict[str, Outcome | BaseException] = {}
-        started = threading.Event()
+        if getattr(self.handle, "run_held", None) is None:
+            raise NotSupported("the adapter cannot hold a run (its state handle has no run_held())")
+        feeds = self.build(step["run"].get("feeds"))
+        hold = Hold()
+        first = _Call(handle, "run_held", feeds, hold, hold=hold)
+        if not hold.wait_parked_or_finished(HOLD_TIMEOUT):
+            hold.release()
+            first.join(HOLD_TIMEOUT)
+            outcome = first.result()
+            if outcome is not None and outcome.rejected is not None:
+                raise CaseFailure(f"step {index}: the held run failed: {outcome.rejected}",
+                                  actual=str(outcome.rejected))
+            raise CaseFailure(f"step {index}: the held run never parked at the model's Hold node",
+                              expected="run_held() calls hold.park() at the Hold node")
+        branch = None
+        second = None
+        try:
+            if "second" in step:
+                second = self._second(step["second"], handle, hold)
+            if step.get("cancel"):
+                hold.request_cancel()
+        finally:
+            hold.release()
+        first.join(HOLD_TIMEOUT)
+        if second is not None:
+            second.join(HOLD_TIMEOUT)
+            branch = self._judge_second(index, step, second)
+        branch = self._judge_held_run(index, step, first, feeds) or branch
+        for inner in step.get(branch, []) if branch else []:
+            _STEPS[inner.get("op", "run")](self, index, inner)
 
-        def first() -> None:
-            started.set()
-            try:
-                box["first"] = call(handle, "run", feeds)
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the trace thread
-                box["first"] = exc
-            box["first_done"] = time.perf_counter()
-
-        worker = threading.Thread(target=first, daemon=True)
-        worker.start()
-        started.wait()
-        time.sleep(CONCURRENT_DELAY)
-        overlapped = worker.is_alive()
-        second = step["second"]
+    def _second(self, second: dict, handle, hold: Hold) -> _Call:
         op = second.get("op", "run")
         args = (self.build(second.get("feeds")),) if op == "run" else \
             (self.build(second.get("initial")),) if op == "reset" else ()
-        second_sent = time.perf_counter()
-        try:
-            second_outcome = call(handle, op, *args)
-        finally:
-            worker.join(timeout=120)
-        first_outcome = box.get("first")
-        if isinstance(first_outcome, BaseException):
-            raise first_outcome
-        if not overlapped or worker.is_alive():
-            if worker.is_alive():
-                raise CaseFailure(f"step {index}: the first call did not finish within 120 s")
-            raise Inconclusive()
-        if second_outcome.rejected is None and box["first_done"] - second_sent < CONCURRENT_MARGIN:
-            raise Inconclusive()  # accepted, but possibly only because the first had already finished
-        if first_outcome.rejected is not None:
-            raise CaseFailure(f"step {index}: the first call failed: {first_outcome.rejected}",
-                              actual=str(first_outcome.rejected))
-        self.judge(second_outcome, step, f"step {index} ({op} during an active run)")
-        self.remember(step, first_outcome.value or {})
+        if "state" in second:  # a call on another state: independent of the parked run
+            other = self.handles.get(second["state"])
+            if other is None:
+                raise SuiteError(f"{self.case.id}: a second call names unopened state {second['state']!r}")
+            handle = _Classified(other, self.adapter)
+        call_ = _Call(handle, op, *args, hold=hold)
+        # A prompt answer comes back within the grace; a waiting call is released below. A call on another
+        # state must finish while this run stays parked, however loaded the machine: it gets the whole
+        # independent timeout before the run is released (only a runtime that holds it back ever waits).
+        call_.join(INDEPENDENT_TIMEOUT if "state" in second else SECOND_CALL_GRACE)
+        return call_
+
+    def _judge_second(self, index: int, step: dict, second: _Call) -> str:
+        op = step["second"].get("op", "run")
+        what = f"step {index} ({op} while a run is active)"
+        outcome = second.result()
+        if outcome is None:
+            raise CaseFailure(f"{what} did not return within {HOLD_TIMEOUT:g} s after the run was released")
+        if "state" in step["second"]:
+            return self._judge_independent(index, step["second"], second, outcome)
+        if outcome.rejected is not None:
+            self.judge(outcome, step, what)
+            return "rejected"
+        if second.returned_while_parked:
+            raise CaseFailure(f"{what} was accepted while the run was still active",
+                              expected=f"rejected with {step.get('error')}" +
+                              (" or waiting for the run" if step.get("may_wait") else ""),
+                              actual="accepted during the run")
+        if not step.get("may_wait"):
+            raise CaseFailure(f"{what} waited for the run and was then accepted; simultaneous calls must be "
+                              "rejected, not queued", expected=f"rejected with {step.get('error')}",
+                              actual="queued behind the active run")
+        return "waited"
+
+    def _judge_independent(self, index: int, second: dict, call_: _Call, outcome: Outcome) -> str:
+        """A call on another state while this one is parked: it must succeed, and without waiting for the
+        parked run (each request owns its state; only calls on the same state may be refused)."""
+        what = (f"step {index} ({second.get('op', 'run')} on state {second['state']!r} while another state's run "
+                "is active)")
+        self.judge(outcome, {}, what)
+        if not call_.returned_while_parked:
+            raise CaseFailure(f"{what} waited for the other state's run: independent states are held back by "
+                              "one another", expected="answered while the other run is parked",
+                              actual="answered only after the other run was released")
+        if second.get("op", "run") == "run":
+            self.expect_values(index, "output", outcome.value or {}, second.get("outputs", {}), second)
+            self.remember(second, outcome.value or {})
+        return "independent"
+
+    def _judge_held_run(self, index: int, step: dict, first: _Call, feeds: dict) -> str | None:
+        what = f"step {index} (held run)"
+        outcome = first.result()
+        if outcome is None:
+            raise CaseFailure(f"{what} did not finish within {HOLD_TIMEOUT:g} s after it was released")
+        if step.get("cancel") and outcome.rejected is not None:
+            self.judge(outcome, {"error": "STATE_CANCELLED"}, what)
+            return "cancelled"
+        if outcome.rejected is not None:
+            raise CaseFailure(f"{what} failed: {outcome.rejected}", actual=str(outcome.rejected))
+        self.remember(step["run"], outcome.value or {}, feeds)
+        self.expect_values(index, "output", outcome.value or {}, step["run"].get("outputs", {}), step["run"])
+        return "completed" if step.get("cancel") else None
 
     def step_counters(self, index: int, step: dict) -> None:
         """Bound the runtime's own counters (or their growth since an earlier counters step)."""
@@ -444,6 +464,36 @@ class Trace:
             compare(V.build(literal, self.ref), got[name], step, f"step {index}: {kind} {name!r}", name)
 
 
+class _Call:
+    """One adapter call on its own thread; notes whether it returned while ``hold`` was still parked."""
+
+    def __init__(self, target, method: str, *args, hold: Hold):
+        self._box: dict[str, Any] = {}
+        self._hold = hold
+        self.returned_while_parked = False
+        self._thread = threading.Thread(target=self._run, args=(target, method, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, target, method: str, args: tuple) -> None:
+        try:
+            self._box["outcome"] = call(target, method, *args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the trace thread
+            self._box["error"] = exc
+        finally:
+            self.returned_while_parked = not self._hold.released
+            if method == "run_held":
+                self._hold.finish()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def result(self) -> Outcome | None:
+        """The outcome (None while still running); an unclassified exception is raised here."""
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box.get("outcome")
+
+
 class _Classified:
     """A state handle seen through its adapter's exception classifier."""
 
@@ -505,26 +555,31 @@ def _hex(value: int | None) -> str:
 
 _STEPS = {"open": Trace.step_open, "run": Trace.step_run, "values": Trace.step_values, "reset": Trace.step_reset,
           "close": Trace.step_close, "check": Trace.step_check, "identity": Trace.step_identity,
-          "concurrent": Trace.step_concurrent, "readonly": Trace.step_readonly, "repeat": Trace.step_repeat,
+          "held": Trace.step_held, "readonly": Trace.step_readonly, "repeat": Trace.step_repeat,
           "counters": Trace.step_counters, "file": Trace.step_file, "forget": Trace.step_forget,
-          "parallel": Trace.step_parallel, "lowered": Trace.step_lowered}
+          "lowered": Trace.step_lowered}
 
 
 def run_trace(case, adapter, workdir: str, require_codes: bool) -> bool | None:
-    """Run every step; a concurrency step that could not overlap is retried with a longer first call."""
-    scale = 1
-    for attempt in range(CONCURRENT_ATTEMPTS):
-        trace = Trace(case, adapter, workdir, require_codes, scale)
-        trace.final_attempt = attempt == CONCURRENT_ATTEMPTS - 1
-        try:
-            _run_steps(trace)
-            return trace.code_checked
-        except Inconclusive:
-            scale *= 8
-        finally:
-            _close_quietly(trace)
-    raise CaseFailure("could not observe two overlapping calls: the first call always finished first",
-                      actual=f"{CONCURRENT_ATTEMPTS} attempts, last scale {scale // 8}")
+    """Run every step; returns whether rejection codes were checked (None when none was expected)."""
+    if _uses_holds(case.steps or case.extras().get("steps", [])) and not getattr(adapter, "supports_hold", False):
+        raise NotSupported("the case holds a run open at a Hold node; the adapter does not support held runs "
+                           "(supports_hold, run_held())")
+    trace = Trace(case, adapter, workdir, require_codes)
+    try:
+        _run_steps(trace)
+        return trace.code_checked
+    finally:
+        _close_quietly(trace)
+
+
+def _uses_holds(steps) -> bool:
+    for step in steps:
+        if step.get("op") == "held":
+            return True
+        if step.get("op") == "repeat" and _uses_holds([step["step"]]):
+            return True
+    return False
 
 
 def _run_steps(trace: Trace) -> None:
@@ -537,10 +592,15 @@ def _run_steps(trace: Trace) -> None:
         if handler is None:
             raise SuiteError(f"{trace.case.id}: unknown step op {op!r}")
         trace.current = step.get("state", "main")
+        trace.last_rejected = False
         observe = getattr(trace.adapter, "observe_step", None)  # conformance.explain records the trace
         if observe is not None:
             observe(trace, index, step)
         handler(trace, index, step)
+        if step.get("optional"):  # a step that may fail or succeed continues with the matching branch
+            for inner in step.get("if_rejected" if trace.last_rejected else "if_accepted", []):
+                trace.current = inner.get("state", trace.current)
+                _STEPS[inner.get("op", "run")](trace, index, inner)
         if op == "open" and trace.handle is None and not step.get("continue"):
             return  # a rejected open ends the trace
 

@@ -15,6 +15,9 @@ from reference_impl.errors import fail
 
 STORAGE_TYPES = {dtypes.INT8, dtypes.UINT8, dtypes.INT4, dtypes.UINT4, dtypes.INT2, dtypes.UINT2}
 SCALE_TYPES = {dtypes.FLOAT, dtypes.FLOAT16, dtypes.BFLOAT16, dtypes.DOUBLE}
+#: DequantizeLinear's output_dtype (opset 23): the logical element type may be any of these whatever the
+#: (equally DequantizeLinear-typed) scale is; a DOUBLE scale only decodes to DOUBLE.
+OUTPUT_DTYPES = {dtypes.FLOAT, dtypes.FLOAT16, dtypes.BFLOAT16}
 _RANGE = {dtypes.INT8: (-128, 127), dtypes.UINT8: (0, 255), dtypes.INT4: (-8, 7), dtypes.UINT4: (0, 15),
           dtypes.INT2: (-2, 1), dtypes.UINT2: (0, 3)}
 
@@ -87,8 +90,11 @@ def _view_blocks(out: np.ndarray, axis: int, start: int, stop: int, nblocks: int
 
 
 def dequantize(codes, storage_type: int, scale: np.ndarray, zero_point: np.ndarray | None,
-               axis: int | None, block_size: int | None, shape: tuple[int, ...]) -> np.ndarray:
-    """ONNX DequantizeLinear over a packed code payload; the output dtype is the scale's dtype.
+               axis: int | None, block_size: int | None, shape: tuple[int, ...],
+               output_dtype: np.dtype | None = None) -> np.ndarray:
+    """ONNX DequantizeLinear over a packed code payload; the output dtype is ``output_dtype`` (its
+    attribute of that name) or else the scale's dtype. The product is formed in float32 (float64 for a
+    DOUBLE scale) and then cast, as onnx's reference implementation does.
 
     Parameters are assumed validated (see ``check_affine``); the payload must hold at least the codes.
     """
@@ -128,8 +134,9 @@ def dequantize(codes, storage_type: int, scale: np.ndarray, zero_point: np.ndarr
             if zp is not None:
                 tail -= zp[index]
             tail *= work_scale[index]
-    if out.dtype != scale.dtype:
-        return out.astype(scale.dtype)
+    result_dtype = np.dtype(output_dtype) if output_dtype is not None else scale.dtype
+    if out.dtype != result_dtype:
+        return out.astype(result_dtype)
     return out
 
 

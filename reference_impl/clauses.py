@@ -169,7 +169,9 @@ _CLAUSES: list[tuple[str, str, str, tuple[str, ...], str]] = [
     ), ""),
     ("AFF-SCALE", _WIRE, "rule", (
         "scale is a scalar or parameter tensor with floating element type;",
-    ), "Every floating type ONNX defines for DequantizeLinear's scale (FLOAT, FLOAT16, BFLOAT16) and DOUBLE."),
+    ), "Every floating type ONNX defines for DequantizeLinear's scale (FLOAT, FLOAT16, BFLOAT16); the logical element "
+       "type may be another of them (DequantizeLinear's output_dtype). A DOUBLE scale decoding to DOUBLE is the "
+       "suite's extension (DequantizeLinear has neither), so its case is Recommended."),
     ("AFF-ZERO-POINT", _WIRE, "rule", (
         "zero_point is optional, has storage_type, and defaults to zero.",
     ), ""),

@@ -90,7 +90,8 @@ def _decode_affine(value, payload: np.ndarray, count: int, path: str) -> np.ndar
     axis = affine.normalize_axis(layout.axis, len(shape), f"{path}.affine.axis") \
         if layout.HasField("axis") else None
     block = layout.block_size if layout.HasField("block_size") else None
-    return affine.dequantize(payload, layout.storage_type, scale, zero_point, axis, block, shape)
+    return affine.dequantize(payload, layout.storage_type, scale, zero_point, axis, block, shape,
+                             output_dtype=dtypes.NUMPY_DTYPE[elem_type])
 
 
 def _check_logical(value, result: np.ndarray, path: str) -> np.ndarray:

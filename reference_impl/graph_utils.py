@@ -156,6 +156,18 @@ def apply_rewrite(model, rewrite: Callable[[Any], Any]):
     return result
 
 
+def unbind(model, input_name: str):
+    """Remove the binding of ``input_name`` on purpose: an explicit unbinding (authoring the declaration),
+    not a silent drop. Every other binding must survive unchanged, as in any rewrite."""
+    edited = copy_model(model)
+    keep = [b for b in edited.graph.persistent_bindings if b.input_name != input_name]
+    if len(keep) == len(edited.graph.persistent_bindings):
+        raise fail(E.BINDING_NAME_UNKNOWN, "model.graph.persistent_bindings", f"no binding selects {input_name!r}")
+    del edited.graph.persistent_bindings[:]
+    edited.graph.persistent_bindings.extend(keep)
+    return apply_rewrite(edited, lambda m: None)
+
+
 def check_rewrite(before, after) -> None:
     """Fail with REWRITE_DROPS_BINDING when a rewrite removed, retyped or unbound a bound value."""
     before_types = _bound_types(before)

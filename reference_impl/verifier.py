@@ -202,10 +202,10 @@ def _verify_affine(value, path: str, extent: Extent) -> EncodedInfo:
     if scale.data_type not in affine.SCALE_TYPES:
         raise fail(E.AFFINE_SCALE_INVALID, f"{layout_path}.scale.data_type",
                    f"{dtypes.type_name(scale.data_type)} is not a floating type")
-    if scale.data_type != elem_type:
+    if scale.data_type != elem_type and not {scale.data_type, elem_type} <= affine.OUTPUT_DTYPES:
         raise fail(E.AFFINE_SCALE_INVALID, f"{layout_path}.scale.data_type",
-                   f"decoded values take the scale's type {dtypes.type_name(scale.data_type)}, but "
-                   f"logical_type is {dtypes.type_name(elem_type)}")
+                   f"DequantizeLinear cannot produce {dtypes.type_name(elem_type)} from a "
+                   f"{dtypes.type_name(scale.data_type)} scale")
     if any(d < 0 for d in scale.dims):
         raise fail(E.AFFINE_PARAM_SHAPE, f"{layout_path}.scale.dims", "negative dimension")
     check_tensor_data(scale, f"{layout_path}.scale")

@@ -23,9 +23,9 @@ from reference_impl.errors import ErrorCode
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CASES = load_cases()
-SAMPLE = ["Required.Affine.Storage", "Required.Catalogue.Identity", "Required.External.PathSafety",
+SAMPLE = ["Required.Affine.Storage", "Required.Catalogue.Identity", "Recommended.External.PathSafety",
           "Required.State.Feedback", "Required.ZeroCopy.Retain", "Required.Export.Rename", "Required.KV.Contiguous",
-          "Required.Wire.UnknownFields", "Required.Structured.Fields"]
+          "Recommended.Wire.UnknownFields", "Required.Structured.Fields", "Required.State.Concurrency"]
 
 
 def _cli(*args, timeout=300):

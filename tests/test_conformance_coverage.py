@@ -321,11 +321,11 @@ def test_scale_expectations_equal_onnx_dequantize_linear(scale_type, granularity
     """The builder's formula and onnx's reference DequantizeLinear agree exactly for every scale type
     ONNX admits (DOUBLE is the spec's addition; its values follow the same formula)."""
     import onnx
-    from conformance_corpus_builders.affine_scales import SCALE_TYPES
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
     built = builders()["affine_scale"](scale_type, granularity)
+    from conformance_corpus_builders.affine_scales import SCALE_TYPES  # importable once builders() loaded them
     value = built["model"].graph.encoded_initializer[0]
     layout = value.affine
     dims = list(built["codes"].shape)
@@ -367,7 +367,7 @@ def _copying_if(node, session, opsets, path):
     return lambda args, ctx, values: [_detach(v) for v in run(args, ctx, values)]
 
 
-TRANSPORT = ["Required.ZeroCopy.Transport", "Required.ZeroCopy.Structured"]
+TRANSPORT = ["Required.ZeroCopy.Transport", "Recommended.ZeroCopy.Transport", "Required.ZeroCopy.Structured"]
 
 
 @pytest.mark.clause("ZC-TRANSPORT")
@@ -381,7 +381,7 @@ def test_function_boundary_copies_are_caught():
 @pytest.mark.clause("ZC-TRANSPORT")
 def test_if_branch_copies_are_caught():
     _expect_caught(Patched(load=[(program_module, "_if", _copying_if)]), TRANSPORT,
-                   "Required.ZeroCopy.Transport.ThroughIfBranches",
+                   "Recommended.ZeroCopy.Transport.ThroughIfBranches",
                    "Required.ZeroCopy.Transport.WholeStructThroughIfAndFunction",
                    "Required.ZeroCopy.Transport.EncodedThroughFunctionAndIf")
 
@@ -464,7 +464,10 @@ def test_ownerless_borrows_retained_are_caught():
 
 @pytest.mark.clause("PAY-OWNERLESS", "PAY-UNSUPPORTED-OWNERSHIP")
 def test_ownerless_borrows_copied_are_caught():
-    _expect_caught(CopiesOwnerlessBorrows(), ["Required.ZeroCopy.Ownerless"], *OWNERLESS_REQUIRED)
+    """A copy of a borrow that becomes state is a hidden repair; a copy returned through Identity is not
+    told apart from an Identity kernel computing a new buffer (allowed), so ReturnedOutputRejected passes."""
+    _expect_caught(CopiesOwnerlessBorrows(), ["Required.ZeroCopy.Ownerless"],
+                   *[case_id for case_id in OWNERLESS_REQUIRED if not case_id.endswith("ReturnedOutputRejected")])
 
 
 @pytest.mark.clause("PAY-OWNERLESS")
@@ -1062,8 +1065,9 @@ RULES = ["Required.State.StructuredRules", "Required.State.Feedback", "Required.
 
 @pytest.mark.clause("STATE-INITIAL")
 def test_missing_or_unknown_initial_values_tolerated_are_caught():
-    _expect_caught(_StartsMissingValuesEmpty(), RULES, "Required.State.StructuredRules.OneInitialValueMissing",
-                   "Required.State.StructuredRules.InitialForFreshInputRejected")
+    _expect_caught(_StartsMissingValuesEmpty(), RULES + ["Recommended.State.StructuredRules"],
+                   "Required.State.StructuredRules.OneInitialValueMissing",
+                   "Recommended.State.StructuredRules.InitialForFreshInputRejected")
 
 
 @pytest.mark.clause("STATE-FEED-OVERRIDE")
@@ -1092,7 +1096,7 @@ def test_values_snapshots_are_caught():
 @pytest.mark.clause("STATE-CLOSE")
 def test_close_ignored_is_caught():
     _expect_caught(_with_state(_CloseIgnored), RULES, "Required.State.StructuredRules.ClosedStateReleasesAndRejects",
-                   "Required.State.ResetClose.ClosedStateRejectsCalls")
+                   "Required.State.ResetClose.ClosedStateReleasesValues")
 
 
 @pytest.mark.clause("BIND-SHARED-TYPE", "BIND-GRAPH-LEVEL")
@@ -1102,12 +1106,12 @@ def test_persistence_flag_on_the_type_is_caught():
 
 
 @pytest.mark.clause("STATE-NO-RACE")
-def test_reset_and_close_queued_behind_a_run_are_caught():
-    from test_conformance_faults import AllowsConcurrentCalls
+def test_reset_and_close_racing_a_run_are_caught():
+    from test_conformance_alternatives import Races
 
-    _expect_caught(AllowsConcurrentCalls(), ["Required.State.Independent"],
-                   "Required.State.Independent.ResetDuringRunRejected",
-                   "Required.State.Independent.CloseDuringRunRejected")
+    _expect_caught(Races(), ["Required.State.Independent"],
+                   "Required.State.Independent.ResetDuringRunDoesNotRace",
+                   "Required.State.Independent.CloseDuringRunDoesNotRace")
 
 
 @pytest.mark.clause("EXP-REWRITE")
@@ -1226,8 +1230,7 @@ def test_decoders_bound_by_id_alone_are_caught():
     from reference_impl.decoders import DecoderRegistry
 
     _expect_caught(Patched(load=[(DecoderRegistry, "bind", _bind_by_id)]), ["Required.Structured.Consumers"],
-                   "Required.Structured.Consumers.ChangedFieldTypeNeedsNewId",
-                   "Required.Structured.Consumers.ChangedConstantNeedsNewId")
+                   "Required.Structured.Consumers.ChangedFieldTypeNeedsNewId")
 
 
 @pytest.mark.clause("DEC-NO-LOAD-EXEC")

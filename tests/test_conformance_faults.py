@@ -147,13 +147,17 @@ def test_state_published_after_failed_run_is_caught():
 class SerializingState(ReferenceState):
     """Queues a second call behind the active one instead of rejecting it."""
 
-    def __init__(self, state):
-        super().__init__(state)
+    def __init__(self, handle):
+        super().__init__(handle.state, handle.slot)
         self.lock = threading.Lock()
 
     def run(self, feeds):
         with self.lock:
             return super().run(feeds)
+
+    def run_held(self, feeds, hold):
+        with self.lock:
+            return super().run_held(feeds, hold)
 
     def reset(self, initial):
         with self.lock:
@@ -166,14 +170,17 @@ class SerializingState(ReferenceState):
 
 class AllowsConcurrentCalls(ReferenceAdapter):
     def open_state(self, model_bytes, initial, base_dir=None):
-        return SerializingState(super().open_state(model_bytes, initial, base_dir).state)
+        return SerializingState(super().open_state(model_bytes, initial, base_dir))
 
 
 @pytest.mark.clause("STATE-NO-CONCURRENCY")
 def test_concurrent_call_allowed_is_caught():
-    caught = _caught(AllowsConcurrentCalls(), "Required.State.Concurrency.SecondRunRejected",
-                     "Required.State.Concurrency.CloseDuringRunRejected")
-    assert "Required.State.Concurrency.SecondRunRejected" in caught
+    faulty = _run(AllowsConcurrentCalls(), "Required.State.Concurrency")
+    assert faulty["Required.State.Concurrency.SecondRunRejected"].verdict == FAILED
+    assert "queued" in faulty["Required.State.Concurrency.SecondRunRejected"].message
+    # waiting for the active run is what reset and close may do
+    assert faulty["Required.State.Concurrency.ResetDuringRunDoesNotRace"].verdict == PASSED
+    assert faulty["Required.State.Concurrency.CloseDuringRunDoesNotRace"].verdict == PASSED
 
 
 def test_rejection_without_code_is_not_a_pass_under_require_codes():

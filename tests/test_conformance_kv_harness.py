@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+from conformance import protocol
 from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.cases import load_cases, select
@@ -77,7 +78,7 @@ def test_cancellation_needs_the_adapter_and_protocol_to_support_it():
     case = _case("Required.KV.PagedOwnership.CancelledAppendLeavesCache")
     adapter = load_adapter(testee=f"{sys.executable} -m conformance.testee")
     try:
-        assert adapter.protocol_version == 3
+        assert adapter.protocol_version == protocol.PROTOCOL_VERSION
         assert run_case(case, adapter).verdict == PASSED
         adapter.protocol_version = 1  # an older testee ignores Run.cancelled: never ask it
         result = run_case(case, adapter)

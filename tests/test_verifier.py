@@ -596,10 +596,10 @@ def test_affine_scale(breakage):
         layout.ClearField("scale")
     elif breakage == "integer":
         layout.scale.data_type = dtypes.INT32
-    else:
-        layout.scale.data_type = dtypes.FLOAT16
+    else:  # DequantizeLinear has no DOUBLE output_dtype: a DOUBLE scale cannot decode to FLOAT
+        layout.scale.data_type = dtypes.DOUBLE
         layout.scale.ClearField("raw_data")
-        layout.scale.int32_data.extend([0] * 6)
+        layout.scale.double_data.extend([0.0] * 6)
     expect(model, ErrorCode.AFFINE_SCALE_INVALID)
 
 

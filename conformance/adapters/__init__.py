@@ -129,6 +129,11 @@ class StateHandle(Protocol):
         """The runtime's own counters for this state since it was opened (docs/testee-protocol.md)."""
 
     @optional
+    def run_held(self, feeds: dict[str, Any], hold: Any) -> dict[str, Any]:
+        """``run`` whose model's ``Hold`` nodes park on ``hold`` until the runner releases it
+        (conformance/hold.py); needs ``supports_hold = True`` on the adapter."""
+
+    @optional
     def classify(self, exc: BaseException) -> Any:
         """Like ``Adapter.classify``, for this handle's exceptions (tried first)."""
 
@@ -155,11 +160,11 @@ class Adapter(Protocol):
     def read_fields(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> dict[str, Any]:
         """Generic field access: leaf path -> NumPy array of that leaf's values per record."""
 
-    @for_profiles("representation", "external-data")
+    @for_profiles("representation", "external-data", "export")
     def roundtrip(self, model_bytes: bytes) -> bytes:
         """Explicit load then save."""
 
-    @for_profiles("bindings", "state", "zero-copy", "kv-contiguous", "kv-paged", "decode-e2e")
+    @for_profiles("bindings", "state", "zero-copy", "export", "kv-contiguous", "kv-paged", "decode-e2e")
     def open_state(self, model_bytes: bytes, initial: dict[str, Any], base_dir: str | None) -> StateHandle:
         """A state over the model's persistent bindings, holding these initial values."""
 
@@ -170,7 +175,7 @@ class Adapter(Protocol):
     @for_profiles("export")
     def rewrite(self, model_bytes: bytes, rewrite: dict) -> bytes:
         """The model after one graph rewrite (rename, remove_output, remove_input, retype_output,
-        remove_binding, copy, prune_unused)."""
+        remove_binding, copy, prune_unused, deduplicate)."""
 
     @optional
     def classify(self, exc: BaseException) -> Any:

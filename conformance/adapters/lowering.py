@@ -185,6 +185,8 @@ def dequantize_model(value) -> bytes:
             attrs["axis"] = layout.axis
         if layout.HasField("block_size"):
             attrs["block_size"] = layout.block_size
+        if elem != layout.scale.data_type:
+            attrs["output_dtype"] = elem  # DequantizeLinear-23 onwards
         nodes = [helper.make_node("DequantizeLinear", [t.name for t in initializers], ["y"], **attrs)]
     else:
         nodes, initializers = _arithmetic_dequantize(layout, codes, scale, zero_point, dims)

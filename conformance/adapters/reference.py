@@ -9,6 +9,7 @@ import numpy as np
 
 import reference_impl
 from conformance.adapters import NotSupported, Rejected
+from conformance.hold import HOLD_DOMAIN, HOLD_OP, Hold
 from conformance.values import Encoded, Struct
 from reference_impl import ContractError
 
@@ -21,6 +22,8 @@ class ReferenceAdapter:
     """In-process oracle. Every ContractError becomes ``Rejected`` with its stable code."""
 
     name = "reference"
+    #: runs issued with a hold park at the model's Hold node (conformance/hold.py)
+    supports_hold = True
 
     def __init__(self) -> None:
         self.version = f"reference_impl (spec {reference_impl.SPEC_REVISION})"
@@ -71,10 +74,14 @@ class ReferenceAdapter:
         options = {"base_dir": base_dir}
         # The KV kernels serve the local onnx_light.kv domain; standard Attention stays the functional one.
         kv = _kv_kernels() if any(o.domain == "onnx_light.kv" for o in model.opset_import) else None
-        if kv is not None:
-            options["kernels"] = kv
+        kernels = dict(kv or {})
+        slot = _HoldSlot()
+        if any(o.domain == HOLD_DOMAIN for o in model.opset_import):
+            kernels[(HOLD_DOMAIN, HOLD_OP)] = slot.kernel
+        if kernels:
+            options["kernels"] = kernels
         state = state_module.make_state(model, initial={k: to_runtime(v) for k, v in initial.items()}, **options)
-        return ReferenceState(state)
+        return ReferenceState(state, slot)
 
     # --------------------------------------------------------------------------- export/rewrite
     def export(self, model_bytes: bytes, target: str):
@@ -103,9 +110,10 @@ class ReferenceAdapter:
             return utils.rename_value(model, rewrite["old"], rewrite["new"]).SerializeToString()
         if kind == "deduplicate":
             return utils.deduplicate_initializers(model).SerializeToString()
+        if kind == "remove_binding":  # an explicit unbinding, not a rewrite that loses a binding
+            return utils.unbind(model, rewrite["input"]).SerializeToString()
         edits = {"remove_output": _remove_output, "remove_input": _remove_input,
-                 "retype_output": _retype_output, "remove_binding": _remove_binding,
-                 "copy": lambda m, r: None, "prune_unused": _prune_unused}
+                 "retype_output": _retype_output, "copy": lambda m, r: None, "prune_unused": _prune_unused}
         if kind not in edits:
             raise NotSupported(f"rewrite kind {kind!r}")
         return utils.apply_rewrite(model, lambda m: edits[kind](m, rewrite)).SerializeToString()
@@ -129,12 +137,6 @@ def _retype_output(model, rewrite: dict) -> None:
             vi.type.tensor_type.elem_type = rewrite["elem_type"]
 
 
-def _remove_binding(model, rewrite: dict) -> None:
-    keep = [b for b in model.graph.persistent_bindings if b.input_name != rewrite["input"]]
-    del model.graph.persistent_bindings[:]
-    model.graph.persistent_bindings.extend(keep)
-
-
 def _prune_unused(model, rewrite: dict) -> None:
     """Drop nodes whose outputs nobody reads (an optimization that must keep bindings)."""
     graph = model.graph
@@ -148,11 +150,25 @@ def _prune_unused(model, rewrite: dict) -> None:
     graph.node.extend(reversed(kept))
 
 
+class _HoldSlot:
+    """The hold of the call in progress, read by the state's Hold kernel (an identity that parks)."""
+
+    def __init__(self) -> None:
+        self.current: Hold | None = None
+
+    def kernel(self, inputs, attributes, context):
+        hold = self.current
+        if hold is not None:
+            hold.park()
+        return list(inputs)
+
+
 class ReferenceState:
     """A reference state behind the neutral handle protocol; values pass through without copies."""
 
-    def __init__(self, state) -> None:
+    def __init__(self, state, slot: _HoldSlot | None = None) -> None:
         self.state = state
+        self.slot = slot or _HoldSlot()
 
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
         outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()})
@@ -165,6 +181,20 @@ class ReferenceState:
         token = CancelToken()
         token.cancel()
         outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()}, cancel=token)
+        return {k: to_neutral(v) for k, v in outputs.items()}
+
+    def run_held(self, feeds: dict[str, Any], hold: Hold) -> dict[str, Any]:
+        """A run that parks at the model's Hold node until the runner releases it; cancellation the
+        runner requests meanwhile goes to the executor's CancelToken (checked between nodes)."""
+        from reference_impl.executor import CancelToken
+
+        token = CancelToken()
+        hold.on_cancel(token.cancel)
+        self.slot.current = hold
+        try:
+            outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()}, cancel=token)
+        finally:
+            self.slot.current = None
         return {k: to_neutral(v) for k, v in outputs.items()}
 
     def values(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from conformance import protocol as P
 from conformance.adapters import NotSupported, Rejected
+from conformance.hold import Hold
 
 
 class TesteeFailure(Exception):
@@ -79,6 +80,10 @@ class TesteeAdapter:
 
     # --------------------------------------------------------------------------------- calls
     def _send(self, request, wait: float) -> Any:
+        return self._await(*self._post(request), wait)
+
+    def _post(self, request) -> tuple:
+        """Write ``request``; returns what ``_await`` needs to collect its response."""
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._start()
@@ -93,9 +98,12 @@ class TesteeAdapter:
                 self._pending.pop(request.id, None)
                 self._kill()
                 raise TesteeFailure("the testee closed its input (crashed); it will be restarted") from None
+        return request.id, slot, process
+
+    def _await(self, request_id: int, slot: list, process, wait: float) -> Any:
         if not slot[0].wait(wait):
             with self._lock:
-                self._pending.pop(request.id, None)
+                self._pending.pop(request_id, None)
                 if self._process is process:
                     self._kill()
             raise TesteeFailure(f"the testee did not answer within {wait:.0f} s; killed, it will be restarted")
@@ -107,12 +115,19 @@ class TesteeAdapter:
         return slot[1]
 
     def _call(self, op: str, body) -> Any:
+        return self._result(self._send(self._request(op, body), self.timeout))
+
+    @staticmethod
+    def _request(op: str, body):
         request = P.Request()
         if body is None:
             getattr(request, op).SetInParent()
         else:
             getattr(request, op).CopyFrom(body)
-        response = self._send(request, self.timeout)
+        return request
+
+    @staticmethod
+    def _result(response) -> Any:
         kind = response.WhichOneof("result")
         if kind == "rejected":
             raise Rejected(response.rejected.code or None, response.rejected.message, list(response.rejected.causes))
@@ -125,6 +140,11 @@ class TesteeAdapter:
     # ------------------------------------------------------------------------------ protocol
     def profiles(self) -> set[str]:
         return set(self._profiles)
+
+    @property
+    def supports_hold(self) -> bool:
+        """Held runs (Run.hold and the Hold request) exist from protocol version 4."""
+        return self.protocol_version >= 4
 
     def verify(self, model_bytes: bytes, base_dir: str | None) -> None:
         self._call("verify", P.MESSAGES["Verify"](model=model_bytes, base_dir=base_dir or ""))
@@ -184,6 +204,40 @@ class TesteeState:
         outputs = P.named_from_proto(response.values.values, self.ids)
         self._keep.append((feeds, outputs))
         return outputs
+
+    def run_held(self, feeds: dict, hold: Hold) -> dict:
+        """A Run with ``hold``; a helper thread reports the remote park to ``hold`` and, once the runner
+        releases ``hold``, releases the remote run (requesting its cancellation first if asked)."""
+        self._check()
+        if not self.adapter.supports_hold:
+            raise NotSupported("the testee speaks a protocol version without held runs (4)")
+        body = P.MESSAGES["Run"](state=self.state_id, hold=True)
+        P.named_to_proto(feeds, body.feeds)
+        posted = self.adapter._post(self.adapter._request("run", body))  # before any Hold request
+        bridge = threading.Thread(target=self._bridge, args=(hold,), daemon=True)
+        bridge.start()
+        try:
+            response = self.adapter._result(self.adapter._await(*posted, self.adapter.timeout))
+        finally:
+            hold.finish()
+            bridge.join(self.adapter.timeout)
+        P.adopt_ids(feeds, response.values.received, self.ids)
+        outputs = P.named_from_proto(response.values.values, self.ids)
+        self._keep.append((feeds, outputs))
+        return outputs
+
+    def _bridge(self, hold: Hold) -> None:
+        hold_request = P.MESSAGES["Hold"]
+        try:
+            self.adapter._call("hold", hold_request(state=self.state_id))
+        except Exception:  # noqa: BLE001 - the run ended without parking: the Run's own answer says why
+            return
+        hold.mark_parked()
+        hold.wait_released()
+        try:
+            self.adapter._call("hold", hold_request(state=self.state_id, release=True, cancel=hold.cancel_requested))
+        except Exception:  # noqa: BLE001 - a lost testee fails the Run itself
+            pass
 
     def run_cancelled(self, feeds: dict) -> dict:
         if self.adapter.protocol_version < 2:

@@ -29,6 +29,6 @@ def _load(name: str) -> None:
     spec.loader.exec_module(module)
 
 
-for _name in ("representation", "affine_sweep", "affine_scales", "wire", "state_models", "kv", "kv_formats",
-              "kv_paged", "kv_contiguous", "coverage_models"):
+for _name in ("representation", "affine_sweep", "affine_scales", "wire", "kv", "kv_formats", "kv_paged",
+              "kv_contiguous", "coverage_models"):
     _load(_name)

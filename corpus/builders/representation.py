@@ -32,33 +32,35 @@ def reference_chain(depth: int):
 
 
 def _int4_blocks(records: int, seed: int):
+    """Payload, the decoded values our Int4Block decoder gives (signed code times the record's scale,
+    blocks in storage order: a decoder-defined mapping), and the fields generic access reads."""
     rng = np.random.default_rng(seed)
     codes = rng.integers(-8, 8, size=(records, 32))
     scales = (rng.random(records) + 0.5).astype("<f4")
     payload = b"".join(pack_nibbles(codes[r]) + scales[r:r + 1].tobytes() for r in range(records))
     expected = (codes.astype(np.float32) * scales[:, None]).reshape(-1)
-    return payload, expected
+    return payload, expected, {"codes": codes.astype(np.int64), "scale": scales.astype(np.float32)}
 
 
 @builder
 def spec_int4_block(records: int, seed: int = 2001, logical: int | None = None):
     """Type 2001 with ``records`` records of 16 code bytes then a FLOAT scale (20 bytes each)."""
-    payload, expected = _int4_blocks(records, seed)
+    payload, expected, fields = _int4_blocks(records, seed)
     m = model("int4_block")
     m.struct_types.extend(spec_catalogue())
     m.graph.encoded_initializer.append(encoded("v", 2001, payload, [logical or records * 32]))
-    return {"model": m, "expected": expected}
+    return {"model": m, "expected": expected, "fields": fields}
 
 
 @builder
 def spec_two_lengths(seed: int = 2001):
     """Two values of type 2001 with 128 and 256 records: one type, two payload lengths."""
-    a, expected_a = _int4_blocks(128, seed)
-    b, expected_b = _int4_blocks(256, seed + 1)
+    a, expected_a, _ = _int4_blocks(128, seed)
+    b, expected_b, fields_b = _int4_blocks(256, seed + 1)
     m = model("two_lengths")
     m.struct_types.extend(spec_catalogue())
     m.graph.encoded_initializer.extend([encoded("a", 2001, a, [4096]), encoded("b", 2001, b, [8192])])
-    return {"model": m, "expected": expected_b, "expected_a": expected_a}
+    return {"model": m, "expected": expected_b, "expected_a": expected_a, "fields": fields_b}
 
 
 @builder

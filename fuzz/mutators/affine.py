@@ -18,7 +18,7 @@ from fuzz.mutators.base import (
     rank_of,
     set_entry,
 )
-from reference_impl import dtypes, schema
+from reference_impl import affine, dtypes, schema
 from reference_impl.errors import ErrorCode as E
 
 
@@ -60,9 +60,13 @@ def _scale_invalid(src, generated) -> Case:
         scale.data_type = new_type
         scale.raw_data = bytes(count * dtypes.BIT_WIDTH[new_type] // 8)
         return work.case(f"scale of integer type {dtypes.type_name(new_type)}")
-    other = src.choice([t for t in gen.SCALE_TYPES if t != scale.data_type])
+    elem_type = value.logical_type.tensor_type.elem_type
+    # DequantizeLinear's output_dtype lets FLOAT/FLOAT16/BFLOAT16 scales decode to any of those three,
+    # so only a pair involving DOUBLE is invalid
+    other = src.choice([t for t in gen.SCALE_TYPES
+                        if t != scale.data_type and not {t, elem_type} <= affine.OUTPUT_DTYPES])
     _retype_float_tensor(scale, other)
-    return work.case("scale type differs from the logical element type")
+    return work.case("scale type DequantizeLinear cannot decode to the logical element type")
 
 
 def _wrong_shape(src, shape: tuple) -> tuple:

@@ -1,0 +1,515 @@
+"""Soundness: every behaviour the spec's words allow passes the Required cases; only the forbidden one
+fails. Each test runs toy runtimes, each taking one allowed alternative (and one taking the forbidden
+behaviour), through the cases that touch it. Where the alternative is the suite's own choice, the
+Recommended case is the one that tells them apart."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from conformance.adapters import Rejected
+from conformance.adapters.reference import ReferenceAdapter, ReferenceState, _HoldSlot, to_neutral, to_runtime
+from conformance.cases import load_cases, select
+from conformance.execute import FAILED, PASSED, run_case
+from conformance.hold import HOLD_DOMAIN, HOLD_OP
+from reference_impl import ContractError, schema
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import fail
+
+CASES = load_cases()
+
+
+def _verdicts(adapter, *patterns) -> dict[str, str]:
+    chosen = select(CASES, list(patterns))
+    assert chosen, patterns
+    return {case.id: run_case(case, adapter) for case in chosen}
+
+
+def _passes(adapter, *patterns) -> None:
+    results = _verdicts(adapter, *patterns)
+    failed = {cid: r.message for cid, r in results.items() if r.verdict != PASSED}
+    assert not failed, failed
+
+
+def _fails(adapter, case_id: str) -> str:
+    result = _verdicts(adapter, case_id)[case_id]
+    assert result.verdict == FAILED, (case_id, result.message)
+    return result.message
+
+
+# ------------------------------------------------------------------------------ a manual-loop runtime
+class LoopState:
+    """A runtime that is nothing but the spec's manual output-to-input loop over the reference executor:
+    values pass by reference, nothing is validated beyond what the executor checks, nothing is made
+    read-only. ``mode`` selects one behaviour to study."""
+
+    def __init__(self, executor, initial: dict, slot: _HoldSlot, mode: str = ""):
+        self.executor = executor
+        self.slot = slot
+        self.mode = mode
+        self.lock = threading.Lock()
+        self.closed = False
+        self.bindings = [(b.input_name, b.output_name) for b in executor.bindings]
+        self.current = {name: self._retain(initial[name]) for name, _ in self.bindings}
+
+    def _retain(self, value):
+        if self.mode == "copy" and isinstance(value, np.ndarray):
+            return np.array(value, copy=True)  # a silent copy: forbidden
+        return value
+
+    def _enter(self):
+        if self.closed:
+            raise Rejected("STATE_CLOSED", "closed")
+        if not self.lock.acquire(blocking=False):
+            raise Rejected("STATE_BUSY", "a call is active")
+
+    def run(self, feeds: dict, hold=None) -> dict:
+        self._enter()
+        try:
+            for name in feeds:
+                if name in self.current:
+                    raise Rejected("STATE_FEED_OVERRIDES", name)
+            cancelled = []
+            if hold is not None and self.mode != "ignore-cancel":
+                hold.on_cancel(lambda: cancelled.append(True))
+            self.slot.current = hold
+            try:
+                outputs = self.executor.run({**{k: to_runtime(v) for k, v in feeds.items()}, **self.current})
+            except ContractError as error:
+                raise Rejected("STATE_RUN_FAILED", str(error)) from error
+            finally:
+                self.slot.current = None
+            if cancelled:
+                raise Rejected("STATE_CANCELLED", "cancelled during the run")
+            if self.mode == "in-place":  # reuse the previous state's allocation for the new value: forbidden
+                for name, output in self.bindings:
+                    self.current[name][...] = outputs[output]
+                    outputs[output] = self.current[name]
+            self.current = {name: self._retain(outputs[output]) for name, output in self.bindings}
+            return {k: to_neutral(v) for k, v in outputs.items()}
+        finally:
+            self.lock.release()
+
+    def run_held(self, feeds: dict, hold) -> dict:
+        return self.run(feeds, hold)
+
+    def values(self) -> dict:
+        if self.closed:
+            raise Rejected("STATE_CLOSED", "closed")
+        return {k: to_neutral(v) for k, v in self.current.items()}
+
+    def reset(self, initial: dict) -> None:
+        self._enter()
+        try:
+            self.current = {name: self._retain(to_runtime(initial[name])) for name, _ in self.bindings}
+        finally:
+            self.lock.release()
+
+    def close(self) -> None:
+        self.closed = True
+        self.current = {}
+
+
+class LoopAdapter(ReferenceAdapter):
+    def __init__(self, mode: str = ""):
+        super().__init__()
+        self.mode = mode
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        from reference_impl.executor import Executor
+
+        slot = _HoldSlot()
+        kernels = {(HOLD_DOMAIN, HOLD_OP): self.hold_kernel(slot)}
+        executor = Executor(schema.parse_model(model_bytes), base_dir=base_dir, kernels=kernels)
+        self.state = LoopState(executor, {k: to_runtime(v) for k, v in initial.items()}, slot, self.mode)
+        return self.state
+
+    def hold_kernel(self, slot):
+        def kernel(inputs, attributes, context):
+            hold = slot.current
+            if hold is not None and hold.park() and self.mode == "partial-cancel":
+                # publishes the value computed before the hold, then gives up: one new, one old (forbidden)
+                self.state.current = {**self.state.current, "a": inputs[0]}
+                raise fail(E.STATE_CANCELLED, "hold", "cancelled")
+            return list(inputs)
+        return kernel
+
+
+# ------------------------------------------------------------------------------------------ strided
+STRIDED = ["Required.ZeroCopy.Ownership.NonContiguousInitialRetainedOrRejected",
+           "Required.ZeroCopy.Ownership.NonContiguousFeedForwardedRetainedOrRejected"]
+
+
+@pytest.mark.clause("ZC-ENTRY-POINTS", "PAY-UNSUPPORTED-OWNERSHIP")
+def test_strided_buffers_may_be_retained_or_rejected_but_not_copied():
+    _passes(ReferenceAdapter(), *STRIDED)  # rejects them (STATE_UNRETAINABLE)
+    _passes(LoopAdapter(), *STRIDED)  # retains the caller's strided view as it is
+    for case_id in STRIDED:
+        assert "share one buffer" in _fails(LoopAdapter("copy"), case_id)
+
+
+# ------------------------------------------------------------------------------ identity and kernels
+class NewBufferIdentity(ReferenceAdapter):
+    """Its Identity kernel computes a new output ("Kernels may compute new outputs normally")."""
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        from reference_impl.state import make_state
+
+        slot = _HoldSlot()
+        kernels = {("", "Identity"): lambda ins, attrs, ctx: [np.array(v, copy=True) if isinstance(v, np.ndarray)
+                                                             else v for v in ins],
+                   (HOLD_DOMAIN, HOLD_OP): slot.kernel}
+        state = make_state(schema.parse_model(model_bytes), {k: to_runtime(v) for k, v in initial.items()},
+                           base_dir=base_dir, kernels=kernels)
+        return ReferenceState(state, slot)
+
+
+@pytest.mark.clause("ZC-SHARED-STORAGE", "ZC-RETAIN")
+def test_identity_kernels_may_compute_new_buffers():
+    _passes(NewBufferIdentity(), "Required.ZeroCopy", "Required.State", "Required.Bindings")
+    # while a state that copies what it hands to the next call is still caught
+    assert "share one buffer" in _fails(LoopAdapter("copy"), "Required.ZeroCopy.Retain.NextCallReceivesSameBuffer")
+
+
+# --------------------------------------------------------------------------------------- unbinding
+class RefusesUnbinding(ReferenceAdapter):
+    def rewrite(self, model_bytes, rewrite):
+        if rewrite.get("kind") == "remove_binding":
+            raise Rejected("REWRITE_DROPS_BINDING", "refuses to unbind")
+        return super().rewrite(model_bytes, rewrite)
+
+
+class LosesBindings(ReferenceAdapter):
+    """Every rewrite silently drops the bindings."""
+
+    def rewrite(self, model_bytes, rewrite):
+        model = schema.parse_model(super().rewrite(model_bytes, rewrite))
+        del model.graph.persistent_bindings[:]
+        return model.SerializeToString()
+
+
+@pytest.mark.clause("EXP-REWRITE", "EXP-PRESERVE")
+def test_explicit_unbinding_is_accepted_and_a_silent_drop_is_caught():
+    _passes(ReferenceAdapter(), "Required.Export.Rewrite")
+    _fails(RefusesUnbinding(), "Required.Export.Rewrite.ExplicitUnbindKeepsOtherBindings")
+    for case_id in ("Required.Export.Rewrite.CopyKeepsBindings", "Required.Export.Rewrite.PruneKeepsBindings",
+                    "Required.Export.Rewrite.RemoveUnboundOutput"):
+        assert "bindings" in _fails(LosesBindings(), case_id)
+
+
+# ---------------------------------------------------------------------------- other orders of checks
+class FileFirst(ReferenceAdapter):
+    """Checks every external backing file (present, long enough for offset + length) before anything
+    else: a model breaking that rule and another one gets EXTERNAL_FILE_INVALID."""
+
+    def verify(self, model_bytes, base_dir):
+        import os
+
+        model = schema.parse_model(model_bytes)
+        for value in model.graph.encoded_initializer:
+            if value.data_location != schema.TensorProto.EXTERNAL:
+                continue
+            entries = {e.key: e.value for e in value.external_data}
+            if "location" not in entries or "length" not in entries:
+                continue  # nothing to look for yet
+            path = os.path.join(base_dir or ".", str(entries.get("location", "")))
+            try:
+                offset = int(entries.get("offset", "0"))
+                length = int(entries.get("length", "0"))
+            except ValueError:
+                continue
+            if not os.path.isfile(path) or os.path.getsize(path) < offset + length:
+                raise Rejected("EXTERNAL_FILE_INVALID", "backing file missing or short")
+        return super().verify(model_bytes, base_dir)
+
+
+class InitialNamesFirst(ReferenceAdapter):
+    """Refuses initial values naming no graph input before it looks at the binding declaration."""
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        inputs = {vi.name for vi in schema.parse_model(model_bytes).graph.input}
+        unknown = [name for name in initial if name not in inputs]
+        if unknown:
+            raise Rejected("STATE_INITIAL_UNKNOWN", f"{unknown} are not graph inputs")
+        return super().open_state(model_bytes, initial, base_dir)
+
+
+@pytest.mark.clause("PAY-EXTERNAL-EXTENT", "BIND-EXACT-NAMES")
+def test_any_order_of_checks_passes():
+    _passes(FileFirst(), "Required.External", "Required.Fuzz.Verify")
+    _passes(InitialNamesFirst(), "Required.Bindings", "Required.State")
+
+
+# ----------------------------------------------------------------------------- decoder-defined values
+class ReversedBlockDecoder(ReferenceAdapter):
+    """Its registered Int4Block (2001) decoder maps each block's codes to logical elements in reverse."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        import reference_impl
+        from reference_impl.decoders import decode_int4_block, default_registry, spec_catalogue
+
+        def reversed_blocks(layout, payload):
+            return decode_int4_block(layout, payload).reshape(-1, 32)[:, ::-1].reshape(-1)
+
+        registry = default_registry()
+        registry.register(2001, "Int4Block", spec_catalogue(), reversed_blocks)
+        return reference_impl.decode(model_bytes, value_name, base_dir=base_dir, registry=registry)
+
+
+@pytest.mark.clause("DEC-DEFINES-MAPPING")
+def test_a_registered_decoder_defines_its_element_mapping():
+    _passes(ReversedBlockDecoder(), "Required.Structured", "Required.External", "Required.Catalogue")
+    _fails(ReversedBlockDecoder(), "Recommended.Structured.SpecExamples.Int4BlockOneRecord")
+
+
+class FlatOrBlocks(ReferenceAdapter):
+    """Without logical_type, exposes a struct value's decoded elements as (records, 32)."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        result = super().decode(model_bytes, value_name, base_dir)
+        value = next(v for v in schema.parse_model(model_bytes).graph.encoded_initializer if v.name == value_name)
+        if value.WhichOneof("layout") == "struct_type" and not value.HasField("logical_type"):
+            return result.reshape(-1, 32)
+        return result
+
+
+@pytest.mark.clause("ENC-LOGICAL-OPTIONAL")
+def test_a_value_without_logical_type_may_expose_decoder_dimensions():
+    _passes(FlatOrBlocks(), "Required.Structured")
+    _fails(FlatOrBlocks(), "Recommended.Structured.Logical.OmittedGivesFlatValues")
+
+
+class LinearDecoders(ReferenceAdapter):
+    """DecodeLinearInt4 bound without comparing the declaration to a registration: ``declared`` reads
+    the model's constants (allowed: type_id is model-scoped), otherwise the constants 0.25 and -2 the
+    spec's 1003 has (misreading a changed declaration: forbidden)."""
+
+    def __init__(self, declared: bool):
+        super().__init__()
+        self.declared = declared
+
+    def decode(self, model_bytes, value_name, base_dir):
+        import reference_impl
+        from reference_impl.decoders import Decoder, decode_linear_int4, default_registry
+
+        registry = default_registry()
+        fixed = lambda layout, payload: (layout.read(payload, "values").astype(np.float32) + 2) * 0.25  # noqa: E731
+        decode = decode_linear_int4 if self.declared else fixed
+        registry.bind = lambda type_id, layout, path, declaration=None: Decoder("any", (), decode) \
+            if type_id == 1003 else default_registry().bind(type_id, layout, path, declaration)
+        return reference_impl.decode(model_bytes, value_name, base_dir=base_dir, registry=registry)
+
+
+@pytest.mark.clause("DEC-KEYED", "CAT-ID-CHANGE")
+def test_a_decoder_may_read_the_declared_constants_but_not_ignore_them():
+    changed = ["Required.Structured.Consumers.ChangedConstantReadOrRefused",
+               "Required.Fuzz.Oracle.decoder_constant_values"]
+    _passes(ReferenceAdapter(), *changed)  # refuses the changed declaration
+    _passes(LinearDecoders(declared=True), *changed, "Required.Structured.SpecExamples")
+    for case_id in changed:
+        _fails(LinearDecoders(declared=False), case_id)
+
+
+# --------------------------------------------------------------------------------------- read-only
+@pytest.mark.clause("ZC-READ-ONLY", "ZC-NO-INPLACE")
+def test_writable_views_pass_in_place_writes_fail():
+    never_written = ["Required.ZeroCopy.ReadOnly.ReferencedBuffersNeverWritten", "Required.ZeroCopy.Outstanding"]
+    _passes(LoopAdapter(), *never_written)  # hands out writable buffers, never writes them
+    assert "writable" in _fails(LoopAdapter(), "Recommended.ZeroCopy.ReadOnly.RetainedViewsReadOnly")
+    _fails(LoopAdapter("in-place"), "Required.ZeroCopy.ReadOnly.ReferencedBuffersNeverWritten")
+
+
+# ------------------------------------------------------------------------- reset/close during a run
+class WaitingState(ReferenceState):
+    """Reset and close wait for an active run (the spec allows that); runs are still rejected."""
+
+    def __init__(self, handle):
+        super().__init__(handle.state, handle.slot)
+        self.idle = threading.Lock()
+
+    def run_held(self, feeds, hold):
+        with self.idle:
+            return super().run_held(feeds, hold)
+
+    def reset(self, initial):
+        with self.idle:
+            return super().reset(initial)
+
+    def close(self):
+        with self.idle:
+            return super().close()
+
+
+class RacingState(ReferenceState):
+    """Reset and close take effect at once, while a run is active (forbidden)."""
+
+    def reset(self, initial):
+        self.state._values = self.state._initial_values({k: to_runtime(v) for k, v in initial.items()})
+
+    def close(self):
+        self.state._closed = True
+
+
+class Waits(ReferenceAdapter):
+    def open_state(self, model_bytes, initial, base_dir=None):
+        return WaitingState(super().open_state(model_bytes, initial, base_dir))
+
+
+class Races(ReferenceAdapter):
+    def open_state(self, model_bytes, initial, base_dir=None):
+        handle = super().open_state(model_bytes, initial, base_dir)
+        return RacingState(handle.state, handle.slot)
+
+
+@pytest.mark.clause("STATE-NO-RACE", "STATE-NO-CONCURRENCY")
+def test_reset_and_close_during_a_run_may_wait_or_reject_but_not_race():
+    during = ["Required.State.Concurrency.ResetDuringRunDoesNotRace",
+              "Required.State.Concurrency.CloseDuringRunDoesNotRace"]
+    _passes(ReferenceAdapter(), "Required.State.Concurrency")  # rejects with STATE_BUSY
+    _passes(Waits(), "Required.State.Concurrency")  # waits for the run
+    for case_id in during:
+        assert "while the run was still active" in _fails(Races(), case_id)
+
+
+# ---------------------------------------------------------------------------- cancellation in a run
+@pytest.mark.clause("ZC-FAILURE", "STATE-ATOMIC")
+def test_cancellation_during_a_run_is_all_old_or_all_new():
+    case_id = "Required.State.Cancel.DuringRunAllOldOrAllNew"
+    _passes(ReferenceAdapter(), case_id)  # honours it: STATE_CANCELLED, both previous values
+    _passes(LoopAdapter(), case_id)  # honours it after the run completed, before publishing
+    _passes(LoopAdapter("ignore-cancel"), case_id)  # completes and publishes both new values
+    _fails(LoopAdapter("partial-cancel"), case_id)  # one new value published, one old kept
+
+
+# --------------------------------------------------------------------------- where the spec is silent
+class IgnoresUnknownNames(ReferenceAdapter):
+    """Ignores feeds that name no graph input and initial values for inputs that are not bound, instead
+    of refusing them."""
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        graph = schema.parse_model(model_bytes).graph
+        inputs = {vi.name for vi in graph.input}
+        bound = {b.input_name for b in graph.persistent_bindings}
+        handle = super().open_state(model_bytes, {k: v for k, v in initial.items() if k in bound}, base_dir)
+        return _DropsUnknownFeeds(handle.state, handle.slot, inputs)
+
+
+class _DropsUnknownFeeds(ReferenceState):
+    def __init__(self, state, slot, inputs):
+        super().__init__(state, slot)
+        self.inputs = inputs
+
+    def run(self, feeds):
+        return super().run({k: v for k, v in feeds.items() if k in self.inputs})
+
+
+class CloseIsFinal(ReferenceAdapter):
+    """A second close is an error like any call on a closed state."""
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        handle = super().open_state(model_bytes, initial, base_dir)
+        return _StrictClose(handle.state, handle.slot)
+
+
+class _StrictClose(ReferenceState):
+    def close(self):
+        if self.state.closed:
+            raise Rejected("STATE_CLOSED", "already closed")
+        super().close()
+
+
+class ReorderingLowering(ReferenceAdapter):
+    """Its explicit lowering lists the fed-back inputs last."""
+
+    def export(self, model_bytes, target):
+        result = super().export(model_bytes, target)
+        if target != "onnx-lowered":
+            return result
+        data, feedback = result
+        model = schema.parse_model(data)
+        inputs = list(model.graph.input)
+        del model.graph.input[:]
+        model.graph.input.extend(inputs[::-1])
+        return model.SerializeToString(), feedback
+
+
+class NoLowering(ReferenceAdapter):
+    def export(self, model_bytes, target):
+        if target == "onnx-lowered":
+            raise Rejected("EXPORT_PERSISTENCE", "no explicit lowering")
+        return super().export(model_bytes, target)
+
+
+class ReEncodingWriter(ReferenceAdapter):
+    """Saves with tensor data in raw_data, the catalogue reversed, external entries reordered, and drops
+    fields it does not know: everything the contract preserves survives."""
+
+    def _rewrite(self, data: bytes) -> bytes:
+        model = schema.parse_model(data)
+        model.DiscardUnknownFields()
+        declarations = list(model.struct_types)[::-1]
+        del model.struct_types[:]
+        model.struct_types.extend(declarations)
+        tensors = list(model.graph.initializer)
+        for value in model.graph.encoded_initializer:
+            entries = list(value.external_data)[::-1]
+            del value.external_data[:]
+            value.external_data.extend(entries)
+            if value.WhichOneof("layout") == "affine":
+                tensors.append(value.affine.scale)
+        for tensor in tensors:
+            _as_raw_data(tensor)
+        return model.SerializeToString()
+
+    def roundtrip(self, model_bytes):
+        return self._rewrite(super().roundtrip(model_bytes))
+
+    def export(self, model_bytes, target):
+        result = super().export(model_bytes, target)
+        return self._rewrite(result) if target == "onnx-light" else result
+
+
+def _as_raw_data(tensor) -> None:
+    from reference_impl.tensors import to_array
+
+    if tensor.data_type == schema.TensorProto.STRING or tensor.raw_data:
+        return
+    values = to_array(tensor, "tensor").tobytes()
+    for name in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+        tensor.ClearField(name)
+    tensor.raw_data = values
+
+
+@pytest.mark.clause("STATE-FEEDS", "STATE-CLOSE", "EXP-STANDARD", "EXP-PRESERVE")
+def test_where_the_spec_is_silent_either_way_passes_required():
+    _passes(IgnoresUnknownNames(), "Required.State", "Required.Bindings")
+    _fails(IgnoresUnknownNames(), "Recommended.State.Feeds.UnknownFeed")
+    _fails(IgnoresUnknownNames(), "Recommended.State.Initial.UnboundName")
+    _passes(CloseIsFinal(), "Required.State", "Required.ZeroCopy")
+    _fails(CloseIsFinal(), "Recommended.State.ResetClose.ClosedStateRejectsResetAndIgnoresSecondClose")
+    _passes(ReorderingLowering(), "Required.Export")
+    _fails(ReorderingLowering(), "Recommended.Export.Standard.LoweredKeepsInputOrder")
+    _passes(NoLowering(), "Required.Export")
+    _passes(ReEncodingWriter(), "Required.Export", "Required.Wire", "Required.External")
+    _fails(ReEncodingWriter(), "Recommended.Wire.UnknownFields.Survive_all")
+
+
+# ------------------------------------------------------------------------------- DequantizeLinear types
+class ScaleTypeIsOutputType(ReferenceAdapter):
+    """The old reading: the logical element type must equal the scale's type."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        for value in schema.parse_model(model_bytes).graph.encoded_initializer:
+            if value.name == value_name and value.WhichOneof("layout") == "affine" and \
+                    value.affine.scale.data_type != value.logical_type.tensor_type.elem_type:
+                raise Rejected("AFFINE_SCALE_INVALID", "scale type differs from the logical type")
+        return super().decode(model_bytes, value_name, base_dir)
+
+
+@pytest.mark.clause("AFF-DQ")
+def test_output_dtype_other_than_the_scale_type_is_required():
+    _passes(ReferenceAdapter(), "Required.Affine.Scale.OutputDtype_*")
+    _fails(ScaleTypeIsOutputType(), "Required.Affine.Scale.OutputDtype_Float16FromFloatScale")
