@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance import operators
 from conformance import values as V
 from conformance.adapters import NotSupported, SuiteError
 from conformance.execute import CaseFailure, Outcome, call, classify, compare, judge_rejection
@@ -123,7 +124,8 @@ class Trace:
     # ----------------------------------------------------------------------------------- steps
     def step_open(self, index: int, step: dict) -> None:
         initial = self.build(step.get("initial"))
-        outcome = call(self.adapter, "open_state", self.case.model_bytes(), initial, self.workdir)
+        outcome = call(self.adapter, "open_state", operators.model_bytes(self.case, self.adapter), initial,
+                       self.workdir)
         if self.judge(outcome, step, f"step {index} (open)"):
             self.handles[self.current] = outcome.value
             self.remember(step, initial)

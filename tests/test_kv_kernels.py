@@ -142,7 +142,7 @@ def test_a_kept_cache_with_a_broken_first_block_is_still_a_block_error():
                          block.type_id)
     state.reset({"cache": type(cache)({"blocks": [broken], "length": cache["length"]}, cache.type_id)})
     feeds = {name: _tokens(rng, 2, 4) for name in ("q", "k", "v")}
-    _run_fails(state, feeds, ErrorCode.KV_BLOCK_INVALID, "PagedAttention.cache.blocks[0].key.logical_type")
+    _run_fails(state, feeds, ErrorCode.KV_BLOCK_INVALID, "PagedAttention.past.blocks[0].key.logical_type")
 
 
 @pytest.mark.clause("KV-PAGED")
@@ -155,7 +155,7 @@ def test_a_first_block_whose_key_and_value_heads_differ_is_a_block_error():
     broken = type(block)({**dict(block.items()), "key": key}, block.type_id)
     state.reset({"cache": type(cache)({"blocks": [broken], "length": cache["length"]}, cache.type_id)})
     feeds = {name: _tokens(rng, 2, 4) for name in ("q", "k", "v")}
-    _run_fails(state, feeds, ErrorCode.KV_BLOCK_INVALID, "PagedAttention.cache.blocks[0].value.logical_type")
+    _run_fails(state, feeds, ErrorCode.KV_BLOCK_INVALID, "PagedAttention.past.blocks[0].value.logical_type")
 
 
 # ----------------------------------------------------------------------------- attention kernel

@@ -69,12 +69,16 @@ class ReferenceAdapter:
             raise NotSupported("reference_impl.state is not available")
         model = reference_impl.schema.parse_model(model_bytes)
         options = {"base_dir": base_dir}
-        # The KV kernels serve the local onnx_light.kv domain; standard Attention stays the functional one.
-        kv = _kv_kernels() if any(o.domain == "onnx_light.kv" for o in model.opset_import) else None
-        if kv is not None:
-            options["kernels"] = kv
+        kernels = self.kernels()
+        if kernels:
+            options["kernels"] = kernels
         state = state_module.make_state(model, initial={k: to_runtime(v) for k, v in initial.items()}, **options)
         return ReferenceState(state)
+
+    def kernels(self) -> dict:
+        """Executor kernels by (domain, op_type): the KV kernels, i.e. Attention with in-place appends and
+        the paged_attention role's default operator (docs/testee-protocol.md, "Operator roles")."""
+        return _kv_kernels() or {}
 
     # --------------------------------------------------------------------------- export/rewrite
     def export(self, model_bytes: bytes, target: str):

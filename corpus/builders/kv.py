@@ -31,15 +31,11 @@ def attention_numpy(q, k, v):
     return weights @ v
 
 
-def attention_model(heads: int, head_size: int, free_tokens: bool = False, name: str = "kv_contiguous",
-                    kv_domain: bool = True):
-    """Attention(q, k, v, past_key, past_value) with ``past_* <- present_*``. ``kv_domain`` imports the
-    ``onnx_light.kv`` domain (unused) so a runtime serving it may append in place."""
+def attention_model(heads: int, head_size: int, free_tokens: bool = False, name: str = "kv_contiguous"):
+    """Attention(q, k, v, past_key, past_value) with ``past_* <- present_*``."""
     from conformance_corpus_builders.common import model
 
     m = model(name)
-    if kv_domain:
-        m.opset_import.add(domain="onnx_light.kv", version=1)
     g = m.graph
     g.node.add(op_type="Attention", input=["q", "k", "v", "", "past_key", "past_value"],
                output=["y", "present_key", "present_value"])
@@ -65,10 +61,10 @@ def paged_model(heads: int, head_size: int, block_size, key_format: str = "dense
     from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
 
     m = model("kv_paged")
-    m.opset_import.add(domain="onnx_light.kv", version=1)
+    m.opset_import.add(domain="ai.rt", version=1)
     m.struct_types.extend(kv_struct_types())
     g = m.graph
-    node = g.node.add(op_type="PagedAttention", domain="onnx_light.kv", input=["q", "k", "v", "cache"],
+    node = g.node.add(op_type="PagedAttention", domain="ai.rt", input=["q", "k", "v", "cache"],
                       output=["y", "next_cache"])
     node.attribute.add(name="block_size", type=2, i=block_size)
     node.attribute.add(name="key_format", type=3, s=key_format.encode())
@@ -88,7 +84,7 @@ def kv_decode(steps: int = 4, heads: int = 2, head_size: int = 4, prefill: int =
               states: int = 1):
     """Attention with past/present bound back: a prefill of ``prefill`` tokens then one token per call.
     With ``states`` > 1 the requests interleave on independent states over one model."""
-    m = attention_model(heads, head_size, name="kv_decode", kv_domain=False)
+    m = attention_model(heads, head_size, name="kv_decode")
     rng = np.random.default_rng(seed)
     empty = np.zeros((1, heads, 0, head_size), np.float32)
     trace = []

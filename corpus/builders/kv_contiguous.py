@@ -1,10 +1,8 @@
 """Contiguous KV-cache builders for failure, cancellation, shared prefixes and fixed capacities.
 
-Attention models declare the ``onnx_light.kv`` domain without using it: a runtime that serves the domain
-(the reference) then appends into spare cache capacity in place, which is what these traces probe; a
-standard runtime ignores the import. One KV head keeps a growing head-major cache contiguous. Expected
-values are NumPy formulas: Concat for present, softmax(Q K^T / sqrt(D)) V for Y, slot writes for
-TensorScatter.
+A runtime may append into spare cache capacity in place (the reference does), which is what these traces
+probe. Expected values are NumPy formulas: Concat for present, softmax(Q K^T / sqrt(D)) V for Y, slot
+writes for TensorScatter.
 """
 
 from __future__ import annotations

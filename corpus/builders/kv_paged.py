@@ -1,5 +1,6 @@
 """Paged KV-cache builders: caches whose blocks are encoded in every format, invalid block tables and
-capacities, block conversion, and failure/cancellation/branching over ``onnx_light.kv.PagedAttention``.
+capacities, block conversion, and failure/cancellation/branching over ``ai.rt::PagedAttention`` (the
+paged_attention operator role).
 
 Expected outputs are softmax(Q K^T / sqrt(D)) V in float64 NumPy over the values a correct consumer
 decodes from each block (``kv_formats``), never the oracle's own output.
