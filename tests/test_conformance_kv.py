@@ -113,7 +113,7 @@ def test_dropped_zero_points_and_skipped_conversion_are_caught(monkeypatch):
     monkeypatch.setattr(affine, "dequantize", dequantize)
     monkeypatch.setattr(paged, "seal", lambda block, *args: block)  # full blocks stay dense
     results = _verdicts(ReferenceAdapter(), ["Recommended.KV.PagedConversion"])
-    assert all(r.verdict == FAILED and "encoded layout" in r.message for r in results.values())
+    assert all(r.verdict == FAILED and "expected an encoded value" in r.message for r in results.values())
 
 
 # --------------------------------------------------------------------------- builder arithmetic
@@ -155,3 +155,57 @@ def test_codebook_block_matches_the_spec_example():
     assert value.struct_type.type_ref == 1102
     assert value.raw_data == bytes.fromhex("E4" * 8 + "00000040")
     np.testing.assert_array_equal(decoded, x)
+
+
+# ------------------------------------------------------------------------------ valid fixtures
+def _kindless_outside_collections(model) -> list[str]:
+    """Paths of kind-less struct types that are not a sequence or map element (the spec permits an
+    unconstrained category only there)."""
+    found = []
+
+    def visit(tp, path, element=False):
+        which = tp.WhichOneof("value")
+        if which == "struct_type":
+            st = tp.struct_type
+            if st.WhichOneof("kind") is None and not element:
+                found.append(path)
+            for index, field in enumerate(st.structure.field):
+                if field.HasField("type"):
+                    visit(field.type, f"{path}.structure.field[{index}]")
+            if st.HasField("array"):
+                visit(st.array.element_type, f"{path}.array.element_type")
+        elif which == "sequence_type":
+            visit(tp.sequence_type.elem_type, f"{path}.sequence_type", element=True)
+        elif which == "map_type":
+            visit(tp.map_type.value_type, f"{path}.map_type", element=True)
+        elif which == "optional_type":
+            visit(tp.optional_type.elem_type, f"{path}.optional_type")
+
+    from reference_impl import schema
+
+    for index, st in enumerate(model.struct_types):
+        visit(schema.TypeProto(struct_type=st), f"struct_types[{index}]")
+    for group in ("input", "output", "value_info"):
+        for index, vi in enumerate(getattr(model.graph, group)):
+            if vi.HasField("type"):
+                visit(vi.type, f"graph.{group}[{index}]")
+    return found
+
+
+def test_every_kv_fixture_model_satisfies_the_spec():
+    """The suite's own KV models verify and declare no kind-less struct outside a sequence/map element
+    (the KV block once typed its key and value fields as unconstrained structs)."""
+    from reference_impl import schema, verify_model
+    from reference_impl.kv import qwen
+
+    models = {case.id: schema.parse_model(case.model_bytes()) for case in CASES}
+    models.update({f"qwen.{variant}": qwen.build(variant=variant) for variant in qwen.VARIANTS})
+    for name, model in models.items():
+        verify_model(model.SerializeToString())
+        assert _kindless_outside_collections(model) == [], name
+    from reference_impl.kv.formats import kv_struct_types
+
+    broken = schema.ModelProto(struct_types=kv_struct_types())
+    broken.struct_types[-2].structure.field[2].type.Clear()
+    broken.struct_types[-2].structure.field[2].type.struct_type.SetInParent()
+    assert _kindless_outside_collections(broken) == ["struct_types[2].structure.field[2]"]

@@ -37,12 +37,19 @@ def _kv(rng, heads, count, head=32):
             rng.standard_normal((heads, count, head)).astype(F32))
 
 
+def _decoded(block_value):
+    """A dense block as it is; an encoded one through decode_value (the verifier + registry path)."""
+    if isinstance(block_value, np.ndarray):
+        return block_value
+    return decode_value(block_value.to_proto(), CATALOGUE, registry=REGISTRY)
+
+
 def _dense_reference(cache: paged.PagedKVCache):
-    """Decode every block through decode_value (the verifier + registry path), then concatenate."""
+    """Decode every block independently of the kernel, then concatenate."""
     keys, values = [], []
     for block in cache.blocks:
-        keys.append(decode_value(block.key.to_proto(), CATALOGUE, registry=REGISTRY)[: block.valid])
-        values.append(decode_value(block.value.to_proto(), CATALOGUE, registry=REGISTRY)[: block.valid])
+        keys.append(_decoded(block.key)[: block.valid])
+        values.append(_decoded(block.value)[: block.valid])
     return (np.concatenate(keys).transpose(1, 0, 2)[None], np.concatenate(values).transpose(1, 0, 2)[None])
 
 
@@ -103,7 +110,10 @@ def test_quantized_pages_match_dense_attention_over_the_dequantized_cache(key_fo
 def test_every_block_value_verifies_as_an_encoded_value():
     rng = np.random.default_rng(1)
     keys, values = _kv(rng, 2, 32)
-    for name in list(FIDELITY_ATOL):
+    dense = paged.empty(2, 32, 32).append(keys, values).blocks[0]
+    assert isinstance(dense.key, np.ndarray) and dense.key.dtype == F32 and dense.key.shape == (32, 2, 32)
+    np.testing.assert_array_equal(dense.key, keys.transpose(1, 0, 2))
+    for name in [name for name in FIDELITY_ATOL if name != "dense"]:
         block = paged.empty(2, 32, 32).append(keys, values, name, name).blocks[0]
         for value, ref in ((block.key, keys), (block.value, values)):
             proto = value.to_proto()
@@ -258,8 +268,9 @@ def test_invalid_blocks_are_rejected():
     dense = formats.encode_block(rng.standard_normal((4, 2, 8)).astype(F32), "dense")
     wrong_heads = formats.encode_block(rng.standard_normal((4, 3, 8)).astype(F32), "dense")
     truncated = EncodedValue(good.header, good.payload[:-1])
-    unknown = EncodedValue(schema.EncodedValueProto(), dense.payload)
-    unknown.header.CopyFrom(dense.header)
+    unknown = EncodedValue(schema.EncodedValueProto(), good.payload)
+    unknown.header.CopyFrom(good.header)
+    unknown.header.ClearField("affine")
     unknown.header.struct_type.type_ref = 4242
     cases = [
         (_cache_struct([_block_struct(0, 4, good, dense), _block_struct(5, 4, good, dense)], 8),
@@ -270,6 +281,8 @@ def test_invalid_blocks_are_rejected():
         (_cache_struct([_block_struct(0, 4, truncated, dense)], 4), ErrorCode.AFFINE_PAYLOAD_SIZE),
         (_cache_struct([_block_struct(0, 4, unknown, dense)], 4), ErrorCode.TYPE_REF_UNRESOLVED),
         (_cache_struct([_block_struct(0, 4, good.payload, dense)], 4), ErrorCode.KV_BLOCK_INVALID),
+        (_cache_struct([_block_struct(0, 4, good, dense.astype(np.float16))], 4), ErrorCode.KV_BLOCK_INVALID),
+        (_cache_struct([_block_struct(0, 4, good, dense.reshape(4, 16))], 4), ErrorCode.KV_BLOCK_INVALID),
         (StructValue({"blocks": [], "length": np.array(0, np.int64)}, 9999), ErrorCode.KV_BLOCK_INVALID),
     ]
     for value, code in cases:

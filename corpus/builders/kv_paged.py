@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from conformance_corpus_builders import builder
 from conformance_corpus_builders.kv import _literal, attention_numpy, paged_model
-from conformance_corpus_builders.kv_formats import AFFINE, KV_DENSE_FLOAT32, SCALED_CODEBOOK2_BLOCK_32, encode
+from conformance_corpus_builders.kv_formats import AFFINE, SCALED_CODEBOOK2_BLOCK_32, encode
 from google.protobuf import text_format
 
 KV_BLOCK, KV_PAGED_CACHE = 3100, 3101
@@ -23,8 +23,11 @@ def _int64(value: int) -> dict:
     return {"dtype": "int64", "shape": [], "data": [int(value)]}
 
 
-def _encoded(proto) -> dict:
-    return {"encoded": text_format.MessageToString(proto)}
+def _encoded(block) -> dict:
+    """A block value literal: a dense float32 tensor, or an encoded value."""
+    if isinstance(block, np.ndarray):
+        return _literal(block)
+    return {"encoded": text_format.MessageToString(block)}
 
 
 def block_literal(start: int, valid: int, key, value) -> dict:
@@ -72,12 +75,11 @@ def run_step(label: str, q, k, v, y, state: str = "main", atol: float = DECODED_
 
 
 def layout_check(ref: str, fmt: str) -> dict:
-    """A check that ``ref`` is encoded in block format ``fmt``."""
+    """A check that ``ref`` is encoded in the (non-dense) block format ``fmt``."""
     name = fmt.partition("/")[0]
     if name in AFFINE:
         return {"op": "check", "ref": ref, "layout": "affine", "storage_type": AFFINE[name][0]}
-    type_ref = KV_DENSE_FLOAT32 if name == "dense" else SCALED_CODEBOOK2_BLOCK_32
-    return {"op": "check", "ref": ref, "layout": "struct_type", "type_ref": type_ref}
+    return {"op": "check", "ref": ref, "layout": "struct_type", "type_ref": SCALED_CODEBOOK2_BLOCK_32}
 
 
 # ------------------------------------------------------------------------------------ decoding
@@ -170,11 +172,11 @@ _TABLES = {
     "key_value_slots_differ": ([(0, 2, 4, 2, 2)], None),
     "wrong_heads": ([(0, 4, 4, 4, 3)], None),
     "slots_exceed_block_size": ([(0, 8, 8, 8, 2)], None),
-    "dense_payload_short": ([(0, 4, 4, 4, 2)], None),
+    "dense_not_float": ([(0, 4, 4, 4, 2)], None),
     "affine_payload_short": ([(0, 4, 4, 4, 2)], None),
 }
 #: fault -> (key format, payload bytes cut from the end of the key block)
-_SHORT = {"dense_payload_short": ("dense", 4), "affine_payload_short": ("int8", 1)}
+_SHORT = {"affine_payload_short": ("int8", 1)}
 
 
 @builder
@@ -191,7 +193,10 @@ def kv_paged_invalid(fault: str, code: str, also: list | None = None, block_size
     for start, valid, key_slots, value_slots, key_heads in table:
         key, _ = encode(rng.standard_normal((key_slots, key_heads, head_size)).astype(np.float32), block_format)
         value, _ = encode(rng.standard_normal((value_slots, heads, head_size)).astype(np.float32), "dense")
-        key.raw_data = key.raw_data[:len(key.raw_data) - cut]
+        if cut:
+            key.raw_data = key.raw_data[:len(key.raw_data) - cut]
+        if fault == "dense_not_float":
+            key = key.astype(np.float16)
         blocks.append(block_literal(start, valid, key, value))
     total = sum(row[1] for row in table) if length is None else length
     causes = [code, *(also or [])]

@@ -27,7 +27,6 @@ from reference_impl.kv.formats import (
     KV_PAGED_CACHE,
     BlockCodec,
     BlockFormat,
-    dense_value,
     encode_block,
     kv_catalogue,
     kv_registry,
@@ -49,12 +48,13 @@ def _bindings():
 
 @dataclass(frozen=True)
 class KVBlock:
-    """Positions [start, start + valid) of K and V; ``key``/``value`` are FLOAT[tokens, H, D] values."""
+    """Positions [start, start + valid) of K and V; ``key``/``value`` are FLOAT[tokens, H, D] tensors (dense
+    blocks) or encoded values of that logical type."""
 
     start: int
     valid: int
-    key: EncodedValue
-    value: EncodedValue
+    key: EncodedValue | np.ndarray
+    value: EncodedValue | np.ndarray
     key_codec: BlockCodec = field(repr=False, compare=False)
     value_codec: BlockCodec = field(repr=False, compare=False)
 
@@ -65,19 +65,20 @@ class KVBlock:
 
     def decode(self) -> tuple[np.ndarray, np.ndarray]:
         """This block's valid K and V as float32 [valid, H, D] (one block of workspace)."""
-        k = self.key_codec.decode(self.key.payload)[: self.valid]
-        v = self.value_codec.decode(self.value.payload)[: self.valid]
+        k = self.key_codec.decode(self.key)[: self.valid]
+        v = self.value_codec.decode(self.value)[: self.valid]
         return k, v
 
 
-def make_block(start: int, valid: int, key: EncodedValue, value: EncodedValue, geometry: tuple[int, int, int],
-               path: str = "kv.block") -> KVBlock:
+def make_block(start: int, valid: int, key: EncodedValue | np.ndarray, value: EncodedValue | np.ndarray,
+               geometry: tuple[int, int, int], path: str = "kv.block") -> KVBlock:
     """Bind and check one block (layouts against payload sizes, token range against slots)."""
     heads, head_size, v_head_size = geometry
     catalogue, registry = _bindings()
     for name, item in (("key", key), ("value", value)):
-        if not isinstance(item, EncodedValue):
-            raise fail(E.KV_BLOCK_INVALID, f"{path}.{name}", f"expected an encoded value, got {type(item).__name__}")
+        if not isinstance(item, (EncodedValue, np.ndarray)):
+            raise fail(E.KV_BLOCK_INVALID, f"{path}.{name}",
+                       f"expected a float tensor or an encoded value, got {type(item).__name__}")
     key_codec = BlockCodec(key, heads, head_size, catalogue, registry, f"{path}.key")
     value_codec = BlockCodec(value, heads, v_head_size, catalogue, registry, f"{path}.value")
     if key_codec.shape[0] != value_codec.shape[0]:
@@ -88,14 +89,14 @@ def make_block(start: int, valid: int, key: EncodedValue, value: EncodedValue, g
     return KVBlock(int(start), int(valid), key, value, key_codec, value_codec)
 
 
-def _open_prefix(value: EncodedValue, valid: int, row: int) -> np.ndarray | None:
-    """The growable (1, 1, valid, row) float view behind an open dense block's payload, if any."""
-    storage = storage_of(value.payload)
+def _open_prefix(value: EncodedValue | np.ndarray, valid: int, row: int) -> np.ndarray | None:
+    """The growable (1, 1, valid, row) float view behind an open dense block, if any."""
+    if not isinstance(value, np.ndarray):
+        return None
+    storage = storage_of(value)
     if storage is None or storage.token_major or storage.heads != 1 or storage.data.shape[3] != row:
         return None
-    payload = value.payload
-    if payload.__array_interface__["data"][0] != storage.address \
-            or payload.nbytes != valid * row * storage.data.itemsize:
+    if value.__array_interface__["data"][0] != storage.address or value.nbytes != valid * row * storage.data.itemsize:
         return None
     return storage.view(valid)
 
@@ -207,8 +208,8 @@ class PagedKVCache:
 
     def _dense_block(self, start: int, grown: tuple[np.ndarray, np.ndarray]) -> KVBlock:
         valid = grown[0].shape[2]
-        key = dense_value(grown[0].reshape(-1).view(np.uint8), (valid, self.kv_heads, self.head_size))
-        value = dense_value(grown[1].reshape(-1).view(np.uint8), (valid, self.kv_heads, self.v_head_size))
+        key = grown[0].reshape(valid, self.kv_heads, self.head_size)
+        value = grown[1].reshape(valid, self.kv_heads, self.v_head_size)
         return make_block(start, valid, key, value, self.geometry)
 
     # ------------------------------------------------------------------------- conversion
@@ -220,7 +221,7 @@ class PagedKVCache:
             if not -len(blocks) <= index < len(blocks):
                 raise fail(E.KV_BLOCK_INVALID, f"kv.paged.blocks[{index}]", f"no block {index}")
             block = blocks[index]
-            k, v = block.key_codec.decode(block.key.payload), block.value_codec.decode(block.value.payload)
+            k, v = block.key_codec.decode(block.key), block.value_codec.decode(block.value)
             new_key = block.key if key_format is None else _encode(k, key_format)
             new_value = block.value if value_format is None else _encode(v, value_format)
             blocks[index] = make_block(block.start, block.valid, new_key, new_value, self.geometry)
@@ -286,11 +287,16 @@ def struct_geometry(value, path: str = "cache") -> tuple[int, int, int] | None:
     dims = []
     for name in ("key", "value"):
         item = first[name]
-        if not isinstance(item, EncodedValue):
-            raise fail(E.KV_BLOCK_INVALID, f"{where}.{name}", f"expected an encoded value, got {type(item).__name__}")
-        logical = item.header.logical_type
-        shape = tuple(d.dim_value for d in logical.tensor_type.shape.dim)
-        if logical.WhichOneof("value") != "tensor_type" or len(shape) != 3 or min(shape) <= 0:
+        if isinstance(item, np.ndarray):
+            shape = item.shape
+        elif isinstance(item, EncodedValue):
+            logical = item.header.logical_type
+            shape = tuple(d.dim_value for d in logical.tensor_type.shape.dim) \
+                if logical.WhichOneof("value") == "tensor_type" else ()
+        else:
+            raise fail(E.KV_BLOCK_INVALID, f"{where}.{name}",
+                       f"expected a float tensor or an encoded value, got {type(item).__name__}")
+        if len(shape) != 3 or min(shape) <= 0:
             raise fail(E.KV_BLOCK_INVALID, f"{where}.{name}.logical_type",
                        f"a block is FLOAT[tokens, heads, head_size] with positive sizes, got {shape}")
         dims.append(shape)
@@ -315,7 +321,7 @@ def _format_name(codec: BlockCodec) -> str:
     return {"dense": "dense", "struct": "codebook2"}[codec.kind]
 
 
-def _encode(x: np.ndarray, fmt) -> EncodedValue:
+def _encode(x: np.ndarray, fmt) -> EncodedValue | np.ndarray:
     fmt = BlockFormat.parse(fmt)
     encoded = encode_block(x, fmt)
     if fmt.name != "dense":
@@ -328,9 +334,9 @@ def seal(block: KVBlock, key_format: BlockFormat, value_format: BlockFormat,
     """A full block in its final formats; dense stays on the same payload (no copy)."""
     key, value = block.key, block.value
     if key_format.name != "dense":
-        key = _encode(block.key_codec.decode(key.payload), key_format)
+        key = _encode(block.key_codec.decode(key), key_format)
     if value_format.name != "dense":
-        value = _encode(block.value_codec.decode(value.payload), value_format)
+        value = _encode(block.value_codec.decode(value), value_format)
     if key is block.key and value is block.value:
         return block
     return make_block(block.start, block.valid, key, value, geometry)
