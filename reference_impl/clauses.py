@@ -245,14 +245,26 @@ _CLAUSES = [
     ("EXP-STRUCT", "GraphBuilder, shape inference and serialization",
      "Unsupported field-value export fails explicitly rather than dropping dynamic fields."),
     # --- KV caches -----------------------------------------------------------------------------------
-    ("KV-APPEND", "Implementation sequence",
-     "Append touches only new tokens and matches functional execution."),
-    ("KV-CAPACITY", "Ownership and acceptance",
-     "Invalid capacities and failed mutations are covered by acceptance; fixed-capacity reuse is "
-     "demonstrated."),
-    ("KV-PAGED", "Quantized and paged caches use the same feedback",
-     "Each K/V block may use a different EncodedValueProto layout, provided its decoded type and geometry "
-     "satisfy the consumer contract. The block's logical token range and valid length are value data."),
+    ("KV-APPEND-EQUIV", "Implementation sequence",
+     "Optimize past/present inputs when ownership permits buffer reuse: append [...] matches functional "
+     "execution."),
+    ("KV-APPEND-INPLACE", "Implementation sequence",
+     "Optimize past/present inputs when ownership permits buffer reuse: append touches only new tokens [...]"),
+    ("KV-CAPACITY-REUSE", "Ownership and acceptance",
+     "PR05 must further demonstrate fixed-capacity reuse before claiming no algorithmic full-cache allocation "
+     "or copy."),
+    ("KV-CAPACITY-INVALID", "Ownership and acceptance",
+     "Acceptance [...] compare[s] [...] the state helper versus a manual output-to-input loop, covering [...] "
+     "invalid capacities [...]"),
+    ("KV-MUTATION-FAILED", "Implementation sequence",
+     "Verify capacity/cancellation and allocation/copy costs without invalidating prior returned views; "
+     "acceptance covers [...] failed mutations."),
+    ("KV-PAGED-FORMATS", "Quantized and paged caches use the same feedback",
+     "Each K/V block may use a different EncodedValueProto layout, such as INT4, INT8 or a codebook struct, "
+     "provided its decoded type and geometry satisfy the consumer contract."),
+    ("KV-PAGED-RANGE", "Quantized and paged caches use the same feedback",
+     "The block's logical token range and valid length are value data; payload byte length measures physical "
+     "records, not valid tokens."),
     ("KV-BOUNDED", "Quantized and paged caches use the same feedback",
      "Acceptance measures bounded workspace and no full-cache copy or dequantization."),
     ("KV-ATTENTION", "Implementation sequence",

@@ -36,7 +36,7 @@ def test_kv_cases_cover_the_topics_cite_clauses_and_say_where_expectations_come_
     codes = {code.value for code in ErrorCode}
     for case in CASES:
         assert case.clauses and set(case.clauses) <= set(CLAUSES), case.id
-        assert case.expectation_source in ("numpy", "hand"), case.id
+        assert case.expectation_source in ("numpy", "hand", "spec"), case.id
         for step in case.extras()["steps"]:
             cause = step.get("cause", [])
             assert set([step.get("error", "STATE_BUSY"), *step.get("also", []), *cause]) <= codes, case.id

@@ -3,6 +3,7 @@ case; the suite's own self-check runs it in process and through the testee."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -155,9 +156,11 @@ class ReferenceState:
 
     def __init__(self, state) -> None:
         self.state = state
+        self._kv = _kv_counters()
 
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
-        outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()})
+        with self._counting():
+            outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()})
         return {k: to_neutral(v) for k, v in outputs.items()}
 
     def run_cancelled(self, feeds: dict[str, Any]) -> dict[str, Any]:
@@ -166,8 +169,23 @@ class ReferenceState:
 
         token = CancelToken()
         token.cancel()
-        outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()}, cancel=token)
+        with self._counting():
+            outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()}, cancel=token)
         return {k: to_neutral(v) for k, v in outputs.items()}
+
+    @contextlib.contextmanager
+    def _counting(self):
+        """Accumulate what the KV kernels report during one call into this state's KV counters."""
+        if self._kv is None:
+            yield
+            return
+        from reference_impl.kv.storage import counting
+
+        with counting() as call:
+            try:
+                yield
+            finally:
+                self._kv.add(call)
 
     def values(self) -> dict[str, Any]:
         return {k: to_neutral(v) for k, v in self.state.values.items()}
@@ -179,8 +197,12 @@ class ReferenceState:
         self.state.close()
 
     def counters(self) -> dict[str, int]:
-        """The state's own counters under the suite's names (docs/testee-protocol.md)."""
-        return self.state.counters.snapshot()
+        """The state's own counters and the KV kernels' under the suite's names (docs/testee-protocol.md)."""
+        found = dict(self.state.counters.snapshot())
+        if self._kv is not None:
+            found["kv_bytes_written"] = self._kv.written_bytes
+            found["attention_peak_workspace_bytes"] = self._kv.workspace_peak
+        return found
 
 
 def to_runtime(value: Any) -> Any:
@@ -231,6 +253,14 @@ def _kv_kernels():
     except ImportError:
         return None
     return kv_kernels()
+
+
+def _kv_counters():
+    try:
+        from reference_impl.kv.storage import KVCounters
+    except ImportError:
+        return None
+    return KVCounters()
 
 
 def _kv_module():

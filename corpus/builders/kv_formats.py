@@ -35,6 +35,11 @@ def pack(codes: np.ndarray, width: int) -> bytes:
     return pack_nibbles(codes) if width == 4 else pack_crumbs(codes)
 
 
+def float_tensor(array: np.ndarray):
+    """A FLOAT TensorProto of ``array`` (raw little-endian data)."""
+    return _tensor(array, 1)
+
+
 def _tensor(array: np.ndarray, data_type: int, width: int | None = None):
     tensor = schema.TensorProto(data_type=data_type, dims=list(array.shape))
     tensor.raw_data = array.astype("<f4").tobytes() if width is None else pack(array, width)

@@ -20,6 +20,7 @@ import numpy as np
 
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
+from reference_impl.kv.storage import record_workspace
 
 _PATH = "Attention"
 FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64),
@@ -232,6 +233,22 @@ def grouped_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     return scores.astype(q.dtype, copy=False).reshape(batch, hq, sq, t)
 
 
+#: Keys scaled at a time: ``scaled_scores`` never holds a scaled copy of more of the cache than this.
+SCORE_CHUNK = 1024
+
+
+def scaled_scores(qs: np.ndarray, k: np.ndarray, s) -> np.ndarray:
+    """``grouped_scores(qs, k * s)`` computed over chunks of keys, so the scaled copy of K stays bounded."""
+    total = k.shape[2]
+    if total <= SCORE_CHUNK:
+        return grouped_scores(qs, (k * s).astype(qs.dtype, copy=False))
+    out = np.empty(qs.shape[:3] + (total,), qs.dtype)
+    for start in range(0, total, SCORE_CHUNK):
+        chunk = k[:, :, start:start + SCORE_CHUNK]
+        out[..., start:start + chunk.shape[2]] = grouped_scores(qs, (chunk * s).astype(qs.dtype, copy=False))
+    return out
+
+
 def grouped_values(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     """(B, Hq, Sq, T) x (B, Hkv, T, Dv) -> (B, Hq, Sq, Dv) with the same head grouping."""
     batch, hq, sq, t = p.shape
@@ -245,6 +262,13 @@ def apply_softcap(scores: np.ndarray, softcap: float) -> np.ndarray:
         cap = scores.dtype.type(softcap)
         return np.tanh(scores / cap) * cap
     return scores
+
+
+def biased_logits(raw: np.ndarray, bias, softcap: float) -> tuple[np.ndarray, np.ndarray]:
+    """(softcapped scores, softcapped scores + bias): the softcap applies to the raw product, before the
+    mask and causal bias are added (the operator's order), so masked keys stay -inf."""
+    capped = apply_softcap(raw, softcap)
+    return capped, capped if bias is None else capped + bias
 
 
 def softmax_rows(x: np.ndarray) -> np.ndarray:
@@ -305,15 +329,17 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, attn_mask: np.ndarray
                          position_bias(sq, 0, total, offset, attrs, dtype),
                          padding_bias(nonpad, 0, total, dtype)], (sq, total), dtype)
     s = sqrt_scale(attrs, head, dtype)
-    raw = grouped_scores((q4 * s).astype(dtype, copy=False), (k4 * s).astype(dtype, copy=False))
-    capped = apply_softcap(raw, attrs.softcap)
-    biased = capped + bias
+    qs = (q4 * s).astype(dtype, copy=False)
+    raw = scaled_scores(qs, k4, s)
+    capped, biased = biased_logits(raw, bias, attrs.softcap)
     precision = SOFTMAX_PRECISION.get(attrs.softmax_precision, dtype)
     probs = softmax_rows(biased.astype(precision, copy=False))
     probs = np.where(fully_masked(bias), precision.type(0), probs)
     mode = attrs.qk_matmul_output_mode
     qk = {0: raw, 1: capped, 2: biased, 3: probs}[mode].astype(dtype, copy=False)
     y = grouped_values(probs.astype(dtype, copy=False), v4)
+    scratch = {id(a): a.nbytes for a in (qs, raw, capped, biased, probs, bias, qk) if isinstance(a, np.ndarray)}
+    record_workspace(sum(scratch.values()) + min(k4.shape[2], SCORE_CHUNK) * k4[0, :, :1].nbytes * len(k4))
     if rank == 3:
         y = merge_heads(y)
     return AttentionOutputs(y, present_key, present_value, qk)

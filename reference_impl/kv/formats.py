@@ -43,7 +43,7 @@ KV_CATALOGUE_TEXT = f"""
 struct_types {{
   type_id: 3100
   name: "KV_BLOCK"
-  doc_string: "One K/V block: its first token position, valid token count, and K and V as FLOAT[tokens, kv_heads, head_size] tensors (dense, or encoded values of that logical type)."
+  doc_string: "One K/V block: first token position, valid tokens, K and V as FLOAT[tokens, kv_heads, head_size]."
   structure {{
     field {{ name: "start" type {{ tensor_type {{ elem_type: 7 shape {{ }} }} }} }}
     field {{ name: "valid_length" type {{ tensor_type {{ elem_type: 7 shape {{ }} }} }} }}
@@ -246,6 +246,26 @@ class BlockCodec:
         if nbytes != affine.payload_bytes(self.storage_type, self.count):
             raise fail(E.AFFINE_PAYLOAD_SIZE, self.path, f"{nbytes} payload bytes for {self.count} codes")
 
+    @property
+    def signature(self) -> tuple | None:
+        """Blocks whose codecs share a signature decode together (``decode_many``): the payloads and
+        parameters of full blocks concatenate along the token axis. None: this block decodes alone."""
+        if self.kind == "dense":
+            return ("dense", self.shape)
+        if self.kind == "affine":
+            bits = dtypes.BIT_WIDTH[self.storage_type]
+            if self.axis != 2 or (self.count * bits) % 8:
+                return None
+            return ("affine", self.shape, self.storage_type, self.block_size, self.scale.shape,
+                    self.zero_point is None)
+        return ("struct", self.shape, id(self.decoder), self.layout.record_bytes)
+
+    @property
+    def decode_cost(self) -> int:
+        """Bytes of scratch decoding this block takes: its float32 values, four times that for a
+        registered decoder (the codebook's gathers through wide bit windows)."""
+        return self.count * 4 * (4 if self.kind == "struct" else 1)
+
     def decode(self, value: EncodedValue | np.ndarray) -> np.ndarray:
         """The block's float32 [tokens, heads, head_size] values (a dense block is returned as is)."""
         if self.kind == "dense":
@@ -258,3 +278,25 @@ class BlockCodec:
         if flat.size != self.count:
             raise fail(E.LOGICAL_SHAPE_MISMATCH, self.path, f"decoder produced {flat.size} of {self.count} values")
         return flat.astype(np.float32, copy=False).reshape(self.shape)
+
+
+def decode_many(codecs: list[BlockCodec], values: list) -> np.ndarray:
+    """The blocks' values stacked along the token axis, decoded in one pass; every codec must have the
+    same (non-None) ``signature``. Dense blocks are copied into one array, encoded ones decoded once."""
+    first = codecs[0]
+    if len(codecs) == 1:
+        return first.decode(values[0])
+    tokens = first.shape[0] * len(codecs)
+    shape = (tokens,) + first.shape[1:]
+    if first.kind == "dense":
+        return np.concatenate(values, axis=0)
+    payload = np.concatenate([value.payload for value in values])
+    if first.kind == "affine":
+        scale = np.concatenate([codec.scale for codec in codecs], axis=0)
+        zero_point = None if first.zero_point is None else np.concatenate([c.zero_point for c in codecs], axis=0)
+        return affine.dequantize(payload, first.storage_type, scale, zero_point, 2, first.block_size, shape)
+    flat = first.decoder.decode(first.layout, payload)
+    if flat.size != first.count * len(codecs):
+        raise fail(E.LOGICAL_SHAPE_MISMATCH, first.path,
+                   f"decoder produced {flat.size} values for {len(codecs)} blocks")
+    return flat.astype(np.float32, copy=False).reshape(shape)

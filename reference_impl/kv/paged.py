@@ -27,6 +27,7 @@ from reference_impl.kv.formats import (
     KV_PAGED_CACHE,
     BlockCodec,
     BlockFormat,
+    decode_many,
     encode_block,
     kv_catalogue,
     kv_registry,
@@ -68,6 +69,63 @@ class KVBlock:
         k = self.key_codec.decode(self.key)[: self.valid]
         v = self.value_codec.decode(self.value)[: self.valid]
         return k, v
+
+
+#: A group of blocks decoded together holds at most this many bytes of decoded keys and this many tokens
+#: (or one block): the attention workspace is bounded by a group, whatever the context.
+GROUP_BYTES = 1 << 18
+GROUP_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class BlockGroup:
+    """Consecutive blocks read together: positions [start, stop) of the cache, all valid tokens."""
+
+    blocks: tuple[KVBlock, ...]
+
+    @property
+    def start(self) -> int:
+        return self.blocks[0].start
+
+    @property
+    def stop(self) -> int:
+        return self.blocks[-1].start + self.blocks[-1].valid
+
+    @property
+    def allocates(self) -> bool:
+        """Whether decoding allocates (a lone dense block is read in place)."""
+        return len(self.blocks) > 1 or "dense" not in (self.blocks[0].key_codec.kind, self.blocks[0].value_codec.kind)
+
+    def decode(self) -> tuple[np.ndarray, np.ndarray]:
+        """The group's valid K and V as float32 [tokens, H, D] (one group of workspace)."""
+        if len(self.blocks) == 1:
+            return self.blocks[0].decode()
+        keys = decode_many([b.key_codec for b in self.blocks], [b.key for b in self.blocks])
+        values = decode_many([b.value_codec for b in self.blocks], [b.value for b in self.blocks])
+        return keys, values
+
+
+def block_groups(blocks, budget: int = GROUP_BYTES):
+    """The blocks in order, in groups that decode together: consecutive full blocks whose key codecs and
+    value codecs share signatures, until the decoded keys would exceed ``budget`` bytes. A partial block
+    (payload slots beyond its valid tokens) or one without a signature forms its own group."""
+    group: list[KVBlock] = []
+    signature = None
+    for block in blocks:
+        mine = (block.key_codec.signature, block.value_codec.signature)
+        full = block.valid == block.tokens and None not in mine
+        size = block.key_codec.decode_cost
+        if group and (not full or mine != signature or (len(group) + 1) * size > budget
+                      or (len(group) + 1) * block.tokens > GROUP_TOKENS):
+            yield BlockGroup(tuple(group))
+            group = []
+        if full:
+            group.append(block)
+            signature = mine
+        else:
+            yield BlockGroup((block,))
+    if group:
+        yield BlockGroup(tuple(group))
 
 
 def make_block(start: int, valid: int, key: EncodedValue | np.ndarray, value: EncodedValue | np.ndarray,
@@ -346,4 +404,5 @@ def empty(kv_heads: int, head_size: int, block_size: int, v_head_size: int | Non
     return PagedKVCache(kv_heads, head_size, head_size if v_head_size is None else v_head_size, block_size)
 
 
-__all__ = ["KVBlock", "KVStorage", "PagedKVCache", "empty", "make_block", "seal", "struct_geometry"]
+__all__ = ["BlockGroup", "KVBlock", "KVStorage", "PagedKVCache", "block_groups", "empty", "make_block", "seal",
+           "struct_geometry"]

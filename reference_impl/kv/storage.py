@@ -35,7 +35,8 @@ MAX_STORAGE_BYTES = 1 << 32
 
 @dataclass
 class KVCounters:
-    """Byte accounting for cache writes: what appends wrote, and what relocations copied."""
+    """Byte accounting for cache writes (what appends wrote, what relocations copied, what sealing
+    encoded) and the peak scratch of one attention call. Sums add up; ``workspace_peak`` is a maximum."""
 
     appended_bytes: int = 0
     relocated_bytes: int = 0
@@ -43,10 +44,19 @@ class KVCounters:
     allocated_bytes: int = 0
     in_place_appends: int = 0
     encoded_bytes: int = 0  # bytes of quantized blocks produced by sealing or conversion
+    workspace_peak: int = 0  # largest scratch one attention call held at once (bytes)
+
+    @property
+    def written_bytes(self) -> int:
+        """Every byte written into cache storage: new tokens, relocation copies and encoded blocks."""
+        return self.appended_bytes + self.relocated_bytes + self.encoded_bytes
 
     def add(self, other: KVCounters) -> None:
         for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            if name == "workspace_peak":
+                self.workspace_peak = max(self.workspace_peak, other.workspace_peak)
+            else:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 _ACTIVE: contextvars.ContextVar[tuple[KVCounters, ...]] = contextvars.ContextVar("kv_counters", default=())
@@ -66,6 +76,13 @@ def counting():
 def record(delta: KVCounters) -> None:
     for counters in _ACTIVE.get():
         counters.add(delta)
+
+
+def record_workspace(nbytes: int) -> None:
+    """Report the scratch an attention call holds at one point (the counters keep the maximum)."""
+    active = _ACTIVE.get()
+    if active:
+        record(KVCounters(workspace_peak=int(nbytes)))
 
 
 def check_capacity(capacity, path: str) -> int:
