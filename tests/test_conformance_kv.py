@@ -108,8 +108,9 @@ def test_dropped_zero_points_and_skipped_conversion_are_caught(monkeypatch):
     dequantize = affine.dequantize
     monkeypatch.setattr(affine, "dequantize", lambda codes, st, scale, zp, *rest: dequantize(codes, st, scale,
                                                                                               None, *rest))
-    caught = _failed(_verdicts(ReferenceAdapter(), ["Required.KV.PagedFormats"]))
-    assert caught == sorted(c.id for c in select(load_cases(), ["Required.KV.PagedFormats"]))  # all use uint*
+    formats = ["Required.KV.PagedFormats", "Recommended.KV.PagedFormats"]
+    caught = _failed(_verdicts(ReferenceAdapter(), formats))
+    assert caught == sorted(c.id for c in select(load_cases(), formats))  # all use uint*
     monkeypatch.setattr(affine, "dequantize", dequantize)
     monkeypatch.setattr(paged, "seal", lambda block, *args: block)  # full blocks stay dense
     results = _verdicts(ReferenceAdapter(), ["Recommended.KV.PagedConversion"])
