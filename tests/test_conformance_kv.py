@@ -77,15 +77,15 @@ def test_peers_pass_or_do_not_support_the_new_kv_cases(peer):
 # ------------------------------------------------------------------------------ injected faults
 def test_in_place_append_behind_a_shared_prefix_is_caught(monkeypatch):
     """Appending into spare capacity whenever it fits, ignoring who else extends the same prefix."""
-    from reference_impl.kv import contiguous
+    from reference_impl.kv.storage import KVStorage
 
-    def naive(storage, past, needed):
-        if storage is None or not storage.is_prefix_view(past) or needed > storage.capacity:
+    def naive(storage, length, needed):
+        if needed > storage.capacity:
             return False
         storage.claimed = needed
         return True
 
-    monkeypatch.setattr(contiguous, "_claim_in_place", naive)
+    monkeypatch.setattr(KVStorage, "reserve", naive)
     assert _failed(_verdicts(ReferenceAdapter(), ["*.KV.*.Branches*"])) == [
         "Required.KV.Contiguous.BranchesFromASharedPrefix", "Required.KV.PagedOwnership.BranchesFromAHeldCache"]
 
@@ -103,15 +103,18 @@ def test_ignored_cancellation_is_caught():
 
 def test_dropped_zero_points_and_skipped_conversion_are_caught(monkeypatch):
     from reference_impl import affine
-    from reference_impl.kv import paged
+    from reference_impl.kv import formats, paged
 
-    dequantize = affine.dequantize
+    dequantize, heads = affine.dequantize, formats._dequantize_heads
     monkeypatch.setattr(affine, "dequantize", lambda codes, st, scale, zp, *rest: dequantize(codes, st, scale,
                                                                                               None, *rest))
-    formats = ["Required.KV.PagedFormats", "Recommended.KV.PagedFormats"]
-    caught = _failed(_verdicts(ReferenceAdapter(), formats))
-    assert caught == sorted(c.id for c in select(load_cases(), formats))  # all use uint*
+    monkeypatch.setattr(formats, "_dequantize_heads", lambda codes, st, scale, zp, *rest: heads(codes, st, scale,
+                                                                                                 None, *rest))
+    decoding = ["Required.KV.PagedFormats", "Recommended.KV.PagedFormats"]
+    caught = _failed(_verdicts(ReferenceAdapter(), decoding))
+    assert caught == sorted(c.id for c in select(load_cases(), decoding))  # all use uint*
     monkeypatch.setattr(affine, "dequantize", dequantize)
+    monkeypatch.setattr(formats, "_dequantize_heads", heads)
     monkeypatch.setattr(paged, "seal", lambda block, *args: block)  # full blocks stay dense
     results = _verdicts(ReferenceAdapter(), ["Recommended.KV.PagedConversion"])
     assert all(r.verdict == FAILED and "expected an encoded value" in r.message for r in results.values())

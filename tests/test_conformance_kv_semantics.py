@@ -14,7 +14,7 @@ from conformance.cases import builders, load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
 from reference_impl import schema
 from reference_impl.kv import attention as A
-from reference_impl.kv.paged_attention import OnlineSoftmax
+from reference_impl.kv.paged_attention import OnlineSoftmax, _scaled
 
 pytestmark = pytest.mark.clause("KV-ATTENTION")
 
@@ -171,11 +171,12 @@ def _no_running_maximum(monkeypatch):
         e = np.exp(x)
         return e / np.sum(e, axis=-1, keepdims=True)
 
-    def add(self, logits, v, bias):
+    def add(self, logits, v, bias, v_scale=None):
         self.attended |= True
         weights = np.exp(logits)
-        self.normalizer = self.normalizer + np.sum(weights, axis=-1, keepdims=True)
-        self.acc = self.acc + A.grouped_values(weights, v)
+        total, part = np.sum(weights, axis=-1, keepdims=True), A.grouped_values(_scaled(weights, v_scale), v)
+        self.normalizer = total if self.normalizer is None else self.normalizer + total
+        self.acc = part if self.acc is None else self.acc + part
         return weights
 
     monkeypatch.setattr(A, "softmax_rows", softmax)

@@ -250,12 +250,18 @@ class BlockCodec:
     def signature(self) -> tuple | None:
         """Blocks whose codecs share a signature decode together (``decode_many``): the payloads and
         parameters of full blocks concatenate along the token axis. None: this block decodes alone."""
+        found = self.__dict__.get("_signature", False)
+        if found is False:
+            found = self._signature = self._make_signature()
+        return found
+
+    def _make_signature(self) -> tuple | None:
         if self.kind == "dense":
             return ("dense", self.shape)
         if self.kind == "affine":
             bits = dtypes.BIT_WIDTH[self.storage_type]
-            if self.axis != 2 or (self.count * bits) % 8:
-                return None
+            if self.axis != 2 or not self.block_size or (self.count * bits) % 8:
+                return None  # per-tensor or per-channel parameters do not stack along the tokens
             return ("affine", self.shape, self.storage_type, self.block_size, self.scale.shape,
                     self.zero_point is None)
         return ("struct", self.shape, id(self.decoder), self.layout.record_bytes)
@@ -272,6 +278,9 @@ class BlockCodec:
             return value
         payload = value.payload
         if self.kind == "affine":
+            if self.axis == 2 and self.block_size:
+                return _dequantize_heads(payload, self.storage_type, self.scale, self.zero_point, self.shape,
+                                         self.block_size)
             return affine.dequantize(payload, self.storage_type, self.scale, self.zero_point, self.axis,
                                      self.block_size, self.shape)
         flat = self.decoder.decode(self.layout, payload)
@@ -294,9 +303,41 @@ def decode_many(codecs: list[BlockCodec], values: list) -> np.ndarray:
     if first.kind == "affine":
         scale = np.concatenate([codec.scale for codec in codecs], axis=0)
         zero_point = None if first.zero_point is None else np.concatenate([c.zero_point for c in codecs], axis=0)
-        return affine.dequantize(payload, first.storage_type, scale, zero_point, 2, first.block_size, shape)
+        return _dequantize_heads(payload, first.storage_type, scale, zero_point, shape, first.block_size)
     flat = first.decoder.decode(first.layout, payload)
     if flat.size != first.count * len(codecs):
         raise fail(E.LOGICAL_SHAPE_MISMATCH, first.path,
                    f"decoder produced {flat.size} values for {len(codecs)} blocks")
     return flat.astype(np.float32, copy=False).reshape(shape)
+
+
+def _dequantize_heads(payload: np.ndarray, storage_type: int, scale: np.ndarray, zero_point, shape: tuple,
+                      group: int) -> np.ndarray:
+    """DequantizeLinear of FLOAT[tokens, heads, head_size] codes blocked along head_size (axis 2) by
+    ``group``: (code - zero_point) * scale with the parameters broadcast over each group. When the group
+    does not divide head_size, the general ``affine.dequantize`` handles the short last group."""
+    tokens, heads, size = shape
+    if size % group:
+        return affine.dequantize(payload, storage_type, scale, zero_point, 2, group, shape)
+    codes = affine.codes_as_float(payload, storage_type, tokens * heads * size, np.float32)
+    blocks = codes.reshape(tokens, heads, size // group, group)
+    if zero_point is not None:
+        blocks -= zero_point[..., None].astype(np.float32)
+    blocks *= scale[..., None]
+    return codes.reshape(shape)
+
+
+def decode_factored(codecs: list[BlockCodec], values: list) -> tuple[np.ndarray, np.ndarray | None]:
+    """Like ``decode_many``, but for symmetric affine blocks with one scale per token and head (the group is
+    the whole head) returns the codes as floats and the scales apart, (codes [t, H, D], scale [t, H]):
+    the values are codes * scale[..., None], and attention applies the scale to the t scores (or weights)
+    instead of the t x D values. Any other representation: (decoded values, None)."""
+    first = codecs[0]
+    if first.kind != "affine" or first.zero_point is not None or first.axis != 2 \
+            or first.block_size != first.shape[2] or first.signature is None:
+        return decode_many(codecs, values), None
+    tokens = first.shape[0] * len(codecs)
+    payload = values[0].payload if len(values) == 1 else np.concatenate([value.payload for value in values])
+    scale = first.scale if len(codecs) == 1 else np.concatenate([codec.scale for codec in codecs], axis=0)
+    codes = affine.codes_as_float(payload, first.storage_type, tokens * first.shape[1] * first.shape[2], np.float32)
+    return codes.reshape((tokens,) + first.shape[1:]), scale.reshape(tokens, first.shape[1])

@@ -22,7 +22,7 @@ from reference_impl.errors import fail
 from reference_impl.kv import attention as A
 from reference_impl.kv import paged
 from reference_impl.kv.paged import PagedKVCache
-from reference_impl.kv.storage import record_workspace
+from reference_impl.kv.storage import counting_active, record_workspace
 
 _F32 = np.dtype(np.float32)
 
@@ -75,33 +75,46 @@ class OnlineSoftmax:
     weighted sum, rescaled whenever the maximum grows (so exp never overflows, whatever the logits)."""
 
     def __init__(self, hq: int, sq: int, v_head: int):
+        self.shape = (1, hq, sq, v_head)
         self.row_max = np.full((1, hq, sq, 1), -np.inf, _F32)
-        self.normalizer = np.zeros((1, hq, sq, 1), _F32)
-        self.acc = np.zeros((1, hq, sq, v_head), _F32)
+        self.normalizer = self.acc = None  # until the first group
         self.attended = np.zeros((1, hq, sq, 1), bool)
 
-    def add(self, logits: np.ndarray, v: np.ndarray, bias) -> np.ndarray:
-        """Fold one group's logits (1, Hq, Sq, t) and values (1, Hkv, t, Dv); returns its weights."""
+    def add(self, logits: np.ndarray, v: np.ndarray, bias, v_scale: np.ndarray | None = None) -> np.ndarray:
+        """Fold one group's logits (1, Hq, Sq, t) and values (1, Hkv, t, Dv) (times ``v_scale`` [t, Hkv]
+        per token and head, when given); returns its weights."""
         if bias is None:
             self.attended[...] = True
         else:
-            self.attended |= ~np.isneginf(np.max(bias, axis=-1, keepdims=True))
-        new_max = np.maximum(self.row_max, np.max(logits, axis=-1, keepdims=True))
-        safe_max = np.where(np.isneginf(new_max), _F32.type(0), new_max)
-        correction = np.exp(self.row_max - safe_max)
+            self.attended |= ~np.isneginf(bias.max(axis=-1, keepdims=True))
+        new_max = logits.max(axis=-1, keepdims=True)
+        first = self.normalizer is None
+        if not first:
+            new_max = np.maximum(self.row_max, new_max)
+        # Without a bias no logit is -inf; with one, a row that has seen no key yet stays -inf: shift by 0.
+        safe_max = new_max if bias is None else np.where(np.isneginf(new_max), _F32.type(0), new_max)
         weights = np.exp(logits - safe_max)
-        self.normalizer = self.normalizer * correction + np.sum(weights, axis=-1, keepdims=True)
-        self.acc = self.acc * correction + A.grouped_values(weights, v)
+        part = A.grouped_values(_scaled(weights, v_scale), v)
+        if first:
+            self.normalizer, self.acc = weights.sum(axis=-1, keepdims=True), part
+        else:
+            correction = np.exp(self.row_max - safe_max)
+            self.normalizer = self.normalizer * correction + weights.sum(axis=-1, keepdims=True)
+            self.acc = self.acc * correction + part
         self.row_max = new_max
         return weights
 
     def result(self) -> np.ndarray:
+        if self.normalizer is None:  # an empty cache: nothing to attend
+            return np.zeros(self.shape, _F32)
         keep = self.attended & (self.normalizer > 0)
+        if keep.all():
+            return self.acc / self.normalizer
         return np.where(keep, self.acc / np.where(keep, self.normalizer, _F32.type(1)), _F32.type(0))
 
     @property
     def nbytes(self) -> int:
-        return self.row_max.nbytes + self.normalizer.nbytes + self.acc.nbytes + self.attended.nbytes
+        return 2 * self.row_max.nbytes + self.attended.nbytes + int(np.prod(self.shape)) * 4
 
 
 def _attend_row(q: np.ndarray, cache: PagedKVCache, mask, attrs: A.AttentionAttrs, offset) -> np.ndarray:
@@ -109,21 +122,35 @@ def _attend_row(q: np.ndarray, cache: PagedKVCache, mask, attrs: A.AttentionAttr
     first = cache.blocks[0].start if cache.blocks else 0
     offset = cache.end - sq if offset is None else offset
     s = A.sqrt_scale(attrs, head, _F32)
-    qs = q * s
+    qs = (q * s) * s  # the whole scale on the queries: the cache is read as it is stored, never rescaled
     softmax = OnlineSoftmax(hq, sq, cache.v_head_size)
+    counting = counting_active()
     for group in paged.block_groups(cache.blocks):
-        kd, vd = group.decode()  # (t, Hkv, D) and (t, Hkv, Dv): this group's valid tokens only
-        k = kd.transpose(1, 0, 2)[None]
-        v = vd.transpose(1, 0, 2)[None]
-        ks = k * s
-        raw = A.grouped_scores(qs, ks)
+        keys, key_scale = group.factored("key")  # (t, Hkv, D): this group's valid tokens only
+        raw = _scaled(A.grouped_scores(qs, keys.transpose(1, 0, 2)[None]), key_scale)
+        decoded = keys.nbytes if group.allocates else 0
+        del keys  # released before V is decoded
         bias = _group_bias(mask, sq, group.start, group.stop, first, offset, attrs)
         capped, logits = A.biased_logits(raw, bias, attrs.softcap)
-        weights = softmax.add(logits, v, bias)
-        held = [ks, raw, capped, logits, weights, bias] + ([kd, vd] if group.allocates else [])
-        scratch = {id(a): a.nbytes for a in held if isinstance(a, np.ndarray)}
-        record_workspace(sum(scratch.values()) + qs.nbytes + softmax.nbytes)
+        values, value_scale = group.factored("value")
+        weights = softmax.add(logits, values.transpose(1, 0, 2)[None], bias, value_scale)
+        if counting:
+            decoded = max(decoded, values.nbytes if group.allocates else 0)
+            scratch = {id(a): a.nbytes for a in (raw, capped, logits, weights, bias) if isinstance(a, np.ndarray)}
+            record_workspace(sum(scratch.values()) + decoded + qs.nbytes + softmax.nbytes)
+        del values, raw, capped, logits, weights  # before the next group is decoded
     return softmax.result()
+
+
+def _scaled(x: np.ndarray, scale: np.ndarray | None) -> np.ndarray:
+    """(1, Hq, Sq, t) scores or weights times a per-token, per-KV-head scale [t, Hkv] (query head h uses KV
+    head h // (Hq / Hkv)); ``x`` itself when there is no scale."""
+    if scale is None:
+        return x
+    batch, hq, sq, t = x.shape
+    hkv = scale.shape[1]
+    grouped = x.reshape(batch, hkv, (hq // hkv) * sq, t) * scale.T[None, :, None, :]
+    return grouped.reshape(batch, hq, sq, t)
 
 
 def _group_bias(mask, sq: int, lo: int, hi: int, first: int, offset: int, attrs: A.AttentionAttrs):
