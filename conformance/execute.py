@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance import operators
 from conformance import values as V
 from conformance.adapters import NotSupported, Rejected, SuiteError
 from conformance.cases import Case
@@ -51,6 +52,7 @@ class Result:
     level: str = ""
     code_checked: bool | None = None  # False when a rejection carried no error code
     expected_failure: bool = False
+    operators: dict = field(default_factory=dict)  # role -> operator the model was rewritten to
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -138,6 +140,7 @@ def _run_case(case: Case, adapter: Any, require_codes: bool) -> Result:
         if claimed is not None and case.profile not in claimed:
             raise NotSupported(f"the adapter does not claim profile {case.profile!r}")
         case.write_files(workdir)
+        result.operators = operators.bound_model(case, adapter)[1]
         handler = _HANDLERS[case.op]
         code_checked = handler(case, adapter, workdir, require_codes)
         result.verdict = PASSED if code_checked is not False else PASSED_WITHOUT_CODE
@@ -214,12 +217,12 @@ def _judge_code(outcome: Outcome, allowed: list[str], what: str, require_codes: 
 
 
 def _verify(case: Case, adapter: Any, workdir: str, require_codes: bool):
-    outcome = call(adapter, "verify", case.model_bytes(), workdir)
+    outcome = call(adapter, "verify", operators.model_bytes(case, adapter), workdir)
     return judge_rejection(outcome, case.expect, "the model", require_codes)
 
 
 def _decode(case: Case, adapter: Any, workdir: str, require_codes: bool):
-    outcome = call(adapter, "decode", case.model_bytes(), case.value, workdir)
+    outcome = call(adapter, "decode", operators.model_bytes(case, adapter), case.value, workdir)
     checked = judge_rejection(outcome, case.expect, f"decoding {case.value!r}", require_codes)
     if "error" in case.expect or outcome.rejected is not None:
         return checked
@@ -248,7 +251,7 @@ def compare(expected: Any, actual: Any, expect: dict, what: str, path: str = "va
 
 
 def _fields(case: Case, adapter: Any, workdir: str, require_codes: bool):
-    outcome = call(adapter, "read_fields", case.model_bytes(), case.value, workdir)
+    outcome = call(adapter, "read_fields", operators.model_bytes(case, adapter), case.value, workdir)
     checked = judge_rejection(outcome, case.expect, f"reading fields of {case.value!r}", require_codes)
     if "error" in case.expect or outcome.rejected is not None:
         return checked
@@ -266,7 +269,7 @@ def _fields(case: Case, adapter: Any, workdir: str, require_codes: bool):
 
 
 def _roundtrip(case: Case, adapter: Any, workdir: str, require_codes: bool):
-    data = case.model_bytes()
+    data = operators.model_bytes(case, adapter)
     outcome = call(adapter, "roundtrip", data)
     checked = judge_rejection(outcome, case.expect, "the round trip", require_codes)
     if "error" not in case.expect and outcome.rejected is None:
@@ -275,7 +278,7 @@ def _roundtrip(case: Case, adapter: Any, workdir: str, require_codes: bool):
 
 
 def _export(case: Case, adapter: Any, workdir: str, require_codes: bool):
-    data = case.model_bytes()
+    data = operators.model_bytes(case, adapter)
     outcome = call(adapter, "export", data, case.target or "onnx-light")
     checked = judge_rejection(outcome, case.expect, f"export to {case.target}", require_codes)
     if "error" not in case.expect and outcome.rejected is None:
@@ -290,7 +293,7 @@ def _export(case: Case, adapter: Any, workdir: str, require_codes: bool):
 
 
 def _rewrite(case: Case, adapter: Any, workdir: str, require_codes: bool):
-    data = case.model_bytes()
+    data = operators.model_bytes(case, adapter)
     outcome = call(adapter, "rewrite", data, dict(case.rewrite or {}))
     checked = judge_rejection(outcome, case.expect, f"rewrite {case.rewrite}", require_codes)
     if "error" not in case.expect and outcome.rejected is None:

@@ -11,7 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance import SPEC_NAME, SPEC_REVISION, SUITE_NAME, SUITE_VERSION
+from conformance import SPEC_NAME, SPEC_REVISION, SUITE_NAME, SUITE_VERSION, operators
 from conformance.adapters import load_adapter
 from conformance.cases import Case, load_cases
 from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, PASSED_WITHOUT_CODE, Result, run_case
@@ -49,6 +49,7 @@ def adapter_identity(adapter: Any, config: RunConfig) -> dict:
         "identity": config.testee and f"testee:{config.testee}" or str(getattr(adapter, "identity", config.adapter
                                                                               or "reference")),
         "profiles": sorted(profiles),
+        "operators": {role: operators.describe(binding) for role, binding in operators.bindings(adapter).items()},
     }
 
 

@@ -20,6 +20,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from conformance import operators
 from conformance import protocol as P
 from conformance.adapters import NotSupported, Rejected, load_adapter
 from conformance.execute import classify
@@ -95,6 +96,8 @@ class Server:
         response.hello.version = str(getattr(self.adapter, "version", ""))
         response.hello.profiles.extend(sorted(self.adapter.profiles()))
         response.hello.protocol_version = P.PROTOCOL_VERSION
+        for role, (domain, op_type) in sorted(operators.declared(self.adapter).items()):
+            response.hello.operators.add(role=role, domain=domain, op_type=op_type)
 
     def op_verify(self, body, response) -> None:
         self.adapter.verify(body.model, self._base_dir(body.base_dir))

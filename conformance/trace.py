@@ -66,6 +66,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance import operators
 from conformance import values as V
 from conformance.adapters import NotSupported, SuiteError
 from conformance.execute import CaseFailure, Outcome, call, classify, compare, judge_rejection
@@ -433,8 +434,9 @@ class Trace:
 
     # --------------------------------------------------------------------------------- support
     def model_for(self, index: int, step: dict) -> bytes:
-        """The case's model, or the adapter's rewrite or explicit save/load of it."""
-        data = self.case.model_bytes()
+        """The case's model (with the adapter's operator roles bound), or the adapter's rewrite or explicit
+        save/load of it."""
+        data = operators.model_bytes(self.case, self.adapter)
         if "rewrite" in step:
             outcome = call(self.adapter, "rewrite", data, dict(step["rewrite"]))
             judge_rejection(outcome, {}, f"step {index} (rewrite {step['rewrite']})", self.require_codes)

@@ -76,9 +76,9 @@ def codes_as_float(raw: np.ndarray, storage_type: int, count: int, dtype: np.dty
     # so fancy indexing allocates exactly the output once and stays fast.
     row = {8: np.uint64, 16: np.complex128}.get(lut.shape[1] * lut.itemsize)
     if row is None:
-        return lut[raw[:nbytes]].reshape(-1)[:count]
+        return lut.take(raw[:nbytes], axis=0).reshape(-1)[:count]
     wide = np.ascontiguousarray(lut).view(row).reshape(256)
-    return wide[raw[:nbytes]].view(dtype)[:count]
+    return wide.take(raw[:nbytes]).view(dtype)[:count]  # take: about twice as fast as fancy indexing
 
 
 def _view_blocks(out: np.ndarray, axis: int, start: int, stop: int, nblocks: int, block: int) -> np.ndarray:

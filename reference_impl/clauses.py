@@ -588,10 +588,13 @@ _CLAUSES: list[tuple[str, str, str, tuple[str, ...], str]] = [
         "their source storage.",
     ), ""),
     # --- KV caches ------------------------------------------------------------------------------------
-    ("KV-PAGED", _PAGED, "rule", (
+    ("KV-PAGED-FORMATS", _PAGED, "rule", (
         "This changes its fields and representations, not its persistence mechanism:",
         "Each K/V block may use a different EncodedValueProto layout, such as INT4, INT8 or a codebook struct, "
         "provided its decoded type and geometry satisfy the consumer contract.",
+        "The shared EncodedValueProto representation supports different K/V and per-block formats.",
+    ), ""),
+    ("KV-PAGED-RANGE", _PAGED, "rule", (
         "The block’s logical token range and valid length are value data; payload byte length measures physical "
         "records, not valid tokens.",
     ), ""),
@@ -600,15 +603,18 @@ _CLAUSES: list[tuple[str, str, str, tuple[str, ...], str]] = [
         "Blockwise append/conversion and Attention preserve validity and bounded workspace without copying or "
         "dequantizing the entire cache.",
     ), ""),
-    ("KV-APPEND", _SEQ, "rule", (
-        "Optimize past/present inputs when ownership permits buffer reuse: append touches only new tokens and "
-        "matches functional execution.",
-    ), ""),
-    ("KV-CAPACITY", _SEQ, "rule", (
-        "Verify capacity/cancellation and allocation/copy costs without invalidating prior returned views.",
-        "invalid capacities and failed mutations.",
+    ("KV-APPEND-INPLACE", _SEQ, "rule", (
+        "Optimize past/present inputs when ownership permits buffer reuse: append touches only new tokens",
+    ), "In-place append is conditional: when ownership permits."),
+    ("KV-APPEND-EQUIV", _SEQ, "rule", ("matches functional execution.",), ""),
+    ("KV-CAPACITY-REUSE", _OWN, "rule", (
         "PR05 must further demonstrate fixed-capacity reuse before claiming no algorithmic full-cache allocation "
         "or copy.",
+    ), ""),
+    ("KV-CAPACITY-INVALID", _OWN, "rule", ("invalid capacities",), ""),
+    ("KV-MUTATION-FAILED", _SEQ, "rule", (
+        "Verify capacity/cancellation and allocation/copy costs without invalidating prior returned views.",
+        "failed mutations.",
     ), ""),
     ("KV-ATTENTION", _SEQ, "rule", (
         "repeated Attention decode comparison",
@@ -712,8 +718,6 @@ INFORMATIVE: dict[str, str] = {
     "Add PersistentBindingProto and GraphProto.persistent_bindings;": "history (WIRE-BINDINGS-FIELD)",
     "Retain buffers across initialization, reset, calls and state views": "restates ZC-RETAIN",
     "Verify aliases, lifetimes, atomic failure/cancellation and pointer identity": "restates ZC-* acceptance",
-    "The shared EncodedValueProto representation supports different K/V and per-block formats.":
-        "restates KV-PAGED",
     "PR04 is split into the wire/GraphBuilder declaration": "history",
     "Basic feedback does not depend on quantization format or paging.": "scope",
     "PR06 was optional and did not block PR07.": "history",

@@ -158,10 +158,10 @@ class ErrorCode(str, enum.Enum):
     REWRITE_DROPS_BINDING = ("REWRITE_DROPS_BINDING", "EXP-REWRITE",
                              "a rewrite removes or changes a bound input/output")
     # KV caches
-    KV_CAPACITY_INVALID = ("KV_CAPACITY_INVALID", "KV-CAPACITY", "capacity is not a positive integer")
-    KV_CAPACITY_EXCEEDED = ("KV_CAPACITY_EXCEEDED", "KV-CAPACITY", "append exceeds a fixed capacity")
-    KV_SHAPE_MISMATCH = ("KV_SHAPE_MISMATCH", "KV-APPEND", "new tokens do not fit the cache geometry")
-    KV_BLOCK_INVALID = ("KV_BLOCK_INVALID", "KV-PAGED",
+    KV_CAPACITY_INVALID = ("KV_CAPACITY_INVALID", "KV-CAPACITY-INVALID", "capacity is not a positive integer")
+    KV_CAPACITY_EXCEEDED = ("KV_CAPACITY_EXCEEDED", "KV-MUTATION-FAILED", "append exceeds a fixed capacity")
+    KV_SHAPE_MISMATCH = ("KV_SHAPE_MISMATCH", "KV-APPEND-EQUIV", "new tokens do not fit the cache geometry")
+    KV_BLOCK_INVALID = ("KV_BLOCK_INVALID", "KV-PAGED-RANGE",
                         "block table, token range or block format is invalid")
     ATTENTION_INPUT_INVALID = ("ATTENTION_INPUT_INVALID", "KV-ATTENTION",
                                "Attention inputs have incompatible shapes or attributes")

@@ -342,6 +342,9 @@ def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOM
             raise fail(code, path, f"expected a struct value, got {type(value).__name__}")
         return
     if isinstance(spec, TensorSpec):
+        if isinstance(value, EncodedValue):  # a tensor in another physical representation (e.g. a KV block)
+            _check_logical_tensor(value, spec, path, code)
+            return
         if not isinstance(value, np.ndarray):
             raise fail(code, path, f"expected a tensor, got {type(value).__name__}")
         if spec.elem_type == dtypes.STRING:
@@ -373,6 +376,21 @@ def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOM
             check_value(item, spec.value, f"{path}[{key!r}]", code)
         return
     _check_struct_value(value, spec, path, code)
+
+
+def _check_logical_tensor(value: EncodedValue, spec: TensorSpec, path: str, code: E) -> None:
+    """An encoded value stands for a declared tensor when its logical type is that tensor type: logical
+    meaning and physical representation are independent (the block formats of a paged KV cache)."""
+    logical = value.header.logical_type
+    if logical.WhichOneof("value") != "tensor_type" or logical.tensor_type.elem_type != spec.elem_type:
+        raise fail(code, path, f"encoded value's logical type is not a {dtypes.type_name(spec.elem_type)} tensor")
+    dims = [d.dim_value if d.WhichOneof("value") == "dim_value" else None for d in logical.tensor_type.shape.dim]
+    if spec.dims is not None:
+        if len(dims) != len(spec.dims):
+            raise fail(code, path, f"encoded value's logical rank {len(dims)} is not the declared {len(spec.dims)}")
+        for index, (want, got) in enumerate(zip(spec.dims, dims)):
+            if isinstance(want, int) and want != got:
+                raise fail(code, path, f"encoded value's logical dimension {index} is {got}, declared {want}")
 
 
 def _check_struct_value(value: Any, spec: StructSpec, path: str, code: E) -> None:

@@ -30,7 +30,7 @@ def test_every_quote_belongs_to_a_cited_clause():
 
 #: Manifests whose Required cases are being given their quotes on another branch (the KV cases); remove an
 #: entry once that work is merged.
-QUOTES_PENDING = ("cases/kv.toml", "cases/kv_contiguous.toml", "cases/kv_paged.toml")
+QUOTES_PENDING = ("cases/kv.toml", "cases/kv_contiguous.toml", "cases/kv_paged.toml", "cases/kv_semantics.toml")
 
 
 def test_every_required_case_has_a_quote():

@@ -36,7 +36,7 @@ def test_kv_cases_cover_the_topics_cite_clauses_and_say_where_expectations_come_
     codes = {code.value for code in ErrorCode}
     for case in CASES:
         assert case.clauses and set(case.clauses) <= set(CLAUSES), case.id
-        assert case.expectation_source in ("numpy", "hand"), case.id
+        assert case.expectation_source in ("numpy", "hand", "spec"), case.id
         for step in case.extras()["steps"]:
             cause = step.get("cause", [])
             assert set([step.get("error", "STATE_BUSY"), *step.get("also", []), *cause]) <= codes, case.id
@@ -77,15 +77,15 @@ def test_peers_pass_or_do_not_support_the_new_kv_cases(peer):
 # ------------------------------------------------------------------------------ injected faults
 def test_in_place_append_behind_a_shared_prefix_is_caught(monkeypatch):
     """Appending into spare capacity whenever it fits, ignoring who else extends the same prefix."""
-    from reference_impl.kv import contiguous
+    from reference_impl.kv.storage import KVStorage
 
-    def naive(storage, past, needed):
-        if storage is None or not storage.is_prefix_view(past) or needed > storage.capacity:
+    def naive(storage, length, needed):
+        if needed > storage.capacity:
             return False
         storage.claimed = needed
         return True
 
-    monkeypatch.setattr(contiguous, "_claim_in_place", naive)
+    monkeypatch.setattr(KVStorage, "reserve", naive)
     assert _failed(_verdicts(ReferenceAdapter(), ["*.KV.*.Branches*"])) == [
         "Required.KV.Contiguous.BranchesFromASharedPrefix", "Required.KV.PagedOwnership.BranchesFromAHeldCache"]
 
@@ -103,17 +103,21 @@ def test_ignored_cancellation_is_caught():
 
 def test_dropped_zero_points_and_skipped_conversion_are_caught(monkeypatch):
     from reference_impl import affine
-    from reference_impl.kv import paged
+    from reference_impl.kv import formats, paged
 
-    dequantize = affine.dequantize
+    dequantize, heads = affine.dequantize, formats._dequantize_heads
     monkeypatch.setattr(affine, "dequantize", lambda codes, st, scale, zp, *rest: dequantize(codes, st, scale,
                                                                                               None, *rest))
-    caught = _failed(_verdicts(ReferenceAdapter(), ["Required.KV.PagedFormats"]))
-    assert caught == sorted(c.id for c in select(load_cases(), ["Required.KV.PagedFormats"]))  # all use uint*
+    monkeypatch.setattr(formats, "_dequantize_heads", lambda codes, st, scale, zp, *rest: heads(codes, st, scale,
+                                                                                                 None, *rest))
+    decoding = ["Required.KV.PagedFormats", "Recommended.KV.PagedFormats"]
+    caught = _failed(_verdicts(ReferenceAdapter(), decoding))
+    assert caught == sorted(c.id for c in select(load_cases(), decoding))  # all use uint*
     monkeypatch.setattr(affine, "dequantize", dequantize)
+    monkeypatch.setattr(formats, "_dequantize_heads", heads)
     monkeypatch.setattr(paged, "seal", lambda block, *args: block)  # full blocks stay dense
     results = _verdicts(ReferenceAdapter(), ["Recommended.KV.PagedConversion"])
-    assert all(r.verdict == FAILED and "encoded layout" in r.message for r in results.values())
+    assert all(r.verdict == FAILED and "expected an encoded value" in r.message for r in results.values())
 
 
 # --------------------------------------------------------------------------- builder arithmetic
@@ -155,3 +159,57 @@ def test_codebook_block_matches_the_spec_example():
     assert value.struct_type.type_ref == 1102
     assert value.raw_data == bytes.fromhex("E4" * 8 + "00000040")
     np.testing.assert_array_equal(decoded, x)
+
+
+# ------------------------------------------------------------------------------ valid fixtures
+def _kindless_outside_collections(model) -> list[str]:
+    """Paths of kind-less struct types that are not a sequence or map element (the spec permits an
+    unconstrained category only there)."""
+    found = []
+
+    def visit(tp, path, element=False):
+        which = tp.WhichOneof("value")
+        if which == "struct_type":
+            st = tp.struct_type
+            if st.WhichOneof("kind") is None and not element:
+                found.append(path)
+            for index, field in enumerate(st.structure.field):
+                if field.HasField("type"):
+                    visit(field.type, f"{path}.structure.field[{index}]")
+            if st.HasField("array"):
+                visit(st.array.element_type, f"{path}.array.element_type")
+        elif which == "sequence_type":
+            visit(tp.sequence_type.elem_type, f"{path}.sequence_type", element=True)
+        elif which == "map_type":
+            visit(tp.map_type.value_type, f"{path}.map_type", element=True)
+        elif which == "optional_type":
+            visit(tp.optional_type.elem_type, f"{path}.optional_type")
+
+    from reference_impl import schema
+
+    for index, st in enumerate(model.struct_types):
+        visit(schema.TypeProto(struct_type=st), f"struct_types[{index}]")
+    for group in ("input", "output", "value_info"):
+        for index, vi in enumerate(getattr(model.graph, group)):
+            if vi.HasField("type"):
+                visit(vi.type, f"graph.{group}[{index}]")
+    return found
+
+
+def test_every_kv_fixture_model_satisfies_the_spec():
+    """The suite's own KV models verify and declare no kind-less struct outside a sequence/map element
+    (the KV block once typed its key and value fields as unconstrained structs)."""
+    from reference_impl import schema, verify_model
+    from reference_impl.kv import qwen
+
+    models = {case.id: schema.parse_model(case.model_bytes()) for case in CASES}
+    models.update({f"qwen.{variant}": qwen.build(variant=variant) for variant in qwen.VARIANTS})
+    for name, model in models.items():
+        verify_model(model.SerializeToString())
+        assert _kindless_outside_collections(model) == [], name
+    from reference_impl.kv.formats import kv_struct_types
+
+    broken = schema.ModelProto(struct_types=kv_struct_types())
+    broken.struct_types[-2].structure.field[2].type.Clear()
+    broken.struct_types[-2].structure.field[2].type.struct_type.SetInParent()
+    assert _kindless_outside_collections(broken) == ["struct_types[2].structure.field[2]"]

@@ -48,7 +48,7 @@ def _bindings(executor: Executor) -> list[tuple[str, str]]:
 
 
 # ----------------------------------------------------------------------------- equivalences
-@pytest.mark.clause("STATE-EQUIV-LOOP", "KV-APPEND", "STATE-WHOLE-STRUCT")
+@pytest.mark.clause("STATE-EQUIV-LOOP", "KV-APPEND-EQUIV", "STATE-WHOLE-STRUCT")
 @pytest.mark.parametrize("variant", qwen.VARIANTS)
 def test_state_equals_the_manual_feedback_loop(variant):
     feeds = _feeds(1)
@@ -90,7 +90,7 @@ def test_state_equals_onnxruntime_on_the_lowered_model():
         np.testing.assert_allclose(ours, theirs["logits"], rtol=1e-4, atol=2e-5, err_msg=f"step {step}")
 
 
-@pytest.mark.clause("STATE-WHOLE-STRUCT", "KV-PAGED")
+@pytest.mark.clause("STATE-WHOLE-STRUCT", "KV-PAGED-FORMATS")
 def test_cache_variants_agree():
     """Whole-struct cache == tensor cache exactly; the paged cache with int8 keys / int4 values stays
     within quantization error, and with dense blocks matches to float rounding."""
@@ -115,7 +115,7 @@ def _paged_logits(config: qwen.QwenConfig, feeds: list[dict]) -> list[np.ndarray
     return [state.run(feed)["logits"] for feed in feeds]
 
 
-@pytest.mark.clause("ZC-RETAIN", "KV-APPEND", "STATE-EQUIV-LOOP")
+@pytest.mark.clause("ZC-RETAIN", "KV-APPEND-INPLACE", "STATE-EQUIV-LOOP")
 def test_standard_head_major_multi_head_cache_appends_in_place_through_the_state():
     """The standard (B, H, S, D) layout with 2 KV heads (GQA, 4 query heads): the state retains the
     kernel's strided prefix views, every step after the prompt writes only its K and V in place, and
@@ -203,7 +203,7 @@ def test_reset_restores_the_initial_values(variant):
 
 
 # ----------------------------------------------------------------------------- per-token accounting
-@pytest.mark.clause("ZC-RETAIN", "KV-APPEND", "KV-CAPACITY")
+@pytest.mark.clause("ZC-RETAIN", "KV-APPEND-INPLACE", "KV-CAPACITY-REUSE")
 @pytest.mark.parametrize("variant", qwen.VARIANTS)
 def test_per_token_report(variant):
     state = make_state(_executor(variant), qwen.initial_values(CONFIG, variant, capacity=128))
@@ -225,7 +225,7 @@ def test_per_token_report(variant):
         assert len({r.allocated_bytes for r in reports}) == 1  # one fixed allocation, never reallocated
 
 
-@pytest.mark.clause("KV-CAPACITY", "ZC-NO-INPLACE")
+@pytest.mark.clause("KV-CAPACITY-REUSE", "ZC-NO-INPLACE")
 def test_small_capacity_grows_by_relocation_only_at_the_boundary():
     state = make_state(_executor("tensors"), qwen.initial_values(CONFIG, "tensors", capacity=16))
     _, reports = measure.decode(state, _feeds(7, steps=30), trace_memory=False)

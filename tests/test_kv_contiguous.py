@@ -25,7 +25,7 @@ def _tokens(rng, batch, heads, count, head=4):
 
 
 # ----------------------------------------------------------------------------- append == concat
-@pytest.mark.clause("KV-APPEND")
+@pytest.mark.clause("KV-APPEND-EQUIV")
 @settings(max_examples=60, deadline=None, database=None)
 @given(chunks=st.lists(st.integers(0, 5), min_size=1, max_size=12), capacity=st.integers(1, 16),
        start=st.sampled_from(["empty_cache", "plain"]), seed=st.integers(0, 1000))
@@ -46,7 +46,7 @@ def test_append_then_read_equals_concatenation(chunks, capacity, start, seed):
     assert not past.flags.writeable
 
 
-@pytest.mark.clause("KV-APPEND")
+@pytest.mark.clause("KV-APPEND-EQUIV")
 @settings(max_examples=40, deadline=None, database=None)
 @given(chunks=st.lists(st.integers(1, 4), min_size=1, max_size=10), seed=st.integers(0, 1000))
 def test_cache_object_appends_equal_concatenation(chunks, seed):
@@ -62,7 +62,7 @@ def test_cache_object_appends_equal_concatenation(chunks, seed):
 
 
 # ----------------------------------------------------------------------------- bytes written
-@pytest.mark.clause("KV-APPEND", "KV-CAPACITY")
+@pytest.mark.clause("KV-APPEND-INPLACE", "KV-CAPACITY-REUSE")
 def test_in_place_append_writes_only_new_tokens():
     rng = np.random.default_rng(1)
     past = kvc.empty_cache(1, 2, 4, 4096)
@@ -77,7 +77,7 @@ def test_in_place_append_writes_only_new_tokens():
     assert set(written) == {(new.nbytes, 0, 0)}  # the same few bytes at context 1 and at context 300
 
 
-@pytest.mark.clause("KV-APPEND", "KV-BOUNDED")
+@pytest.mark.clause("KV-APPEND-INPLACE", "KV-BOUNDED")
 def test_append_allocates_nothing_proportional_to_context():
     """tracemalloc sees NumPy allocations: an in-place append at context 4000 allocates no more than at 40."""
     rng = np.random.default_rng(2)
@@ -94,7 +94,7 @@ def test_append_allocates_nothing_proportional_to_context():
     assert peaks[4000] <= peaks[40] + 1024
 
 
-@pytest.mark.clause("KV-APPEND")
+@pytest.mark.clause("KV-APPEND-EQUIV")
 def test_attention_with_cache_append_equals_concat_attention():
     rng = np.random.default_rng(3)
     past_k = past_v = None
@@ -113,7 +113,7 @@ def test_attention_with_cache_append_equals_concat_attention():
 
 
 # ----------------------------------------------------------------------------- capacity
-@pytest.mark.clause("KV-CAPACITY")
+@pytest.mark.clause("KV-CAPACITY-INVALID")
 @pytest.mark.parametrize("capacity", [0, -3, 1.5, True, "8", None, 2**40])
 def test_invalid_capacities_are_rejected(capacity):
     builders = [lambda: kvc.empty_cache(1, 2, 4, capacity), lambda: kvc.ContiguousKVCache(1, 2, 4, capacity)]
@@ -125,7 +125,7 @@ def test_invalid_capacities_are_rejected(capacity):
         assert info.value.code == ErrorCode.KV_CAPACITY_INVALID
 
 
-@pytest.mark.clause("KV-CAPACITY")
+@pytest.mark.clause("KV-CAPACITY-INVALID")
 def test_circular_cache_cannot_grow():
     with pytest.raises(ContractError) as info:
         kvc.ContiguousKVCache(1, 1, 4, 8, mode="circular", grow=True)
@@ -144,7 +144,7 @@ def _assert_unchanged(cache, snapshot):
     assert cache.storage_ids() == ids
 
 
-@pytest.mark.clause("KV-CAPACITY", "ZC-FAILURE")
+@pytest.mark.clause("KV-MUTATION-FAILED", "ZC-FAILURE")
 def test_fixed_capacity_is_an_error_and_the_cache_is_unchanged():
     rng = np.random.default_rng(4)
     cache = kvc.ContiguousKVCache(1, 2, 4, 5)
@@ -160,7 +160,7 @@ def test_fixed_capacity_is_an_error_and_the_cache_is_unchanged():
     assert info.value.code == ErrorCode.KV_CAPACITY_EXCEEDED
 
 
-@pytest.mark.clause("KV-CAPACITY", "ZC-NO-INPLACE")
+@pytest.mark.clause("KV-CAPACITY-REUSE", "ZC-NO-INPLACE")
 def test_growth_moves_to_larger_storage_and_keeps_old_views():
     rng = np.random.default_rng(5)
     cache = kvc.ContiguousKVCache(1, 2, 4, 4, grow=True)
@@ -252,7 +252,7 @@ def test_liveness_does_not_depend_on_reference_counts(monkeypatch, derive):
     np.testing.assert_array_equal(held, saved)
 
 
-@pytest.mark.clause("KV-APPEND", "ZC-NO-INPLACE")
+@pytest.mark.clause("KV-APPEND-INPLACE", "ZC-NO-INPLACE")
 def test_an_abandoned_branch_frees_its_slots_for_in_place_appends():
     """Positions only a dropped view could see are unseen again: the older prefix appends in place."""
     rng = np.random.default_rng(16)
@@ -286,7 +286,7 @@ class _CancelOnCall:
         return self.calls == self.call
 
 
-@pytest.mark.clause("ZC-FAILURE", "KV-APPEND")
+@pytest.mark.clause("ZC-FAILURE", "KV-MUTATION-FAILED")
 @pytest.mark.parametrize("mode, hold_view", [("linear", False), ("linear", True), ("circular", True),
                                              ("circular", False)])
 @pytest.mark.parametrize("cancel_at", [1, 2])
@@ -326,7 +326,7 @@ def _pasts(rng, capacities=(8, 8), fixed=True):
                  for capacity in capacities)
 
 
-@pytest.mark.clause("ZC-FAILURE", "KV-APPEND")
+@pytest.mark.clause("ZC-FAILURE", "KV-MUTATION-FAILED")
 @pytest.mark.parametrize("cancel_at", [1, 2])
 def test_a_cancelled_key_value_update_publishes_nothing_and_gives_back_both_reservations(cancel_at):
     """Cancelled before the key write or between the key and value writes: while the error is still
@@ -347,7 +347,7 @@ def test_a_cancelled_key_value_update_publishes_nothing_and_gives_back_both_rese
     np.testing.assert_array_equal(present_v, np.concatenate([past_v, new_v], axis=2))
 
 
-@pytest.mark.clause("ZC-FAILURE", "KV-CAPACITY")
+@pytest.mark.clause("ZC-FAILURE", "KV-MUTATION-FAILED")
 def test_a_value_that_cannot_grow_fails_the_whole_update_before_the_key_is_written():
     rng = np.random.default_rng(18)
     past_k, past_v = _pasts(rng, capacities=(8, 2))  # the value allocation is full and fixed
@@ -373,7 +373,7 @@ def test_attention_validates_every_input_before_the_cache_is_touched():
         assert kvc.storage_of(past_k).claimed == 2
 
 
-@pytest.mark.clause("ZC-FAILURE", "KV-APPEND")
+@pytest.mark.clause("ZC-FAILURE", "KV-MUTATION-FAILED")
 @pytest.mark.parametrize("key_shape, value_shape, dtype", [
     ((1, 2, 1, 4), (1, 2, 1, 5), F32),   # value head size wrong
     ((1, 2, 1, 4), (1, 2, 2, 4), F32),   # token counts differ
@@ -423,7 +423,7 @@ def _onnx_tensor_scatter(past, update, indices, mode, axis):
     return TensorScatter.eval(past, update, indices, mode=mode, axis=axis)
 
 
-@pytest.mark.clause("KV-APPEND")
+@pytest.mark.clause("KV-APPEND-EQUIV")
 @settings(max_examples=60, deadline=None, database=None)
 @given(mode=st.sampled_from(kvc.MODES), axis=st.sampled_from([-2, 2, 1, -1]), batch=st.integers(1, 3),
        capacity=st.integers(1, 7), data=st.data())
@@ -441,7 +441,7 @@ def test_tensor_scatter_matches_onnx(mode, axis, batch, capacity, data):
     np.testing.assert_array_equal(kvc.tensor_scatter(past, update, indices, mode, axis), want)
 
 
-@pytest.mark.clause("KV-APPEND")
+@pytest.mark.clause("KV-APPEND-EQUIV")
 def test_tensor_scatter_backend_cases():
     from onnx import helper
 
@@ -456,7 +456,7 @@ def test_tensor_scatter_backend_cases():
             np.testing.assert_array_equal(got, outputs[0], err_msg=case.name)
 
 
-@pytest.mark.clause("KV-APPEND")
+@pytest.mark.clause("KV-APPEND-EQUIV")
 @pytest.mark.parametrize("mode", kvc.MODES)
 def test_cache_object_equals_chained_tensor_scatter(mode):
     rng = np.random.default_rng(12)
@@ -474,7 +474,7 @@ def test_cache_object_equals_chained_tensor_scatter(mode):
         np.testing.assert_array_equal(cache.full_values(), ref_v)
 
 
-@pytest.mark.clause("KV-APPEND")
+@pytest.mark.clause("KV-APPEND-EQUIV")
 def test_tensor_scatter_rejections():
     past = np.zeros((2, 2, 4, 3), F32)
     for args, code in [((past, np.zeros((2, 2, 5, 3), F32)), ErrorCode.KV_SHAPE_MISMATCH),
@@ -490,7 +490,7 @@ def test_tensor_scatter_rejections():
         kvc.tensor_scatter(past, past, mode="ring")
 
 
-@pytest.mark.clause("KV-APPEND", "ZC-RETAIN")
+@pytest.mark.clause("KV-APPEND-INPLACE", "ZC-RETAIN")
 def test_token_major_cache_stays_c_contiguous_while_growing_in_place():
     """(1, S, H, D) views of a token-major allocation are contiguous prefixes: retainable as they are."""
     rng = np.random.default_rng(13)

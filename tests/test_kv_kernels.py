@@ -69,7 +69,7 @@ def _run_fails(state, feeds: dict, code: ErrorCode, path: str) -> None:
 
 
 # ----------------------------------------------------------------------------- paged kernel
-@pytest.mark.clause("KV-PAGED")
+@pytest.mark.clause("KV-PAGED-FORMATS")
 def test_codebook_geometry_fails_the_first_run_not_the_sealing_one():
     """2 heads of 4 with 3-token blocks: 24 values per block, not whole 32-value codebook records."""
     rng = np.random.default_rng(1)
@@ -92,7 +92,7 @@ def _kept_paged_state(rng, heads: int = 2, size: int = 4, block_size: int = 4):
     return state
 
 
-@pytest.mark.clause("KV-PAGED", "KV-APPEND", "ZC-FAILURE")
+@pytest.mark.clause("KV-PAGED-RANGE", "KV-APPEND-EQUIV", "ZC-FAILURE")
 @pytest.mark.parametrize("bad, shape, code", [
     ("k", (1, 3, 1, 4), ErrorCode.KV_SHAPE_MISMATCH),          # new K has 3 heads; the cache holds 2
     ("k", (1, 2, 1, 8), ErrorCode.KV_SHAPE_MISMATCH),          # new K head size 8; the cache holds 4
@@ -113,7 +113,7 @@ def test_new_tokens_are_checked_against_the_kept_cache(bad, shape, code):
     assert int(out["next_cache"]["length"]) == 3
 
 
-@pytest.mark.clause("KV-PAGED", "KV-ATTENTION")
+@pytest.mark.clause("KV-PAGED-RANGE", "KV-ATTENTION")
 @pytest.mark.parametrize("bad, shape", [
     ("k", (1, 3, 1, 4)),   # 4 query heads are not a multiple of 3 key heads
     ("k", (1, 2, 1, 8)),   # key head size 8, query head size 4
@@ -129,23 +129,19 @@ def test_the_first_tokens_of_an_empty_cache_are_checked_against_the_queries(bad,
     assert int(state.values["cache"]["length"]) == 0 and not state.values["cache"]["blocks"]
 
 
-@pytest.mark.clause("KV-PAGED")
+@pytest.mark.clause("KV-PAGED-RANGE")
 def test_a_kept_cache_with_a_broken_first_block_is_still_a_block_error():
     rng = np.random.default_rng(4)
     state = _kept_paged_state(rng)
     cache = state.values["cache"]
     block = cache["blocks"][0]
-    header = schema.EncodedValueProto()
-    header.CopyFrom(block["key"].header)
-    header.logical_type.tensor_type.shape.dim[1].dim_value = 0  # zero heads
-    broken = type(block)({**dict(block.items()), "key": type(block["key"])(header, block["key"].payload)},
-                         block.type_id)
+    broken = type(block)({**dict(block.items()), "key": np.zeros((4, 0, 4), F32)}, block.type_id)  # zero heads
     state.reset({"cache": type(cache)({"blocks": [broken], "length": cache["length"]}, cache.type_id)})
     feeds = {name: _tokens(rng, 2, 4) for name in ("q", "k", "v")}
-    _run_fails(state, feeds, ErrorCode.KV_BLOCK_INVALID, "PagedAttention.cache.blocks[0].key.logical_type")
+    _run_fails(state, feeds, ErrorCode.KV_BLOCK_INVALID, "PagedAttention.past.blocks[0].key.logical_type")
 
 
-@pytest.mark.clause("KV-PAGED")
+@pytest.mark.clause("KV-PAGED-RANGE")
 def test_a_first_block_whose_key_and_value_heads_differ_is_a_block_error():
     rng = np.random.default_rng(5)
     state = _kept_paged_state(rng)
@@ -155,7 +151,7 @@ def test_a_first_block_whose_key_and_value_heads_differ_is_a_block_error():
     broken = type(block)({**dict(block.items()), "key": key}, block.type_id)
     state.reset({"cache": type(cache)({"blocks": [broken], "length": cache["length"]}, cache.type_id)})
     feeds = {name: _tokens(rng, 2, 4) for name in ("q", "k", "v")}
-    _run_fails(state, feeds, ErrorCode.KV_BLOCK_INVALID, "PagedAttention.cache.blocks[0].value.logical_type")
+    _run_fails(state, feeds, ErrorCode.KV_BLOCK_INVALID, "PagedAttention.past.blocks[0].value.logical_type")
 
 
 # ----------------------------------------------------------------------------- attention kernel
@@ -195,7 +191,7 @@ class _CancelOnRead:
         return self.reads >= self.n
 
 
-@pytest.mark.clause("ZC-FAILURE", "KV-APPEND")
+@pytest.mark.clause("ZC-FAILURE", "KV-MUTATION-FAILED")
 @pytest.mark.parametrize("cancel_at", range(1, 6))
 def test_a_cancelled_run_leaves_the_attention_cache_and_its_reservations_as_they_were(cancel_at):
     """Whichever check sees the cancellation (before the node, between the key and value writes, before
@@ -223,7 +219,7 @@ def test_a_cancelled_run_leaves_the_attention_cache_and_its_reservations_as_they
         np.testing.assert_array_equal(out[f"present_{name}"], expected)
 
 
-@pytest.mark.clause("KV-CAPACITY", "ZC-FAILURE")
+@pytest.mark.clause("KV-MUTATION-FAILED", "ZC-FAILURE")
 def test_a_fixed_capacity_kernel_fails_the_run_that_exceeds_it_and_keeps_the_state():
     """``kv_kernels(capacity=4, fixed=True)``: the plain zero-length pasts move into one 4-token
     allocation at the first run, later runs append in place, and the run that would need a fifth slot
@@ -253,7 +249,7 @@ def test_a_fixed_capacity_kernel_fails_the_run_that_exceeds_it_and_keeps_the_sta
     assert state.run(runs[2])["present_key"].shape[2] == 1
 
 
-@pytest.mark.clause("KV-CAPACITY")
+@pytest.mark.clause("KV-CAPACITY-INVALID")
 @pytest.mark.parametrize("capacity", [0, -1, 2.5, True, 2**40])
 def test_invalid_kernel_capacities_are_rejected_when_the_kernels_are_made(capacity):
     with pytest.raises(ContractError) as info:

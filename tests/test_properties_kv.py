@@ -11,7 +11,8 @@ from fuzz import kvscript as K
 from fuzz.source import HypothesisSource, RandomSource
 from fuzz.strategies import profile
 
-pytestmark = pytest.mark.clause("KV-APPEND", "KV-PAGED", "KV-ATTENTION", "KV-CAPACITY")
+pytestmark = pytest.mark.clause("KV-APPEND-EQUIV", "KV-PAGED-FORMATS", "KV-PAGED-RANGE", "KV-ATTENTION",
+                                  "KV-MUTATION-FAILED", "KV-CAPACITY-INVALID")
 
 
 class KVMachine(RuleBasedStateMachine):

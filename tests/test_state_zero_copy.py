@@ -148,7 +148,7 @@ def test_large_model_is_never_serialized_cloned_hashed_or_scanned(spy):
     assert out["chain200"].shape == (1, 1, 16)
 
 
-@pytest.mark.clause("ZC-RETAIN", "KV-APPEND")
+@pytest.mark.clause("ZC-RETAIN", "KV-APPEND-INPLACE")
 def test_multi_head_attention_cache_is_retained_as_the_kernels_strided_view():
     """The Attention kernel returns present K/V as prefix views of a head-major capacity buffer; the
     state retains those views as they are (no copy), while a caller's strided buffer is refused."""

@@ -3,6 +3,7 @@ case; the suite's own self-check runs it in process and through the testee."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -72,9 +73,7 @@ class ReferenceAdapter:
             raise NotSupported("reference_impl.state is not available")
         model = reference_impl.schema.parse_model(model_bytes)
         options = {"base_dir": base_dir}
-        # The KV kernels serve the local onnx_light.kv domain; standard Attention stays the functional one.
-        kv = _kv_kernels() if any(o.domain == "onnx_light.kv" for o in model.opset_import) else None
-        kernels = dict(kv or {})
+        kernels = dict(self.executor_kernels())
         slot = _HoldSlot()
         if any(o.domain == HOLD_DOMAIN for o in model.opset_import):
             kernels[(HOLD_DOMAIN, HOLD_OP)] = slot.kernel
@@ -82,6 +81,11 @@ class ReferenceAdapter:
             options["kernels"] = kernels
         state = state_module.make_state(model, initial={k: to_runtime(v) for k, v in initial.items()}, **options)
         return ReferenceState(state, slot)
+
+    def executor_kernels(self) -> dict:
+        """Executor kernels by (domain, op_type): the KV kernels, i.e. Attention with in-place appends and
+        the paged_attention role's default operator (docs/testee-protocol.md, "Operator roles")."""
+        return _kv_kernels() or {}
 
     # --------------------------------------------------------------------------- export/rewrite
     def export(self, model_bytes: bytes, target: str):
@@ -169,9 +173,11 @@ class ReferenceState:
     def __init__(self, state, slot: _HoldSlot | None = None) -> None:
         self.state = state
         self.slot = slot or _HoldSlot()
+        self._kv = _kv_counters()
 
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
-        outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()})
+        with self._counting():
+            outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()})
         return {k: to_neutral(v) for k, v in outputs.items()}
 
     def run_cancelled(self, feeds: dict[str, Any]) -> dict[str, Any]:
@@ -180,7 +186,8 @@ class ReferenceState:
 
         token = CancelToken()
         token.cancel()
-        outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()}, cancel=token)
+        with self._counting():
+            outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()}, cancel=token)
         return {k: to_neutral(v) for k, v in outputs.items()}
 
     def run_held(self, feeds: dict[str, Any], hold: Hold) -> dict[str, Any]:
@@ -192,10 +199,25 @@ class ReferenceState:
         hold.on_cancel(token.cancel)
         self.slot.current = hold
         try:
-            outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()}, cancel=token)
+            with self._counting():
+                outputs = self.state.run({k: to_runtime(v) for k, v in feeds.items()}, cancel=token)
         finally:
             self.slot.current = None
         return {k: to_neutral(v) for k, v in outputs.items()}
+
+    @contextlib.contextmanager
+    def _counting(self):
+        """Accumulate what the KV kernels report during one call into this state's KV counters."""
+        if self._kv is None:
+            yield
+            return
+        from reference_impl.kv.storage import counting
+
+        with counting() as call:
+            try:
+                yield
+            finally:
+                self._kv.add(call)
 
     def values(self) -> dict[str, Any]:
         return {k: to_neutral(v) for k, v in self.state.values.items()}
@@ -207,8 +229,12 @@ class ReferenceState:
         self.state.close()
 
     def counters(self) -> dict[str, int]:
-        """The state's own counters under the suite's names (docs/testee-protocol.md)."""
-        return self.state.counters.snapshot()
+        """The state's own counters and the KV kernels' under the suite's names (docs/testee-protocol.md)."""
+        found = dict(self.state.counters.snapshot())
+        if self._kv is not None:
+            found["kv_bytes_written"] = self._kv.written_bytes
+            found["attention_peak_workspace_bytes"] = self._kv.workspace_peak
+        return found
 
 
 def to_runtime(value: Any) -> Any:
@@ -259,6 +285,14 @@ def _kv_kernels():
     except ImportError:
         return None
     return kv_kernels()
+
+
+def _kv_counters():
+    try:
+        from reference_impl.kv.storage import KVCounters
+    except ImportError:
+        return None
+    return KVCounters()
 
 
 def _kv_module():

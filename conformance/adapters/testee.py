@@ -38,6 +38,7 @@ class TesteeAdapter:
         self.version = hello.version
         self.protocol_version = hello.protocol_version
         self._profiles = set(hello.profiles)
+        self._operators = {r.role: (r.domain, r.op_type) for r in hello.operators}
 
     # ------------------------------------------------------------------------------- process
     def _start(self) -> None:
@@ -145,6 +146,10 @@ class TesteeAdapter:
     def supports_hold(self) -> bool:
         """Held runs (Run.hold and the Hold request) exist from protocol version 4."""
         return self.protocol_version >= 4
+
+    def operators(self) -> dict[str, tuple[str, str]]:
+        """The operator roles the testee bound in its hello (docs/testee-protocol.md)."""
+        return dict(self._operators)
 
     def verify(self, model_bytes: bytes, base_dir: str | None) -> None:
         self._call("verify", P.MESSAGES["Verify"](model=model_bytes, base_dir=base_dir or ""))

@@ -31,24 +31,46 @@ def attention_numpy(q, k, v):
     return weights @ v
 
 
+def _attributes(node, attrs: dict) -> None:
+    """INT, FLOAT and STRING attributes from Python values (None: left out, the operator's default)."""
+    for name, value in attrs.items():
+        if value is None:
+            continue
+        if isinstance(value, str):
+            node.attribute.add(name=name, type=3, s=value.encode())
+        elif isinstance(value, float):
+            node.attribute.add(name=name, type=1, f=value)
+        else:
+            node.attribute.add(name=name, type=2, i=int(value))
+
+
+def _mask_vi(g, mask: str | None, q_heads: int, tokens) -> str:
+    """The optional attn_mask input: float (additive) or bool, [1, q_heads, S, total]."""
+    if mask is None:
+        return ""
+    _tensor_vi(g, "attn_mask", [1, q_heads, tokens, "t"], elem=9 if mask == "bool" else 1)
+    return "attn_mask"
+
+
 def attention_model(heads: int, head_size: int, free_tokens: bool = False, name: str = "kv_contiguous",
-                    kv_domain: bool = True):
-    """Attention(q, k, v, past_key, past_value) with ``past_* <- present_*``. ``kv_domain`` imports the
-    ``onnx_light.kv`` domain (unused) so a runtime serving it may append in place."""
+                    q_heads: int | None = None, mask: str | None = None, **attrs):
+    """Attention(q, k, v[, attn_mask], past_key, past_value) with ``past_* <- present_*``; ``q_heads``
+    query heads over ``heads`` key/value heads; ``attrs`` are Attention attributes (is_causal, scale,
+    softcap)."""
     from conformance_corpus_builders.common import model
 
+    q_heads = heads if q_heads is None else q_heads
     m = model(name)
-    if kv_domain:
-        m.opset_import.add(domain="onnx_light.kv", version=1)
     g = m.graph
-    g.node.add(op_type="Attention", input=["q", "k", "v", "", "past_key", "past_value"],
-               output=["y", "present_key", "present_value"])
-    _tensor_vi(g, "q", [1, heads, "s", head_size])
+    node = g.node.add(op_type="Attention", input=["q", "k", "v", _mask_vi(g, mask, q_heads, "s"), "past_key",
+                                                   "past_value"], output=["y", "present_key", "present_value"])
+    _attributes(node, attrs)
+    _tensor_vi(g, "q", [1, q_heads, "s", head_size])
     _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else "s", head_size])
     _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else "s", head_size])
     for name in ("past_key", "past_value"):
-        _tensor_vi(g, name, [1, heads, "t", head_size])
-    _tensor_vi(g, "y", [1, heads, "s", head_size], output=True)
+        _tensor_vi(g, name, [1, heads, "p", head_size])
+    _tensor_vi(g, "y", [1, q_heads, "s", head_size], output=True)
     for name in ("present_key", "present_value"):
         _tensor_vi(g, name, [1, heads, "t2", head_size], output=True)
     g.persistent_bindings.add(input_name="past_key", output_name="present_key")
@@ -57,26 +79,31 @@ def attention_model(heads: int, head_size: int, free_tokens: bool = False, name:
 
 
 def paged_model(heads: int, head_size: int, block_size, key_format: str = "dense", value_format: str = "dense",
-                free_tokens: bool = False):
-    """PagedAttention(q, k, v, cache) -> (y, next_cache) with ``cache <- next_cache``. ``free_tokens``
-    declares k and v with independent symbolic token counts (so a mismatch reaches the kernel)."""
+                free_tokens: bool = False, q_heads: int | None = None, tokens: int | str = 1,
+                mask: str | None = None, **attrs):
+    """The paged_attention role's default operator, ai.rt::PagedAttention(q, k, v, cache[, attn_mask]) ->
+    (y, next_cache), with ``cache <- next_cache``. ``tokens`` is the declared token count of q, k and v
+    (a name for any); ``free_tokens`` declares k and v with independent symbolic token counts (so a
+    mismatch reaches the kernel); ``attrs`` are further attributes (is_causal, scale, softcap, max_tokens)."""
     from conformance_corpus_builders.common import model
 
     from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
 
+    q_heads = heads if q_heads is None else q_heads
     m = model("kv_paged")
-    m.opset_import.add(domain="onnx_light.kv", version=1)
+    m.opset_import.add(domain="ai.rt", version=1)
     m.struct_types.extend(kv_struct_types())
     g = m.graph
-    node = g.node.add(op_type="PagedAttention", domain="onnx_light.kv", input=["q", "k", "v", "cache"],
-                      output=["y", "next_cache"])
-    node.attribute.add(name="block_size", type=2, i=block_size)
-    node.attribute.add(name="key_format", type=3, s=key_format.encode())
-    node.attribute.add(name="value_format", type=3, s=value_format.encode())
-    _tensor_vi(g, "q", [1, heads, 1, head_size])
-    _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else 1, head_size])
-    _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else 1, head_size])
-    _tensor_vi(g, "y", [1, heads, 1, head_size], output=True)
+    inputs = ["q", "k", "v", "cache"]
+    masked = _mask_vi(g, mask, q_heads, tokens)
+    if masked:
+        inputs.append(masked)
+    node = g.node.add(op_type="PagedAttention", domain="ai.rt", input=inputs, output=["y", "next_cache"])
+    _attributes(node, {"block_size": block_size, "key_format": key_format, "value_format": value_format, **attrs})
+    _tensor_vi(g, "q", [1, q_heads, tokens, head_size])
+    _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else tokens, head_size])
+    _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else tokens, head_size])
+    _tensor_vi(g, "y", [1, q_heads, tokens, head_size], output=True)
     g.input.add(name="cache").type.struct_type.type_ref = KV_PAGED_CACHE
     g.output.add(name="next_cache").type.struct_type.type_ref = KV_PAGED_CACHE
     g.persistent_bindings.add(input_name="cache", output_name="next_cache")
@@ -88,7 +115,7 @@ def kv_decode(steps: int = 4, heads: int = 2, head_size: int = 4, prefill: int =
               states: int = 1):
     """Attention with past/present bound back: a prefill of ``prefill`` tokens then one token per call.
     With ``states`` > 1 the requests interleave on independent states over one model."""
-    m = attention_model(heads, head_size, name="kv_decode", kv_domain=False)
+    m = attention_model(heads, head_size, name="kv_decode")
     rng = np.random.default_rng(seed)
     empty = np.zeros((1, heads, 0, head_size), np.float32)
     trace = []

@@ -1,10 +1,8 @@
 """Contiguous KV-cache builders for failure, cancellation, shared prefixes and fixed capacities.
 
-Attention models declare the ``onnx_light.kv`` domain without using it: a runtime that serves the domain
-(the reference) then appends into spare cache capacity in place, which is what these traces probe; a
-standard runtime ignores the import. One KV head keeps a growing head-major cache contiguous. Expected
-values are NumPy formulas: Concat for present, softmax(Q K^T / sqrt(D)) V for Y, slot writes for
-TensorScatter.
+A runtime may append into spare cache capacity in place (the reference does), which is what these traces
+probe. Expected values are NumPy formulas: Concat for present, softmax(Q K^T / sqrt(D)) V for Y, slot
+writes for TensorScatter.
 """
 
 from __future__ import annotations
@@ -137,6 +135,8 @@ def kv_scatter_capacity(scenario: str, capacity: int = 4, heads: int = 1, head_s
     cache = np.zeros((1, heads, capacity, head_size), np.float32)
     trace = [{"op": "open", "initial": {"past": _literal(cache)}}]
     history = []
+    if scenario in ("zero_capacity", "ring_overflow"):
+        return _invalid_capacity(scenario, capacity, heads, head_size)
     writes = [(0, 2), (2, 1)] if scenario == "overflow" else [(i, 1) for i in range(capacity + 2)]
     for number, (index, count) in enumerate(writes):
         update = np.full((1, heads, count, head_size), number + 1, np.float32)
@@ -155,3 +155,68 @@ def kv_scatter_capacity(scenario: str, capacity: int = 4, heads: int = 1, head_s
         trace.append(_write("w2", capacity - 1, np.full((1, heads, 1, head_size), 3, np.float32), cache))
     trace += [{"op": "check", "ref": f"{label}|present", "equals": _literal(value)} for label, value in history]
     return {"model": scatter_model(capacity, heads, head_size, mode), "steps": trace}
+
+
+# ------------------------------------------------------------------------- fixed-capacity reuse
+@builder
+def kv_capacity_reuse(scenario: str, heads: int = 1, q_heads: int | None = None, head_size: int = 4,
+                      prefill: int = 4, steps: int = 6, chunk: int = 1, seed: int = 101):
+    """A prefill then ``steps`` appends of ``chunk`` tokens, well within any cache capacity (at most 16
+    tokens). ``identity``: every present shares the first present's allocation (one buffer) and the first
+    present still holds its values, so appends reused the allocation instead of copying the cache.
+    ``counters``: the runtime's ``kv_bytes_written`` grows by exactly the new tokens' K and V bytes per
+    append. A runtime that copies the whole cache on each append fails both."""
+    rng = np.random.default_rng(seed)
+    q_heads = heads if q_heads is None else q_heads
+    cache = Cache(rng, heads, head_size)
+    empty = _literal(cache.k)
+    trace = [{"op": "open", "initial": {"past_key": empty, "past_value": empty}}, _grouped(cache.step("r0", prefill),
+                                                                                            q_heads, rng)]
+    first = cache.branch()
+    if scenario == "counters":
+        trace.append({"op": "counters", "as": "c0"})
+    for index in range(1, steps + 1):
+        trace.append(_grouped(cache.step(f"r{index}", chunk), q_heads, rng))
+    if scenario == "counters":
+        new_bytes = 2 * steps * chunk * heads * head_size * 4  # K and V, float32
+        trace.append({"op": "counters", "since": "c0", "equals": {"kv_bytes_written": new_bytes}})
+    else:
+        labels = [f"r{index}" for index in range(steps + 1)]
+        trace.append({"op": "identity", "same": [[f"{label}|present_{kind}" for label in labels]
+                                                 for kind in ("key", "value")]})
+        trace += _held("r0", first)
+    model = attention_model(heads, head_size, q_heads=q_heads)
+    return {"model": model, "steps": trace}
+
+
+def _grouped(step: dict, q_heads: int, rng) -> dict:
+    """A Cache step rewritten for ``q_heads`` query heads (GQA): new queries, Y recomputed."""
+    k = np.asarray(step["feeds"]["k"]["data"], np.float32).reshape(step["feeds"]["k"]["shape"])
+    if q_heads == k.shape[1]:
+        return step
+    from conformance_corpus_builders.kv_semantics import attention_formula
+
+    keys = np.asarray(step["outputs"]["present_key"]["data"], np.float32).reshape(
+        step["outputs"]["present_key"]["shape"])
+    values = np.asarray(step["outputs"]["present_value"]["data"], np.float32).reshape(keys.shape)
+    q = rng.standard_normal((1, q_heads) + k.shape[2:]).astype(np.float32)
+    y = attention_formula(q, keys, values, keys.shape[2] - k.shape[2])
+    return {**step, "feeds": {**step["feeds"], "q": _literal(q)},
+            "outputs": {**step["outputs"], "y": _literal(y.astype(np.float32))}}
+
+
+def _invalid_capacity(scenario: str, capacity: int, heads: int, head_size: int) -> dict:
+    """TensorScatter requires sequence_length <= max_sequence_length: ``zero_capacity``, a cache of no slots
+    takes a one-token write; ``ring_overflow``, a circular cache of ``capacity`` slots takes a write of
+    ``capacity + 1`` tokens. Either run fails and the cache stays the caller's initial value."""
+    slots = 0 if scenario == "zero_capacity" else capacity
+    count = 1 if scenario == "zero_capacity" else capacity + 1
+    mode = "linear" if scenario == "zero_capacity" else "circular"
+    cache = np.full((1, heads, slots, head_size), 7, np.float32)
+    trace = [{"op": "open", "as": "init", "initial": {"past": _literal(cache)}},
+             _write(None, 0, np.ones((1, heads, count, head_size), np.float32), error="STATE_RUN_FAILED",
+                    cause=["KV_CAPACITY_INVALID", "KV_CAPACITY_EXCEEDED", "KV_SHAPE_MISMATCH", "EXECUTION_FAILED"]),
+             {"op": "values", "as": "after", "values": {"past": _literal(cache)}}]
+    if slots:  # an empty buffer has no identity to keep
+        trace.append({"op": "identity", "same": [["init|past", "after|past"]]})
+    return {"model": scatter_model(slots, heads, head_size, mode), "steps": trace}

@@ -2,7 +2,7 @@
 come from the oracle: each encoder returns the block's EncodedValueProto (header and payload) and the
 values a correct consumer decodes from it.
 
-* ``dense``: struct KV_DENSE_FLOAT32 (3001), one little-endian FLOAT per record.
+* ``dense``: the FLOAT tensor itself (no encoded value).
 * affine (``int8``, ``uint8``, ``int4``, ``uint4``, ``int2``, ``uint2``, optional ``/group``): the built-in
   affine branch along head_size (axis 2) with one scale per group; signed types are symmetric
   (scale = max|x| / max code), unsigned types add a zero point covering [min(x, 0), max(x, 0)]. Codes
@@ -19,7 +19,7 @@ from conformance_corpus_builders.common import add_float_logical, pack_crumbs, p
 
 from reference_impl import schema
 
-KV_DENSE_FLOAT32, SCALED_CODEBOOK2_BLOCK_32 = 3001, 1102
+SCALED_CODEBOOK2_BLOCK_32 = 1102
 CODEBOOK = np.array([-1.0, -0.25, 0.25, 1.0], np.float32)
 #: name -> (TensorProto data type, bit width, lowest code, highest code)
 AFFINE = {"int8": (3, 8, -128, 127), "uint8": (2, 8, 0, 255), "int4": (22, 4, -8, 7), "uint4": (21, 4, 0, 15),
@@ -33,6 +33,11 @@ def pack(codes: np.ndarray, width: int) -> bytes:
     if width == 8:
         return (codes & 0xFF).astype(np.uint8).tobytes()
     return pack_nibbles(codes) if width == 4 else pack_crumbs(codes)
+
+
+def float_tensor(array: np.ndarray):
+    """A FLOAT TensorProto of ``array`` (raw little-endian data)."""
+    return _tensor(array, 1)
 
 
 def _tensor(array: np.ndarray, data_type: int, width: int | None = None):
@@ -54,15 +59,14 @@ def affine_parameters(groups: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndar
 
 
 def encode(x: np.ndarray, fmt: str):
-    """(EncodedValueProto with raw_data, decoded float32 values) of a FLOAT[tokens, heads, size] block."""
+    """(block value, decoded float32 values) of a FLOAT[tokens, heads, size] block: the block value is an
+    EncodedValueProto with raw_data, or for ``dense`` the float32 tensor itself."""
     x = np.ascontiguousarray(x, np.float32)
     name, _, group_text = fmt.partition("/")
+    if name == "dense":
+        return x.copy(), x.copy()
     value = schema.EncodedValueProto()
     add_float_logical(value, x.shape)
-    if name == "dense":
-        value.struct_type.type_ref = KV_DENSE_FLOAT32
-        value.raw_data = x.astype("<f4").tobytes()
-        return value, x.copy()
     if name == "codebook2":
         groups = x.reshape(-1, 32)
         scale = np.max(np.abs(groups), axis=1).astype(np.float32)

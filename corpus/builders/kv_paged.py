@@ -1,5 +1,6 @@
 """Paged KV-cache builders: caches whose blocks are encoded in every format, invalid block tables and
-capacities, block conversion, and failure/cancellation/branching over ``onnx_light.kv.PagedAttention``.
+capacities, block conversion, and failure/cancellation/branching over ``ai.rt::PagedAttention`` (the
+paged_attention operator role).
 
 Expected outputs are softmax(Q K^T / sqrt(D)) V in float64 NumPy over the values a correct consumer
 decodes from each block (``kv_formats``), never the oracle's own output.
@@ -9,9 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 from conformance_corpus_builders import builder
+from conformance_corpus_builders.common import add_float_logical
 from conformance_corpus_builders.kv import _literal, attention_numpy, paged_model
-from conformance_corpus_builders.kv_formats import AFFINE, KV_DENSE_FLOAT32, SCALED_CODEBOOK2_BLOCK_32, encode
+from conformance_corpus_builders.kv_formats import AFFINE, SCALED_CODEBOOK2_BLOCK_32, encode, float_tensor
 from google.protobuf import text_format
+
+from reference_impl import schema
 
 KV_BLOCK, KV_PAGED_CACHE = 3100, 3101
 #: Float32 summation order only: Y over decoded blocks versus float64 NumPy over the same values.
@@ -22,8 +26,11 @@ def _int64(value: int) -> dict:
     return {"dtype": "int64", "shape": [], "data": [int(value)]}
 
 
-def _encoded(proto) -> dict:
-    return {"encoded": text_format.MessageToString(proto)}
+def _encoded(block) -> dict:
+    """A block value literal: a dense float32 tensor, or an encoded value."""
+    if isinstance(block, np.ndarray):
+        return _literal(block)
+    return {"encoded": text_format.MessageToString(block)}
 
 
 def block_literal(start: int, valid: int, key, value) -> dict:
@@ -71,12 +78,11 @@ def run_step(label: str, q, k, v, y, state: str = "main", atol: float = DECODED_
 
 
 def layout_check(ref: str, fmt: str) -> dict:
-    """A check that ``ref`` is encoded in block format ``fmt``."""
+    """A check that ``ref`` is encoded in the (non-dense) block format ``fmt``."""
     name = fmt.partition("/")[0]
     if name in AFFINE:
         return {"op": "check", "ref": ref, "layout": "affine", "storage_type": AFFINE[name][0]}
-    type_ref = KV_DENSE_FLOAT32 if name == "dense" else SCALED_CODEBOOK2_BLOCK_32
-    return {"op": "check", "ref": ref, "layout": "struct_type", "type_ref": type_ref}
+    return {"op": "check", "ref": ref, "layout": "struct_type", "type_ref": SCALED_CODEBOOK2_BLOCK_32}
 
 
 # ------------------------------------------------------------------------------------ decoding
@@ -169,17 +175,17 @@ _TABLES = {
     "key_value_slots_differ": ([(0, 2, 4, 2, 2)], None),
     "wrong_heads": ([(0, 4, 4, 4, 3)], None),
     "slots_exceed_block_size": ([(0, 8, 8, 8, 2)], None),
-    "dense_payload_short": ([(0, 4, 4, 4, 2)], None),
+    "dense_not_float": ([(0, 4, 4, 4, 2)], None),
     "affine_payload_short": ([(0, 4, 4, 4, 2)], None),
 }
 #: fault -> (key format, payload bytes cut from the end of the key block)
-_SHORT = {"dense_payload_short": ("dense", 4), "affine_payload_short": ("int8", 1)}
+_SHORT = {"affine_payload_short": ("int8", 1)}
 
 
 @builder
 def kv_paged_invalid(fault: str, code: str, also: list | None = None, block_size: int = 4,
                      key_format: str = "dense", value_format: str = "dense", heads: int = 2, head_size: int = 4,
-                     seed: int = 51):
+                     max_tokens: int | None = None, seed: int = 51):
     """A cache or attribute that violates the paged-cache contract (``fault`` "none": only the model's
     attributes are wrong). The runtime may reject it when the state is opened or at the first run (as
     STATE_RUN_FAILED naming ``code``); either way nothing is published: the initial cache stays."""
@@ -190,7 +196,10 @@ def kv_paged_invalid(fault: str, code: str, also: list | None = None, block_size
     for start, valid, key_slots, value_slots, key_heads in table:
         key, _ = encode(rng.standard_normal((key_slots, key_heads, head_size)).astype(np.float32), block_format)
         value, _ = encode(rng.standard_normal((value_slots, heads, head_size)).astype(np.float32), "dense")
-        key.raw_data = key.raw_data[:len(key.raw_data) - cut]
+        if cut:
+            key.raw_data = key.raw_data[:len(key.raw_data) - cut]
+        if fault == "dense_not_float":
+            key = key.astype(np.float16)
         blocks.append(block_literal(start, valid, key, value))
     total = sum(row[1] for row in table) if length is None else length
     causes = [code, *(also or [])]
@@ -202,7 +211,7 @@ def kv_paged_invalid(fault: str, code: str, also: list | None = None, block_size
              {"op": "values", "as": "after", "names": ["cache"]}]
     if blocks:
         trace.append({"op": "identity", "same": [["init|cache|blocks|0|key", "after|cache|blocks|0|key"]]})
-    model = paged_model(heads, head_size, block_size, key_format, value_format)
+    model = paged_model(heads, head_size, block_size, key_format, value_format, max_tokens=max_tokens)
     return {"model": model, "steps": trace}
 
 
@@ -263,3 +272,117 @@ def kv_paged_branches(heads: int = 2, head_size: int = 4, block_size: int = 4, s
     s3.extend(k, v)
     trace.append(run_step("c0", q, k, v, s3.attend(q), state="s3"))
     return {"model": paged_model(heads, head_size, block_size), "steps": trace}
+
+
+# ---------------------------------------------------------------------- bounded workspace, bytes written
+def _bulk_block(start: int, tokens: int, heads: int, head_size: int, fmt: str, rng) -> dict:
+    """A block literal that stays small however long the cache: ``dense`` K and V as ramps, ``int4`` as
+    affine INT4 blocks (one scale per token and head) whose code bytes are printable, so the text form of
+    the payload is no longer than the payload."""
+    shape = (tokens, heads, head_size)
+    if fmt == "dense":
+        return {"struct": {"start": _int64(start), "valid_length": _int64(tokens),
+                           "key": _ramp(shape, start / 4096), "value": _ramp(shape, -start / 4096)},
+                "type_id": KV_BLOCK}
+    parts = {}
+    for name in ("key", "value"):
+        value = schema.EncodedValueProto()
+        add_float_logical(value, shape)
+        layout = value.affine
+        layout.storage_type = AFFINE["int4"][0]
+        layout.scale.CopyFrom(float_tensor(rng.uniform(0.01, 0.1, (tokens, heads, 1)).astype(np.float32)))
+        layout.axis = 2
+        layout.block_size = head_size
+        value.raw_data = rng.integers(0x41, 0x5B, tokens * heads * head_size // 2).astype(np.uint8).tobytes()
+        parts[name] = _encoded(value)
+    return {"struct": {"start": _int64(start), "valid_length": _int64(tokens), **parts}, "type_id": KV_BLOCK}
+
+
+def _ramp(shape: tuple[int, ...], offset: float) -> dict:
+    """A compact tensor literal: float32 values along a ramp in about [-1, 1)."""
+    count = int(np.prod(shape))
+    return {"dtype": "float32", "shape": list(shape), "range": [offset - 1.0, 2.0 / count]}
+
+
+@builder
+def kv_paged_bounded(fmt: str = "dense", heads: int = 2, head_size: int = 64, block_size: int = 64,
+                     short: int = 2048, seed: int = 131):
+    """Two initial caches of ``fmt`` blocks, ``short`` tokens and twice that, each decoded one token by a
+    fresh state. The runtime's ``attention_peak_workspace_bytes`` of the long decode exceeds the short
+    one's by at most a quarter of the dequantized size of the extra tokens (a workspace bounded
+    independently of the context grows by nothing), and stays under a quarter of the whole dequantized
+    long cache. A runtime that dequantizes or copies the whole cache for attention fails both bounds."""
+    rng = np.random.default_rng(seed)
+    per_token = heads * head_size * 4 * 2  # dequantized K and V bytes per token
+    blocks = [_bulk_block(start, block_size, heads, head_size, fmt, rng) for start in range(0, 2 * short, block_size)]
+    trace = []
+    for name, count in (("at_short", short), ("at_long", 2 * short)):
+        q, k, v = (rng.standard_normal((1, heads, 1, head_size)).astype(np.float32) for _ in range(3))
+        cache = cache_literal(blocks[:count // block_size], count)
+        trace += [{"op": "open", "state": name, "initial": {"cache": cache}},
+                  {"op": "run", "state": name, "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v)}},
+                  {"op": "counters", "state": name, "as": name}]
+    trace[-1].update(since="at_short", at_most={"attention_peak_workspace_bytes": short * per_token // 4})
+    trace.append({"op": "counters", "state": "at_long",
+                  "at_most": {"attention_peak_workspace_bytes": 2 * short * per_token // 4}})
+    model = paged_model(heads, head_size, block_size, max_tokens=1 << 20)
+    return {"model": model, "steps": trace}
+
+
+@builder
+def kv_paged_written(heads: int = 2, q_heads: int = 4, head_size: int = 8, block_size: int = 4, steps: int = 9,
+                     seed: int = 141):
+    """Dense blocks: after a prefill of three tokens, each one-token call (crossing block boundaries)
+    grows the runtime's ``kv_bytes_written`` by exactly that token's K and V bytes: earlier blocks are
+    neither copied nor rewritten. Y is checked against the attention formula throughout."""
+    from conformance_corpus_builders.kv_semantics import attention_formula
+
+    rng = np.random.default_rng(seed)
+    keys = values = np.zeros((1, heads, 0, head_size), np.float32)
+    trace = [{"op": "open", "initial": {"cache": EMPTY_CACHE}}]
+    for index, count in enumerate([3] + [1] * steps):
+        q = rng.standard_normal((1, q_heads, count, head_size)).astype(np.float32)
+        k, v = (rng.standard_normal((1, heads, count, head_size)).astype(np.float32) for _ in range(2))
+        past = keys.shape[2]
+        keys, values = np.concatenate([keys, k], 2), np.concatenate([values, v], 2)
+        y = attention_formula(q, keys, values, past, causal=True).astype(np.float32)
+        trace.append(run_step(f"r{index}", q, k, v, y))
+        if index == 0:
+            trace.append({"op": "counters", "as": "c0"})
+    trace.append({"op": "counters", "since": "c0",
+                  "equals": {"kv_bytes_written": steps * 2 * heads * head_size * 4}})
+    model = paged_model(heads, head_size, block_size, q_heads=q_heads, tokens="s", is_causal=1)
+    return {"model": model, "steps": trace}
+
+
+@builder
+def kv_paged_max_tokens(max_tokens: int = 6, heads: int = 2, head_size: int = 4, block_size: int = 4,
+                        seed: int = 151):
+    """``max_tokens`` bounds past plus new tokens: five one-token calls, then a two-token call that would
+    hold seven fails whole (KV_CAPACITY_EXCEEDED) and the cache stays the previous one, then a one-token
+    call reaches exactly ``max_tokens``, and one more fails again."""
+    from conformance_corpus_builders.kv_semantics import attention_formula
+
+    rng = np.random.default_rng(seed)
+    keys = values = np.zeros((1, heads, 0, head_size), np.float32)
+    trace = [{"op": "open", "initial": {"cache": EMPTY_CACHE}}]
+
+    def call(label, count, expect_ok=True):
+        nonlocal keys, values
+        q, k, v = (rng.standard_normal((1, heads, count, head_size)).astype(np.float32) for _ in range(3))
+        if not expect_ok:
+            return {"op": "run", "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v)},
+                    "error": "STATE_RUN_FAILED", "cause": ["KV_CAPACITY_EXCEEDED"]}
+        past = keys.shape[2]
+        keys, values = np.concatenate([keys, k], 2), np.concatenate([values, v], 2)
+        return run_step(label, q, k, v, attention_formula(q, keys, values, past, causal=True).astype(np.float32))
+
+    trace += [call(f"r{index}", 1) for index in range(max_tokens - 1)]
+    trace.append(call(None, 2, expect_ok=False))
+    trace.append({"op": "values", "as": "after", "names": ["cache"]})
+    trace.append({"op": "identity", "same": [[f"r{max_tokens - 2}|next_cache|blocks|1|key",
+                                              "after|cache|blocks|1|key"]]})
+    trace.append(call("full", 1))
+    trace.append(call(None, 1, expect_ok=False))
+    model = paged_model(heads, head_size, block_size, tokens="s", is_causal=1, max_tokens=max_tokens)
+    return {"model": model, "steps": trace}

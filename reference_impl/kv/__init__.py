@@ -1,12 +1,13 @@
 """KV-cache reference kernels: ONNX Attention, contiguous and paged (quantized) caches.
 
-``attention`` is the dense oracle; ``contiguous.append`` / ``ContiguousKVCache`` write only new tokens
-into fixed-capacity storage; ``PagedKVCache`` holds per-block encoded K/V and ``paged_attention``
-walks it block by block. ``kernels.kv_kernels()`` plugs them into the reference executor; ``qwen``
+``attention.attention`` is the dense oracle (the package does not re-export it, so ``kv.attention`` stays the
+module whose helpers both paths share); ``contiguous.append`` / ``ContiguousKVCache`` write only new tokens
+into fixed-capacity storage; ``PagedKVCache`` holds per-block K/V in their formats and ``paged_attention``
+walks it a group of blocks at a time. ``kernels.kv_kernels()`` plugs them into the reference executor; ``qwen``
 builds the end-to-end decoder fixture and ``measure`` reports per-token bytes. See docs/kv.md.
 """
 
-from reference_impl.kv.attention import AttentionAttrs, AttentionOutputs, attention
+from reference_impl.kv.attention import AttentionAttrs, AttentionOutputs
 from reference_impl.kv.contiguous import (
     CapacityPolicy,
     ContiguousKVCache,
@@ -22,7 +23,7 @@ from reference_impl.kv.storage import KVCounters, KVStorage, counting
 
 __all__ = [
     "AttentionAttrs", "AttentionOutputs", "BlockFormat", "CapacityPolicy", "ContiguousKVCache", "KVBlock",
-    "KVCounters", "KVStorage", "PagedKVCache", "append", "attention", "capacity_policy", "counting",
+    "KVCounters", "KVStorage", "PagedKVCache", "append", "capacity_policy", "counting",
     "empty_cache", "encode_block", "kv_catalogue", "kv_registry", "kv_struct_types", "paged_attention",
     "tensor_scatter",
 ]

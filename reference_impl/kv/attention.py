@@ -11,6 +11,7 @@ The bias and score helpers take the absolute positions of the keys they cover, s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -20,6 +21,7 @@ import numpy as np
 
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
+from reference_impl.kv.storage import counting_active, record_workspace
 
 _PATH = "Attention"
 FLOAT_TYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64),
@@ -187,6 +189,8 @@ def position_bias(q_len: int, start: int, stop: int, offset, attrs: AttentionAtt
     windowed = attrs.left_window_size >= 0 or attrs.right_window_size >= 0
     if not attrs.is_causal and not windowed:
         return None
+    if not windowed and np.ndim(offset) == 0 and offset >= stop - 1:
+        return None  # causal, and even the first query is at or after every key here: nothing is hidden
     per_batch = np.ndim(offset) > 0
     offset = np.asarray(offset, dtype=np.int64).reshape(-1, 1, 1, 1) if per_batch else int(offset)
     query = np.arange(q_len, dtype=np.int64).reshape(q_len, 1) + offset
@@ -209,18 +213,23 @@ def padding_bias(nonpad: np.ndarray | None, start: int, stop: int, dtype: np.dty
     return np.where(valid, dtype.type(0), dtype.type(-np.inf)).reshape(len(nonpad), 1, 1, stop - start)
 
 
-def combine_bias(parts: list, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+def combine_bias(parts: list, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray | None:
+    """The sum of the bias parts (None: no part, nothing is masked)."""
+    present = [part for part in parts if part is not None]
+    if not present:
+        return None
     bias = np.zeros(shape[-2:], dtype=dtype)
-    for part in parts:
-        if part is not None:
-            bias = bias + part
+    for part in present:
+        bias = bias + part
     return bias
 
 
 # ----------------------------------------------------------------------------- scores and softmax
 def sqrt_scale(attrs: AttentionAttrs, head_size: int, dtype: np.dtype):
-    scale = attrs.scale if attrs.scale is not None else 1.0 / np.sqrt(head_size)
-    return dtype.type(np.sqrt(scale))
+    """sqrt(scale) in the input precision (scale defaults to 1/sqrt(head_size)); math.sqrt and np.sqrt
+    both round correctly, np.sqrt keeps a negative scale's NaN."""
+    scale = attrs.scale if attrs.scale is not None else 1.0 / math.sqrt(head_size)
+    return dtype.type(math.sqrt(scale) if scale >= 0 else np.sqrt(scale))
 
 
 def grouped_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -228,8 +237,26 @@ def grouped_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     batch, hq, sq, d = q.shape
     hkv, t = k.shape[1], k.shape[2]
     grouped = q.reshape(batch, hkv, (hq // hkv) * sq, d)
-    scores = np.matmul(grouped, np.swapaxes(k, -1, -2))
+    # K @ Q^T, transposed back: the same dot products, and BLAS runs it several times faster than Q @ K^T
+    # when there are few queries and many keys (decode).
+    scores = np.swapaxes(np.matmul(k, np.swapaxes(grouped, -1, -2)), -1, -2)
     return scores.astype(q.dtype, copy=False).reshape(batch, hq, sq, t)
+
+
+#: Keys scaled at a time: ``scaled_scores`` never holds a scaled copy of more of the cache than this.
+SCORE_CHUNK = 1024
+
+
+def scaled_scores(qs: np.ndarray, k: np.ndarray, s) -> np.ndarray:
+    """``grouped_scores(qs, k * s)`` computed over chunks of keys, so the scaled copy of K stays bounded."""
+    total = k.shape[2]
+    if total <= SCORE_CHUNK:
+        return grouped_scores(qs, (k * s).astype(qs.dtype, copy=False))
+    out = np.empty(qs.shape[:3] + (total,), qs.dtype)
+    for start in range(0, total, SCORE_CHUNK):
+        chunk = k[:, :, start:start + SCORE_CHUNK]
+        out[..., start:start + chunk.shape[2]] = grouped_scores(qs, (chunk * s).astype(qs.dtype, copy=False))
+    return out
 
 
 def grouped_values(p: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -247,13 +274,24 @@ def apply_softcap(scores: np.ndarray, softcap: float) -> np.ndarray:
     return scores
 
 
+def biased_logits(raw: np.ndarray, bias, softcap: float) -> tuple[np.ndarray, np.ndarray]:
+    """(softcapped scores, softcapped scores + bias): the softcap applies to the raw product, before the
+    mask and causal bias are added (the operator's order), so masked keys stay -inf."""
+    capped = apply_softcap(raw, softcap)
+    return capped, capped if bias is None else capped + bias
+
+
 def softmax_rows(x: np.ndarray) -> np.ndarray:
     """Softmax over the last axis; a row that is -inf everywhere becomes zeros, not NaN."""
-    row_max = np.max(x, axis=-1, keepdims=True)
-    safe_max = np.where(np.isneginf(row_max), x.dtype.type(0), row_max)
-    e = np.exp(x - safe_max)
-    total = np.sum(e, axis=-1, keepdims=True)
-    return e / np.where(total == 0, x.dtype.type(1), total)
+    row_max = x.max(axis=-1, keepdims=True)
+    if np.isneginf(row_max).any():  # such rows are shifted by 0: exp gives zeros, their sum 0
+        row_max = np.where(np.isneginf(row_max), x.dtype.type(0), row_max)
+    e = np.exp(x - row_max)
+    total = e.sum(axis=-1, keepdims=True)
+    if not total.all():
+        total = np.where(total == 0, x.dtype.type(1), total)
+    e /= total
+    return e
 
 
 def fully_masked(bias: np.ndarray) -> np.ndarray:
@@ -305,15 +343,19 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, attn_mask: np.ndarray
                          position_bias(sq, 0, total, offset, attrs, dtype),
                          padding_bias(nonpad, 0, total, dtype)], (sq, total), dtype)
     s = sqrt_scale(attrs, head, dtype)
-    raw = grouped_scores((q4 * s).astype(dtype, copy=False), (k4 * s).astype(dtype, copy=False))
-    capped = apply_softcap(raw, attrs.softcap)
-    biased = capped + bias
+    qs = (q4 * s).astype(dtype, copy=False)
+    raw = scaled_scores(qs, k4, s)
+    capped, biased = biased_logits(raw, bias, attrs.softcap)
     precision = SOFTMAX_PRECISION.get(attrs.softmax_precision, dtype)
     probs = softmax_rows(biased.astype(precision, copy=False))
-    probs = np.where(fully_masked(bias), precision.type(0), probs)
+    if bias is not None:
+        probs = np.where(fully_masked(bias), precision.type(0), probs)
     mode = attrs.qk_matmul_output_mode
     qk = {0: raw, 1: capped, 2: biased, 3: probs}[mode].astype(dtype, copy=False)
     y = grouped_values(probs.astype(dtype, copy=False), v4)
+    if counting_active():
+        scratch = {id(a): a.nbytes for a in (qs, raw, capped, biased, probs, bias, qk) if isinstance(a, np.ndarray)}
+        record_workspace(sum(scratch.values()) + min(k4.shape[2], SCORE_CHUNK) * k4[0, :, :1].nbytes * len(k4))
     if rank == 3:
         y = merge_heads(y)
     return AttentionOutputs(y, present_key, present_value, qk)

@@ -24,7 +24,15 @@ import numpy as np
 
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
-from reference_impl.kv.storage import KVCounters, KVStorage, check_cancel, check_capacity, record, storage_of
+from reference_impl.kv.storage import (
+    KVCounters,
+    KVStorage,
+    check_cancel,
+    check_capacity,
+    counting_active,
+    record,
+    storage_of,
+)
 
 MODES = ("linear", "circular")
 
@@ -117,8 +125,9 @@ class _Append:
             self.storage.release(self.needed)
 
     def commit(self) -> np.ndarray:
-        record(KVCounters(appended_bytes=self.new.nbytes, in_place_appends=int(self.in_place),
-                          relocated_bytes=0 if self.in_place else self.past.nbytes))
+        if counting_active():
+            record(KVCounters(appended_bytes=self.new.nbytes, in_place_appends=int(self.in_place),
+                              relocated_bytes=0 if self.in_place else self.past.nbytes))
         return self.storage.publish(self.needed)
 
 

@@ -5,9 +5,10 @@
   allocation (e.g. an ``empty_cache`` initial value). Results equal the functional operator. A plain
   past moves into an allocation sized by the kernels' cache configuration (``kv_kernels(capacity=...,
   fixed=True)`` makes it a fixed capacity: exceeding it is KV_CAPACITY_EXCEEDED).
-* ``onnx_light.kv.PagedAttention``: inputs (Q, K, V, cache), outputs (Y, next_cache), where the cache
-  is a KV_PAGED_CACHE struct value. The new K/V are appended (sealing full blocks in ``key_format`` /
-  ``value_format``) and the queries attend over the blocks one at a time.
+* ``ai.rt::PagedAttention`` (the default of the suite's ``paged_attention`` operator role, and the operator
+  onnx-light registers): inputs (Q, K, V, past[, attn_mask]), outputs (Y, present), where the caches are
+  KV_PAGED_CACHE struct values. The new K/V are appended (sealing full blocks in ``key_format`` /
+  ``value_format``) and the queries attend over the blocks.
 
 Kernels never create a second state system: the caches are ordinary values carried by the graph's
 persistent bindings.
@@ -22,12 +23,13 @@ import numpy as np
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 from reference_impl.kv import contiguous
-from reference_impl.kv.attention import AttentionAttrs, attention
+from reference_impl.kv.attention import AttentionAttrs, attention, check_mask
 from reference_impl.kv.paged import PagedKVCache, struct_geometry
 from reference_impl.kv.paged_attention import paged_attention
 from reference_impl.kv.storage import MAX_STORAGE_BYTES, check_capacity
 
-KV_DOMAIN = "onnx_light.kv"
+#: Where the paged attention kernel is registered: the operator onnx-light registers (ai.rt::PagedAttention).
+KV_DOMAIN = "ai.rt"
 _ATTRS = set(AttentionAttrs.__dataclass_fields__)
 
 
@@ -54,26 +56,28 @@ def attention_kernel(args: list, attrs: dict, ctx, policy: contiguous.CapacityPo
 
 
 def paged_attention_kernel(args: list, attrs: dict, ctx) -> list:
-    """PagedAttention(Q, K, V, cache) -> (Y, next_cache) over a KV_PAGED_CACHE struct value.
+    """PagedAttention(Q, K, V, past[, attn_mask]) -> (Y, present) over a KV_PAGED_CACHE struct value.
 
-    The kept cache's blocks fix its geometry; the new K/V must match it (KV_SHAPE_MISMATCH) and the
-    queries must fit it (ATTENTION_INPUT_INVALID). An empty cache takes its geometry from the new K/V
-    once they agree with Q. Everything is checked before the first write.
+    The signature of the ``paged_attention`` operator role (docs/testee-protocol.md): ``is_causal``
+    defaults to 1 and ``max_tokens`` (default 4096) bounds past plus new tokens, as onnx-light's
+    ai.rt::PagedAttention does. The kept cache's blocks fix its geometry; the new K/V must match it
+    (KV_SHAPE_MISMATCH) and the queries must fit it (ATTENTION_INPUT_INVALID). An empty cache takes its
+    geometry from the new K/V once they agree with Q. Everything is checked before the first write.
     """
-    if len(args) != 4:
-        raise fail(E.ATTENTION_INPUT_INVALID, "PagedAttention", "inputs are (Q, K, V, cache)")
-    q, k, v, value = args
+    if len(args) not in (4, 5):
+        raise fail(E.ATTENTION_INPUT_INVALID, "PagedAttention", "inputs are (Q, K, V, past[, attn_mask])")
+    q, k, v, value = args[:4]
+    mask = args[4] if len(args) == 5 else None
     for name, x in (("Q", q), ("K", k), ("V", v)):
         if not isinstance(x, np.ndarray) or x.ndim != 4 or x.shape[0] != 1 or x.dtype != np.float32 \
                 or min(x.shape[1], x.shape[3]) < 1:
             raise fail(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}",
                        "expected a float32 (1, heads, S, size) tensor with at least one head of size >= 1")
-    block_size = attrs.get("block_size", 16)
-    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
-        raise fail(E.KV_CAPACITY_INVALID, "PagedAttention.block_size",
-                   f"block_size must be an INT attribute, got {type(block_size).__name__}")
-    settings = _attrs(attrs, "PagedAttention", ignore=("block_size", "key_format", "value_format"))
-    geometry = struct_geometry(value, "PagedAttention.cache")
+    block_size = _int_attribute(attrs, "block_size", 16)
+    max_tokens = _int_attribute(attrs, "max_tokens", 4096)
+    settings = _attrs({"is_causal": 1, **attrs}, "PagedAttention",
+                      ignore=("block_size", "key_format", "value_format", "max_tokens"))
+    geometry = struct_geometry(value, "PagedAttention.past")
     if geometry is None:
         _check_fit(q, k.shape[1], k.shape[3], settings, "K")
         geometry = (k.shape[1], k.shape[3], v.shape[3])
@@ -86,11 +90,29 @@ def paged_attention_kernel(args: list, attrs: dict, ctx) -> list:
     if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
         raise fail(E.ATTENTION_INPUT_INVALID, "PagedAttention.V",
                    f"V {list(v.shape)} and K {list(k.shape)} disagree on heads or token count")
-    cache = PagedKVCache.from_struct(value, *geometry, block_size, "PagedAttention.cache")
+    cache = PagedKVCache.from_struct(value, *geometry, block_size, "PagedAttention.past")
+    if max_tokens <= 0:
+        raise fail(E.KV_CAPACITY_INVALID, "PagedAttention.max_tokens", f"max_tokens must be positive, got {max_tokens}")
+    if cache.count + k.shape[2] > max_tokens:
+        raise fail(E.KV_CAPACITY_EXCEEDED, "PagedAttention.max_tokens",
+                   f"{cache.count} + {k.shape[2]} tokens exceed max_tokens {max_tokens}")
+    if q.shape[2] > cache.count + k.shape[2]:
+        raise fail(E.ATTENTION_INPUT_INVALID, "PagedAttention.Q",
+                   f"{q.shape[2]} queries but only {cache.count + k.shape[2]} tokens")
+    if mask is not None:
+        mask = check_mask(mask, q.dtype, q.shape[:3] + (cache.count + k.shape[2],))
     formats = cache.check_formats(attrs.get("key_format", "dense"), attrs.get("value_format", "dense"),
                                   "PagedAttention")
     cache = cache.append(k[0], v[0], *formats, cancel=getattr(ctx, "cancel", None))
-    return [paged_attention(q, cache, attrs=settings), cache.to_struct()]
+    return [paged_attention(q, cache, mask, attrs=settings), cache.to_struct()]
+
+
+def _int_attribute(attrs: dict, name: str, default: int) -> int:
+    value = attrs.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise fail(E.KV_CAPACITY_INVALID, f"PagedAttention.{name}",
+                   f"{name} must be an INT attribute, got {type(value).__name__}")
+    return int(value)
 
 
 def _check_fit(q: np.ndarray, kv_heads: int, head_size: int, settings: AttentionAttrs, blame: str) -> None:

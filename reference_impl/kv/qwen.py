@@ -9,7 +9,7 @@ by ``onnx_light.Decode``. Three cache variants share the weights:
 * ``struct``: one whole struct input ``cache`` (KV_CONTIGUOUS_CACHE: the four tensors and ``length``)
   bound to ``next_cache``, taken apart by GetField and rebuilt by MakeStruct.
 * ``paged``: ``cache_<i>`` (KV_PAGED_CACHE struct values) bound to ``next_cache_<i>``, consumed by
-  ``onnx_light.kv.PagedAttention`` with quantized sealed blocks.
+  ``ai.rt::PagedAttention`` (the paged_attention role) with quantized sealed blocks.
 
 Caches are token-major (1, S, Hkv, D) so that a batch-1 cache growing in place stays C-contiguous.
 ``lower`` turns the tensors variant into a standard ONNX model (DequantizeLinear for the INT4

@@ -35,7 +35,8 @@ MAX_STORAGE_BYTES = 1 << 32
 
 @dataclass
 class KVCounters:
-    """Byte accounting for cache writes: what appends wrote, and what relocations copied."""
+    """Byte accounting for cache writes (what appends wrote, what relocations copied, what sealing
+    encoded) and the peak scratch of one attention call. Sums add up; ``workspace_peak`` is a maximum."""
 
     appended_bytes: int = 0
     relocated_bytes: int = 0
@@ -43,10 +44,19 @@ class KVCounters:
     allocated_bytes: int = 0
     in_place_appends: int = 0
     encoded_bytes: int = 0  # bytes of quantized blocks produced by sealing or conversion
+    workspace_peak: int = 0  # largest scratch one attention call held at once (bytes)
+
+    @property
+    def written_bytes(self) -> int:
+        """Every byte written into cache storage: new tokens, relocation copies and encoded blocks."""
+        return self.appended_bytes + self.relocated_bytes + self.encoded_bytes
 
     def add(self, other: KVCounters) -> None:
         for name in self.__dataclass_fields__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+            if name == "workspace_peak":
+                self.workspace_peak = max(self.workspace_peak, other.workspace_peak)
+            else:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 _ACTIVE: contextvars.ContextVar[tuple[KVCounters, ...]] = contextvars.ContextVar("kv_counters", default=())
@@ -66,6 +76,18 @@ def counting():
 def record(delta: KVCounters) -> None:
     for counters in _ACTIVE.get():
         counters.add(delta)
+
+
+def counting_active() -> bool:
+    """Whether anything counts (kernels skip their accounting otherwise)."""
+    return bool(_ACTIVE.get())
+
+
+def record_workspace(nbytes: int) -> None:
+    """Report the scratch an attention call holds at one point (the counters keep the maximum)."""
+    active = _ACTIVE.get()
+    if active:
+        record(KVCounters(workspace_peak=int(nbytes)))
 
 
 def check_capacity(capacity, path: str) -> int:
@@ -95,8 +117,7 @@ class _ViewOwner:
 
     def __init__(self, storage: KVStorage):
         self.storage = storage
-        self.__array_interface__ = {"shape": (storage.data.nbytes,), "typestr": "|u1",
-                                    "data": (storage.address, True), "version": 3}
+        self.__array_interface__ = storage.interface  # shared: NumPy only reads it
 
 
 _SEQUENCE = itertools.count()
@@ -123,11 +144,14 @@ class KVStorage:
         shape = (batch, capacity, heads, head_size) if token_major else (batch, heads, capacity, head_size)
         self.data = np.zeros(shape, dtype=dtype)  # the storage's own; only ever written through ``slots``
         self.address = self.data.__array_interface__["data"][0]
+        self.interface = {"shape": (self.data.nbytes,), "typestr": "|u1", "data": (self.address, True), "version": 3}
         self.token_major = token_major
         self.growable = growable
         self.lock = threading.Lock()
         self._views: list[tuple[int, int, weakref.ref]] = []  # heap of (-stop, sequence, owner ref)
         self._compact_at = 64
+        self._handed: dict[int, weakref.ref] = {}  # id -> the prefix views handed out, as handed out
+        self._layout = None  # (leading shape, trailing shape, strides) of the logical views
         self._reservations: list[int] = []  # stops of appends between reservation and publication
         record(KVCounters(allocations=1, allocated_bytes=nbytes))
 
@@ -203,15 +227,25 @@ class KVStorage:
 
     def _make_view(self, stop: int) -> np.ndarray:
         owner = _ViewOwner(self)
-        slots = self.slots()
-        out = np.ndarray(slots.shape[:2] + (stop,) + slots.shape[3:], self.data.dtype, buffer=np.asarray(owner),
-                         strides=slots.strides)
+        layout = self._layout
+        if layout is None:
+            slots = self.slots()
+            layout = self._layout = (slots.shape[:2], slots.shape[3:], slots.strides)
+        out = np.ndarray(layout[0] + (stop,) + layout[1], self.data.dtype, np.asarray(owner), 0, layout[2])
         heapq.heappush(self._views, (-stop, next(_SEQUENCE), weakref.ref(owner)))
+        self._handed[id(out)] = weakref.ref(out)
         if len(self._views) > self._compact_at:  # dead owners below the top: drop them now and then
             self._views = [entry for entry in self._views if entry[2]() is not None]
             heapq.heapify(self._views)
+            self._handed = {key: ref for key, ref in self._handed.items() if ref() is not None}
             self._compact_at = max(64, 2 * len(self._views))
         return out
+
+    def window(self, start: int, stop: int) -> np.ndarray:
+        """Read-only logical (B, H, stop - start, D) view of positions [start, stop), tracked like a view
+        of [0, stop) (so nothing may write below ``stop`` while it lives)."""
+        with self.lock:
+            return self._make_view(stop)[:, :, start:]
 
     def slots(self) -> np.ndarray:
         """Writable logical (B, H, capacity, D) view for the cache's own writes; never handed out."""
@@ -219,6 +253,9 @@ class KVStorage:
 
     def is_prefix_view(self, array: np.ndarray) -> bool:
         """Whether ``array`` is exactly a logical view of positions [0, n) of this storage, for some n."""
+        handed = self._handed.get(id(array))
+        if handed is not None and handed() is array:  # a prefix view exactly as it was handed out
+            return True
         slots = self.slots()
         return (storage_of(array) is self and array.ndim == 4 and array.strides == slots.strides
                 and array.shape[:2] == slots.shape[:2] and array.shape[3] == slots.shape[3]
