@@ -193,8 +193,10 @@ def _stage(name: str, spec: Any, baseline: dict[str, int], earlier: dict[str, St
     limits, _ = _figures(spec.get("limits", {}), f"{where}.limits", path)
     allowance, allowance_text = _figures(spec.get("allowance", {}), f"{where}.allowance", path)
     base = spec.get("base")
-    if allowance and base is None:
-        _bad(path, f"[{where}] has an allowance but no base")
+    gate_deltas = bool(spec.get("gate_deltas", False))
+    if allowance and base is None and not gate_deltas:
+        # Without a base, an allowance only means something against a side-by-side baseline build.
+        _bad(path, f"[{where}] has an allowance but neither a base nor gate_deltas = true")
     if base is not None:
         if base == "baseline":
             base_figures = baseline
@@ -210,7 +212,7 @@ def _stage(name: str, spec: Any, baseline: dict[str, int], earlier: dict[str, St
             if written != derived:
                 _bad(path, f"[{where}] limit {key} = {written:,} but {base} {base_figures[key]:,} + "
                            f"allowance {extra:,} = {derived:,}")
-    if not limits:
+    if not limits and not (gate_deltas and allowance):
         _bad(path, f"[{where}] sets no limits")
     within = bool(spec.get("within_ceiling", False))
     if within:
@@ -220,4 +222,4 @@ def _stage(name: str, spec: Any, baseline: dict[str, int], earlier: dict[str, St
                            f"exceeds the ceiling {cap:,}")
     return Stage(name=name, description=str(spec.get("description", "")), limits=limits, base=base,
                  allowance=allowance, allowance_text=allowance_text, within_ceiling=within,
-                 gate_deltas=bool(spec.get("gate_deltas", False)))
+                 gate_deltas=gate_deltas)

@@ -82,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
     budget = load_budget(args.budget)
     stage = budget.stage(args.stage)
     if args.command == "check":
+        if not stage.limits:
+            raise SizeGateError("bad-budget", budget.path, f"stage {stage.name} only gates deltas against a baseline "
+                                                           f"built side by side; use compare BASELINE CANDIDATE")
         metrics = measure_path(args.path, _pattern(args, budget))
         findings = evaluate(metrics, budget, stage)
         if args.json:

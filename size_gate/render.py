@@ -116,6 +116,9 @@ def compare_markdown(cmp: Comparison, stage: Stage | None, findings: list[Findin
            f"Baseline `{cmp.baseline.path}` vs candidate `{cmp.candidate.path}`", ""]
     limits = stage.limits if stage else {}
     status = {f.metric: f.status for f in findings or [] if f.check == "limit"}
+    # A stage that gates deltas against the side-by-side baseline shows its allowance where no limit is.
+    allowances = stage.allowance if stage and stage.gate_deltas else {}
+    delta_status = {f.metric: f.status for f in findings or [] if f.check == "allowance"}
     header = "| Metric | Baseline | Candidate | Δ | Δ % |"
     if stage:
         header += f" Limit ({stage.name}) | Status |"
@@ -124,8 +127,12 @@ def compare_markdown(cmp: Comparison, stage: Stage | None, findings: list[Findin
         line = (f"| {row.label} | {num(row.baseline)} | {num(row.candidate)} | {signed(row.delta)} | "
                 f"{pct(row.percent)} |")
         if stage:
-            line += (f" {num(limits[row.metric])} | {_MARK[status[row.metric]]} |" if row.metric in limits
-                     else " | report only |")
+            if row.metric in limits:
+                line += f" {num(limits[row.metric])} | {_MARK[status[row.metric]]} |"
+            elif row.metric in allowances and row.metric in delta_status:
+                line += f" Δ ≤ {signed(allowances[row.metric])} | {_MARK[delta_status[row.metric]]} |"
+            else:
+                line += " | report only |"
         out.append(line)
     out.append("")
     if findings is not None:

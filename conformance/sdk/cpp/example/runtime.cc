@@ -1,0 +1,40 @@
+// The example runtime: a vendor's view of the contract for the affine and external-data profiles,
+// served over the testee protocol by the SDK.
+#include "runtime.h"
+
+#include "affine.h"
+#include "common.h"
+#include "model.h"
+#include "registered.h"
+
+namespace example {
+
+using onnx_light::testee::Value;
+
+onnx_light::testee::Hello ExampleRuntime::GetHello() {
+  return {"onnx-light-example-testee", ONNX_LIGHT_EXAMPLE_VERSION, {"affine", "external-data"}, {}};
+}
+
+void ExampleRuntime::Verify(std::string_view model, const std::string& base_dir) { VerifyModel(model, base_dir); }
+
+Value ExampleRuntime::Decode(std::string_view model, const std::string& value_name, const std::string& base_dir) {
+  VerifiedModel verified = VerifyModel(model, base_dir);
+  for (const EncodedInfo& info : verified.values) {
+    if (info.value->name() != value_name) continue;
+    Payload payload = OpenPayload(*info.value, info.extent, base_dir, info.path, verified.model);
+    if (info.affine) return DecodeAffine(*info.value, *info.affine, payload, info.path);
+    return DecodeRegistered(*verified.catalogue, *info.value, payload, info.record_bytes, info.path);
+  }
+  Fail("VALUE_NOT_FOUND", "model.graph.encoded_initializer", "no encoded value of that name");
+}
+
+std::string ExampleRuntime::RoundTrip(std::string_view model) {
+  // Explicit load then save: the model is verified, then written back with every field it carried
+  // (unknown fields included).
+  VerifiedModel verified = VerifyModel(model, "");
+  std::string saved;
+  if (!verified.model->SerializeToString(&saved)) throw std::runtime_error("the model could not be serialized");
+  return saved;
+}
+
+}  // namespace example
