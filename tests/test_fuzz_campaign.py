@@ -231,3 +231,23 @@ def test_promote_writes_a_regression_and_a_loadable_conformance_case(tmp_path):
     from conformance.execute import run_case
 
     assert run_case(cases[0], ReferenceAdapter()).verdict == "passed"
+
+
+def test_protobuf_leniency_is_not_a_disagreement_but_everything_else_is():
+    """A subject whose protobuf runtime parses bytes upb refuses (protobuf C++ truncates overlong tag
+    varints) is not judged on wire-format leniency; every other verdict difference still counts."""
+    from fuzz.subjects import Outcome, compare, observe
+
+    parse_error = {"verify": Outcome("reject", "MODEL_PARSE_ERROR")}
+    assert compare(parse_error, {"verify": Outcome("ok")}) == []
+    assert compare(parse_error, {"verify": Outcome("reject", "TYPE_ID_ZERO")})  # another code: disagreement
+    assert compare({"verify": Outcome("reject", "TYPE_ID_ZERO")}, {"verify": Outcome("ok")})
+    assert compare({"verify": Outcome("ok")}, {"verify": Outcome("reject", "MODEL_PARSE_ERROR")})
+
+    class Lenient:
+        name = "lenient"
+
+        def verify(self, model_bytes, base_dir):
+            return None
+
+    assert list(observe(Lenient(), b"\x0a\xff", None)) == ["verify"]  # unparsable: no values to read

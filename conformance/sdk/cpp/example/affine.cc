@@ -78,16 +78,20 @@ AffineInfo VerifyAffine(const onnx::EncodedValueProto& value, const Extent& exte
     if (!product) Fail("SIZE_OVERFLOW", logical_path, "element count overflows uint64");
     info.count = *product;
   }
-  // scale: present, floating, of the logical element type (DequantizeLinear's output type).
+  // scale: present and floating; its type and the logical element type follow DequantizeLinear.
   if (!layout.has_scale()) Fail("AFFINE_SCALE_INVALID", layout_path, "scale is required");
   const onnx::TensorProto& scale = layout.scale();
   if (!IsFloating(scale.data_type())) {
     Fail("AFFINE_SCALE_INVALID", layout_path + ".scale.data_type",
          "element type " + std::to_string(scale.data_type()) + " is not a floating type");
   }
-  if (scale.data_type() != info.element_type) {
+  // DequantizeLinear's output_dtype (opset 23) lets FLOAT, FLOAT16 and BFLOAT16 scales decode to any of
+  // those three (the product is formed in float and rounded once to the output type); a DOUBLE scale
+  // decodes to DOUBLE only.
+  const bool double_involved = scale.data_type() == kDouble || info.element_type == kDouble;
+  if (double_involved && scale.data_type() != info.element_type) {
     Fail("AFFINE_SCALE_INVALID", layout_path + ".scale.data_type",
-         "decoded values take the scale's type, which differs from logical_type");
+         "a DOUBLE scale decodes to DOUBLE values only, and only a DOUBLE scale does");
   }
   for (std::int64_t dim : scale.dims()) {
     if (dim < 0) Fail("AFFINE_PARAM_SHAPE", layout_path + ".scale.dims", "negative dimension");

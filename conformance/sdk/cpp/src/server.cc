@@ -306,6 +306,7 @@ class Server {
       case pb::Request::kShutdown:  // handled by the loop
         response->mutable_ok();
         return;
+      case pb::Request::kHold:  // protocol 4: held runs; this SDK speaks 3, so the runner never sends it
       case pb::Request::OP_NOT_SET:
         break;
     }
