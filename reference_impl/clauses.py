@@ -136,7 +136,9 @@ _CLAUSES = [
      "Field.constant is the actual TensorProto value, not a graph input, and must have concrete "
      "dimensions and matching data."),
     ("DECL-DEPTH", "Catalogue and identity contract",
-     "Declarations nest to a bounded depth (implementation limit guarding recursive resolution)."),
+     "Implementation limit, not a spec rule: types nest at most 64 levels, counting every TypeProto and "
+     "every type_ref expansion, on every declaration whether used or not (onnx-light's "
+     "kMaxStructTypeDepth); cases that rely on it alone are Recommended."),
     # --- Byte encoding -------------------------------------------------------------------------------
     ("ENC-SIZE-TABLE", "Byte-encoding rules and validation",
      "For a byte-encodable struct, compute sizes recursively in bits with checked uint64 arithmetic."),
