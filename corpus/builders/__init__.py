@@ -30,5 +30,5 @@ def _load(name: str) -> None:
 
 
 for _name in ("representation", "affine_sweep", "wire", "state_models", "kv", "kv_formats", "kv_paged",
-              "kv_contiguous"):
+              "kv_contiguous", "limits"):
     _load(_name)
