@@ -217,7 +217,7 @@ def open_payload(value, extent: Extent, base_dir, path: str) -> np.ndarray:
         start = extent.offset - extent.offset % mmap.ALLOCATIONGRANULARITY
         mapping = mmap.mmap(fd, extent.offset + extent.length - start, access=mmap.ACCESS_READ, offset=start)
     except OSError as err:
-        raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file cannot be mapped: {_reason(err)}") from None
+        raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file cannot be mapped or read: {_reason(err)}") from None
     finally:
         os.close(fd)
     return np.frombuffer(mapping, dtype=np.uint8, count=extent.length, offset=extent.offset - start)
