@@ -119,6 +119,7 @@ def _select(args):
 
 def cmd_run(args, argv: list[str]) -> int:
     from conformance import bundle, failure_list, reports
+    from conformance.adapters.testee import TesteeUnavailable
     from conformance.clause_table import uncovered
     from conformance.execute import PASSED_WITHOUT_CODE
     from conformance.runner import RunConfig, run, summary_line
@@ -131,7 +132,12 @@ def cmd_run(args, argv: list[str]) -> int:
         failure_list.read(args.failure_list)  # a missing or unreadable list is a one-line error, before the run
     config = RunConfig(adapter=args.adapter, testee=args.testee, timeout=args.timeout, corpus=args.corpus,
                        jobs=args.jobs, require_codes=args.require_codes, progress=not args.quiet)
-    results, info = run(chosen, config)
+    try:
+        results, info = run(chosen, config)
+    except TesteeUnavailable as error:  # no case can run: one line, the summary, exit 2
+        print(f"conformance: {error}", file=sys.stderr)
+        print(f"{summary_line([])} ({len(chosen)} cases not run: the testee is unusable)")
+        return 2
     info.selection = {"cases": args.cases, "level": args.level, "profile": args.profile, "shard": args.shard,
                       "count": len(chosen), "failure_list": args.failure_list}
     problems: list[str] = []

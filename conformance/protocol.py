@@ -13,12 +13,16 @@ from typing import Any, BinaryIO
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 
 from conformance.values import Encoded, Struct, borrow, default_buffer_id, dtype_of, is_ownerless
 
 PACKAGE = "onnx_light.conformance"
 PROTOCOL_VERSION = 4  # 2: Run.cancelled; 3: names as bytes, Rejection.causes, Counters; 4: Run.hold, Hold
-MAX_FRAME = 1 << 31
+#: Default cap on one frame's length (bytes). A longer length prefix is a framing error before anything
+#: is read; ``read_frame`` takes another cap, the testee adapter reads it from CONFORMANCE_MAX_FRAME.
+MAX_FRAME = 1 << 26
+_CHUNK = 1 << 20  # frames are read in chunks, so memory grows only with bytes that actually arrive
 
 _F = descriptor_pb2.FieldDescriptorProto
 _SCALARS = {"string": _F.TYPE_STRING, "bytes": _F.TYPE_BYTES, "int64": _F.TYPE_INT64, "uint64": _F.TYPE_UINT64,
@@ -130,22 +134,28 @@ def write_frame(stream: BinaryIO, message) -> None:
 
 
 def read_exact(stream: BinaryIO, count: int) -> bytes:
-    chunks = []
-    while count:
-        chunk = stream.read(count)
+    """Exactly ``count`` bytes, read in chunks (never asking the stream for more than one chunk, so a
+    claimed length reserves nothing until the bytes arrive)."""
+    buffer = bytearray()
+    while len(buffer) < count:
+        chunk = stream.read(min(_CHUNK, count - len(buffer)))
         if not chunk:
-            raise FramingError("stream closed")
-        chunks.append(chunk)
-        count -= len(chunk)
-    return b"".join(chunks)
+            raise FramingError(f"stream closed after {len(buffer)} of {count} bytes")
+        buffer += chunk
+    return bytes(buffer)
 
 
-def read_frame(stream: BinaryIO, cls):
+def read_frame(stream: BinaryIO, cls, max_frame: int = MAX_FRAME):
+    """One length-prefixed message; FramingError on a closed stream, an over-long length prefix or
+    bytes that do not parse as ``cls``."""
     (length,) = struct.unpack("<I", read_exact(stream, 4))
-    if length > MAX_FRAME:
-        raise FramingError(f"frame of {length} bytes exceeds the limit")
+    if length > max_frame:
+        raise FramingError(f"frame of {length} bytes exceeds the limit of {max_frame} bytes")
     message = cls()
-    message.ParseFromString(read_exact(stream, length))
+    try:
+        message.ParseFromString(read_exact(stream, length))
+    except DecodeError as error:
+        raise FramingError(f"a {length}-byte frame is not a {cls.DESCRIPTOR.name}: {error}") from None
     return message
 
 

@@ -57,6 +57,7 @@ _WORKER: dict = {}
 
 
 def _worker_init(config: RunConfig) -> None:
+    _use_safe_reads()
     _WORKER["adapter"] = load_adapter(config.adapter, config.testee, config.timeout)
     _WORKER["cases"] = {c.id: c for c in load_cases(config.corpus)}
     _WORKER["config"] = config
@@ -67,6 +68,14 @@ def _worker_run(case_id: str) -> Result:
     return run_case(_WORKER["cases"][case_id], _WORKER["adapter"], config.require_codes, config.timeout)
 
 
+def _use_safe_reads() -> None:
+    """The runner must survive case files changing under it: in-process oracles read external payloads
+    into memory instead of mapping them (a truncated mapping would kill the run with SIGBUS)."""
+    from reference_impl import payload
+
+    payload.set_external_access("read")
+
+
 def run(cases: list[Case], config: RunConfig, adapter: Any | None = None) -> tuple[list[Result], RunInfo]:
     """Run ``cases`` and return their results (in case order) with the run's identity."""
     info = RunInfo(suite={"name": SUITE_NAME, "version": SUITE_VERSION},
@@ -75,6 +84,7 @@ def run(cases: list[Case], config: RunConfig, adapter: Any | None = None) -> tup
                              "cpus": os.cpu_count()},
                    started=time.time())
     start = time.perf_counter()
+    _use_safe_reads()
     progress = Progress(len(cases), config.progress)
     own_adapter = adapter is None
     if adapter is None:

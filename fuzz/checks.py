@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fuzz import gen
 from fuzz import layouts as L
 from fuzz.cases import Case, Verdict, run_case
 from fuzz.gen import Expected, Generated
@@ -98,6 +99,34 @@ def check_valid(generated: Generated, base_dir: str) -> None:
     resolved = [(b.input_name, b.output_name) for b in bindings]
     if resolved != generated.bindings:
         raise Mismatch(f"bindings resolved as {resolved}, declared {generated.bindings}")
+
+
+def check_runtime(generated: Generated, base_dir: str) -> None:
+    """The valid model loads into the executor (encoded initializers mapped or read from their files,
+    every declared type compiled) and makes a state over its bindings; one call returns every bound
+    input's value as the output it feeds back, by reference. Catalogue-typed state values share their
+    sub-structures (``gen.runtime_value``), so a diamond-shaped catalogue must stay linear here."""
+    from reference_impl import Executor, make_state
+
+    model = generated.model
+    try:
+        executor = Executor(model, base_dir=base_dir)
+    except ContractError as error:
+        raise Mismatch(f"valid model refused by the executor: {error}") from None
+    declarations = {decl.type_id: decl for decl in model.struct_types}
+    memo: dict = {}
+    values = {vi.name: gen.runtime_value(vi.type, declarations, memo) for vi in model.graph.input}
+    bound = dict(generated.bindings)
+    try:
+        state = make_state(executor, {name: values[name] for name in bound})
+        outputs = state.run({name: value for name, value in values.items() if name not in bound})
+    except ContractError as error:
+        raise Mismatch(f"valid state refused: {error}") from None
+    retained = state.values
+    for input_name, output_name in generated.bindings:
+        if outputs[output_name] is not retained[input_name]:
+            raise Mismatch(f"output {output_name!r} is not the value retained for {input_name!r}")
+    state.close()
 
 
 def check_near_valid(case: Case, verdict: Verdict) -> None:

@@ -203,7 +203,7 @@ def gen_struct_value(src: Source, catalogue: L.Catalogue, name: str):
     """An encoded value whose layout is a catalogue reference or an inline declaration, with records
     packed from random bit patterns. Returns (EncodedValueProto, Expected, payload bytes)."""
     fixed = [tid for tid in catalogue.declarations
-             if L.fixed_bits(L.Ref(tid), catalogue) is not None]
+             if tid not in catalogue.reserved and L.fixed_bits(L.Ref(tid), catalogue) is not None]
     if fixed and src.chance(2, 3):
         root: L.StructNode = L.Ref(src.choice(fixed))
     else:
@@ -447,9 +447,54 @@ def gen_graph_io(src: Source, generated: Generated) -> None:
             generated.bindings.append((in_name, out_name))
 
 
+#: Deepest shaped block: its top declaration reaches 2 * levels - 1 nesting levels, and a graph value
+#: typed by it two more (the TypeProto and the type_ref), 63 at most: within the limit of 64.
+MAX_SHAPED_LEVELS = 31
+#: IDs of shaped blocks: clear of ID_POOL, the spec's IDs and the mutators' blocks (from 1,000,000).
+SHAPED_IDS = 9_000_000
+
+
+def gen_shaped_block(src: Source, generated: Generated) -> int | None:
+    """A chain of declarations where each level references the one below ``fan`` times (a diamond when
+    fan > 1: fan**levels paths through a catalogue of ``levels`` entries), bound as a whole-struct
+    state. Expanding it path by path is exponential, so every consumer must memoize by type_id.
+    Returns the top type_id, or None when the source chooses no block."""
+    if not src.chance(1, 3):
+        return None
+    levels = src.choice((2, 8, 20, MAX_SHAPED_LEVELS)) if src.boolean() else src.integer(2, MAX_SHAPED_LEVELS)
+    fan = src.integer(1, 3)
+    catalogue = generated.catalogue
+    used = {decl.type_id for decl in generated.model.struct_types}
+    first = SHAPED_IDS
+    while any(first + k in used for k in range(levels)):
+        first += 1000
+    catalogue.declarations[first] = L.Declaration(first, L.Structure([("v", gen_leaf_tensor(src, False))]))
+    for type_id in range(first + 1, first + levels):
+        fields = [(f"p{index}", L.Ref(type_id - 1)) for index in range(fan)]
+        if src.boolean():
+            fields.append(("own", gen_leaf_tensor(src, False)))
+        catalogue.declarations[type_id] = L.Declaration(type_id, L.Structure(fields), name=f"Level{type_id - first}")
+    top = first + levels - 1
+    catalogue.reserved.update(range(first, top + 1))
+    model = generated.model
+    for type_id in range(first, top + 1):
+        model.struct_types.insert(src.integer(0, len(model.struct_types)),
+                                  L.declaration_proto(catalogue.declarations[type_id]))
+    tp = schema.TypeProto()
+    tp.struct_type.type_ref = top
+    graph = model.graph
+    graph.input.append(value_info("shaped_in", tp))
+    graph.output.append(value_info("shaped_out", tp))
+    graph.node.add(op_type="Identity", input=["shaped_in"], output=["shaped_out"], name="shaped_node")
+    graph.persistent_bindings.add(input_name="shaped_in", output_name="shaped_out")
+    generated.bindings.append(("shaped_in", "shaped_out"))
+    return top
+
+
 def gen_model(src: Source, max_values: int = 6) -> Generated:
     """A valid model: catalogue (optionally with the spec's declarations), encoded initializers of
-    every branch, dense initializers, graph inputs/outputs with persistent bindings."""
+    every branch, dense initializers, graph inputs/outputs with persistent bindings, and last (so that
+    recorded seeds replay unchanged) possibly a deep or diamond-shaped block bound as state."""
     model = schema.ModelProto(ir_version=10, producer_name="fuzz")
     model.opset_import.add(domain="", version=23)
     generated = Generated(model)
@@ -478,6 +523,51 @@ def gen_model(src: Source, max_values: int = 6) -> Generated:
         graph.encoded_initializer.append(value)
         generated.values[name] = expected
     gen_graph_io(src, generated)
+    gen_shaped_block(src, generated)
     return generated
+
+
+# ------------------------------------------------------------------------------- runtime values
+def runtime_value(tp, declarations: dict, memo: dict | None = None):
+    """A value of TypeProto ``tp`` for a graph input: zero tensors (dim_params and unknown dims are 1),
+    empty sequences and maps, absent optionals, and structs built field by field. A referenced
+    declaration is built once and shared by every parent (``memo``, by type_id), as a runtime holds
+    shared sub-structures: a diamond-typed value stays linear in the catalogue's size."""
+    from reference_impl.values import StructValue, numpy_dtype
+
+    memo = {} if memo is None else memo
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        tensor = tp.tensor_type
+        dims = [d.dim_value if d.WhichOneof("value") == "dim_value" else 1 for d in tensor.shape.dim]
+        if tensor.elem_type == dtypes.STRING:
+            return np.full(dims, "s", dtype=object)
+        return np.zeros(dims, dtype=numpy_dtype(tensor.elem_type))
+    if which == "sequence_type":
+        return []
+    if which == "map_type":
+        return {}
+    if which in ("optional_type", None):
+        return None
+    st = tp.struct_type
+    kind = st.WhichOneof("kind")
+    if kind is None:
+        return StructValue({})
+    if kind == "type_ref":
+        if st.type_ref not in memo:
+            memo[st.type_ref] = _struct_value(declarations[st.type_ref], st.type_ref, declarations, memo)
+        return memo[st.type_ref]
+    return _struct_value(st, None, declarations, memo)
+
+
+def _struct_value(st, type_id, declarations: dict, memo: dict):
+    from reference_impl.values import StructValue
+
+    fields = {}
+    if st.WhichOneof("kind") == "structure":  # arrays and bit packings carry no fields of their own
+        for item in st.structure.field:
+            if item.WhichOneof("content") == "type":
+                fields[item.name] = runtime_value(item.type, declarations, memo)
+    return StructValue(fields, type_id)
 
 

@@ -78,6 +78,9 @@ class Catalogue:
     """Declarations by ID, in the order they were generated (references point backwards)."""
 
     declarations: dict[int, Declaration] = field(default_factory=dict)
+    #: Declarations other generators must not reference: a shaped block sits at the nesting limit, so
+    #: one more enclosing level would make the "valid" model invalid.
+    reserved: set[int] = field(default_factory=set)
     #: Per declaration: bit size (None when not fixed-size) and whether a string tensor is inside.
     #: References fan out, so without these the walks would be exponential in the catalogue depth.
     sizes: dict[int, int | None] = field(default_factory=dict)

@@ -3,7 +3,8 @@
 Writes ``corpus/regressions/<target>/<id>.bin`` (the input) and ``<id>.json`` (what it hit, and whether
 the issue is still open), and appends a conformance case with the stable ID
 ``Required.Fuzz.<Target>.F<id>`` to ``corpus/regressions/cases/fuzz-<target>.toml`` (same manifest
-format as ``corpus/cases``). ``<id>`` is the first 12 hex digits of sha256(target + input), so
+format as ``corpus/cases``; ``Recommended`` when the expected code only reflects an implementation
+limit, see ``LIMIT_CODES``). ``<id>`` is the first 12 hex digits of sha256(target + input), so
 promoting the same input twice is a no-op.
 
 The case states what a correct implementation must do: near-valid inputs expect their rule's code;
@@ -26,6 +27,15 @@ _PROFILE_BY_PREFIX = (("AFFINE_", "affine"), ("EXTERNAL_", "external-data"), ("P
                       ("PAYLOAD_LOCATION", "external-data"), ("BINDING_", "bindings"),
                       ("DECODER_", "structured"), ("CONSUMER_", "structured"), ("FIELD_NOT", "structured"),
                       ("VALUE_NOT", "structured"), ("LOGICAL_SHAPE", "structured"))
+
+
+#: Codes a correct implementation reports because of its own limits, not a spec rule: a case expecting one
+#: is Recommended (another runtime may accept the input or have other limits).
+LIMIT_CODES = ("RESOURCE_LIMIT", "NESTING_TOO_DEEP")
+
+
+def case_level(code: str | None) -> str:
+    return "Recommended" if code in LIMIT_CODES else "Required"
 
 
 def stable_id(target: str, data: bytes) -> str:
@@ -134,7 +144,7 @@ def promote(finding: str, target: str | None = None, cases_dir: str | None = Non
         "status": status or ("open" if not result.get("ok") else "fixed"), "environment": environment,
     }
     (folder / f"{ident}.json").write_text(json.dumps(meta, indent=1) + "\n")
-    case_id = f"Required.Fuzz.{target.capitalize()}.F{ident}"
+    case_id = f"{case_level(expected)}.Fuzz.{target.capitalize()}.F{ident}"
     written = None
     if case is not None and (expected or case.expected is None):
         entry = manifest_entry(case_id, case, expected, note)
@@ -166,7 +176,7 @@ def promote_case(case, name: str, note: str, status: str = "open", issue: str | 
     if fields_hex:
         record["fields_hex"] = fields_hex
     path.write_text(json.dumps(record, indent=1) + "\n")
-    case_id = f"Required.Fuzz.Oracle.{name.replace('-', '_')}"
+    case_id = f"{case_level(case.expected)}.Fuzz.Oracle.{name.replace('-', '_')}"
     entry = None if fields_hex else manifest_entry(case_id, case, case.expected, note, clause, profile)
     if entry is not None:
         manifest = REGRESSIONS / "cases" / "fuzz-oracle.toml"

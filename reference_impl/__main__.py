@@ -1,18 +1,23 @@
 """``python -m reference_impl demo``: verify and decode the spec's worked examples and print the figures.
 
 ``python -m reference_impl verify MODEL [--base-dir DIR]`` verifies a model file (exit 1 when rejected, 2 when
-the file cannot be read).
+the file cannot be read: missing, not a regular file, or larger than MAX_MODEL_BYTES).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
+import stat
 import sys
 
 import numpy as np
 
-from reference_impl import ContractError, decode, examples, verify_model
+from reference_impl import ContractError, decode, examples, payload, verify_model
+
+#: Largest model file ``verify`` reads: protobuf cannot parse a message of 2 GiB or more anyway.
+MAX_MODEL_BYTES = (1 << 31) - 1
 
 
 def demo() -> int:
@@ -28,9 +33,34 @@ def demo() -> int:
     return 0
 
 
+def read_model_file(path: str) -> bytes:
+    """The bytes of a regular model file. The file is opened without blocking (a FIFO must not hang
+    the command) and checked through its descriptor: devices, FIFOs and directories are refused, and so
+    is a size beyond MAX_MODEL_BYTES, before anything is read. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"not a regular file ({_file_kind(info.st_mode)})")
+        if info.st_size > MAX_MODEL_BYTES:
+            raise OSError(f"{info.st_size} bytes is more than the {MAX_MODEL_BYTES} a model can have")
+        data = handle.read(MAX_MODEL_BYTES + 1)
+    if len(data) > MAX_MODEL_BYTES:  # it grew after the check
+        raise OSError(f"more than the {MAX_MODEL_BYTES} bytes a model can have")
+    return data
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
 def verify(path: str, base_dir: str | None) -> int:
     try:
-        data = pathlib.Path(path).read_bytes()
+        data = read_model_file(path)
     except OSError as error:
         print(f"cannot read {path}: {error.strerror or error}", file=sys.stderr)
         return 2
@@ -51,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     verify_parser.add_argument("model")
     verify_parser.add_argument("--base-dir")
     args = parser.parse_args(argv)
+    payload.set_external_access("read")  # a file changing under the command must not kill it
     if args.command == "demo":
         return demo()
     return verify(args.model, args.base_dir)

@@ -31,6 +31,13 @@ def payload_bytes(storage_type: int, count: int) -> int:
     return (count * dtypes.BIT_WIDTH[storage_type] + 7) // 8
 
 
+def decode_cost(scale_type: int) -> int:
+    """Bytes per logical element ``dequantize`` allocates: its float32/float64 working array, plus the
+    converted output when the scale's type is narrower."""
+    work = 8 if scale_type == dtypes.DOUBLE else 4
+    return work + (0 if scale_type in (dtypes.FLOAT, dtypes.DOUBLE) else dtypes.BIT_WIDTH[scale_type] // 8)
+
+
 def normalize_axis(axis: int | None, rank: int, path: str) -> int | None:
     if axis is None:
         return None

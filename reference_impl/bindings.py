@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from google.protobuf import unknown_fields
+
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 from reference_impl.structs import Catalogue
 from reference_impl.values import Spec, compile_type, incompatibility, string_path
 
 _GRAPH, _GRAPHS = 5, 10  # AttributeProto.GRAPH / GRAPHS
+#: Field numbers an earlier draft of PersistentBindingProto used for field paths (input_field_path,
+#: output_field_path). The frozen message has no such fields; onnx-light refuses them on parse.
+_LEGACY_FIELD_PATHS = {3: "input_field_path", 4: "output_field_path"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ def validate_bindings(model, catalogue: Catalogue | None = None) -> tuple[Bindin
     resolved = []
     for index, binding in enumerate(graph.persistent_bindings):
         path = f"model.graph.persistent_bindings[{index}]"
+        _reject_field_selection(binding, path)
         _check_name(binding.input_name, inputs, f"{path}.input_name", "input")
         _check_name(binding.output_name, outputs, f"{path}.output_name", "output")
         if binding.input_name in seen_inputs:
@@ -69,6 +75,17 @@ def validate_bindings(model, catalogue: Catalogue | None = None) -> tuple[Bindin
                        f"{binding.input_name!r} <- {binding.output_name!r}: {reason}")
         resolved.append(Binding(binding.input_name, binding.output_name, in_spec, path))
     return tuple(resolved)
+
+
+def _reject_field_selection(binding, path: str) -> None:
+    """A binding carrying the legacy field-path tags selects part of a value: partial selection is
+    unsupported, and reading it as a whole-value binding would silently retain the wrong thing."""
+    for item in unknown_fields.UnknownFieldSet(binding):
+        legacy = _LEGACY_FIELD_PATHS.get(item.field_number)
+        if legacy is not None:
+            raise fail(E.BINDING_NAME_UNKNOWN, f"{path}.{legacy}",
+                       f"field {item.field_number} ({legacy}) selects part of a value; partial field "
+                       "selection is unsupported, bindings name whole inputs and outputs")
 
 
 def _check_name(name: str, declared: dict, path: str, side: str) -> None:

@@ -324,6 +324,10 @@ _CLAUSES: list[tuple[str, str, str, tuple[str, ...], str]] = [
     ("DECL-DEPTH", _CAT, "limit", (), (
         "Not a spec statement: an implementation limit onnx-light shares. Type nesting, counting every type_ref "
         "expansion, is bounded (64 levels), so recursive resolution of a hostile catalogue stays bounded.")),
+    ("RESOURCE-LIMITS", _ENC, "limit", (), (
+        "Not a spec statement: bounds the oracle (like any runtime) needs against hostile input, each refused "
+        "with RESOURCE_LIMIT before anything is allocated: decoded bytes, layout expansion, declared type nodes, "
+        "shapes NumPy cannot hold (values in docs/security.md); cases that rely on them are Recommended.")),
     # --- Byte encoding --------------------------------------------------------------------------------
     ("ENC-SIZE-TABLE", _ENC, "rule", (
         "For a byte-encodable struct, compute sizes recursively in bits with checked uint64 arithmetic:",

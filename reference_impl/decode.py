@@ -6,6 +6,7 @@ payload whose bounds were not checked.
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -15,9 +16,9 @@ from reference_impl.decoders import DecoderRegistry, default_registry
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 from reference_impl.payload import open_payload
-from reference_impl.records import MAX_READ_ELEMENTS, compile_layout
+from reference_impl.records import check_budget, compile_layout
 from reference_impl.structs import Catalogue, struct_kind
-from reference_impl.tensors import to_array
+from reference_impl.tensors import array_shape, to_array
 from reference_impl.verifier import logical_tensor_shape, verify_encoded_value, verify_model
 
 _DEFAULT_REGISTRY: DecoderRegistry | None = None
@@ -78,8 +79,8 @@ def read_fields(value, catalogue: Catalogue, base_dir=None, path: str = "value")
 def _decode_affine(value, payload: np.ndarray, count: int, path: str) -> np.ndarray:
     layout = value.affine
     elem_type, shape = logical_tensor_shape(value, path)
-    if count > MAX_READ_ELEMENTS:
-        raise fail(E.RESOURCE_LIMIT, path, f"{count} logical elements exceed the decode limit")
+    check_budget(count, affine.decode_cost(layout.scale.data_type), path)  # bytes, before allocating
+    array_shape(shape, dtypes.NUMPY_DTYPE[layout.scale.data_type].itemsize, f"{path}.logical_type")
     bits = count * dtypes.BIT_WIDTH[layout.storage_type]
     if bits % 8 and payload[-1] >> (bits % 8):
         raise fail(E.AFFINE_PADDING_NONZERO, path, "unused final high bits must be zero")
@@ -115,7 +116,7 @@ def _check_logical(value, result: np.ndarray, path: str) -> np.ndarray:
             return result
         raise fail(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
                    "a multi-dimensional logical shape must be concrete to be decoded")
-    if int(np.prod(dims, dtype=np.int64)) != result.size:
+    if math.prod(dims) != result.size:
         raise fail(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
                    f"decoder produced {result.size} elements, logical shape is {dims}")
-    return result.reshape(dims)
+    return result.reshape(array_shape(dims, result.itemsize, f"{path}.logical_type"))

@@ -21,9 +21,11 @@ class ErrorCode(str, enum.Enum):
 
     # Input and limits
     MODEL_PARSE_ERROR = ("MODEL_PARSE_ERROR", "WIRE-FIELDS", "bytes are not a parseable ModelProto")
-    NESTING_TOO_DEEP = ("NESTING_TOO_DEEP", "DECL-DEPTH", "types nest deeper than the limit")
-    RESOURCE_LIMIT = ("RESOURCE_LIMIT", "ENC-OVERFLOW",
-                      "a decoded size exceeds the configured allocation limit")
+    NESTING_TOO_DEEP = ("NESTING_TOO_DEEP", "DECL-DEPTH",
+                        "types (through references), values or graph bodies nest deeper than 64 levels")
+    RESOURCE_LIMIT = ("RESOURCE_LIMIT", "RESOURCE-LIMITS",
+                      "an implementation limit is exceeded: decoded bytes, layout expansion, declared type "
+                      "nodes or a shape NumPy cannot hold (docs/security.md)")
     # Catalogue and identity
     TYPE_ID_MISSING = ("TYPE_ID_MISSING", "CAT-ID-NONZERO", "catalogue declaration has no type_id")
     TYPE_ID_ZERO = ("TYPE_ID_ZERO", "CAT-ID-NONZERO", "type_id is zero")

@@ -1,27 +1,58 @@
 """Payload extents of encoded values: inline bytes or validated external files.
 
 The extent (byte length) is known from the message alone, so layouts are validated before any file is
-opened; the bytes themselves are reached only through ``open_payload``, which maps external files
-read-only and returns arrays that keep their mapping alive.
+opened; the bytes themselves are reached only through ``open_payload``.
+
+External files are opened race-free (``open_external``): each component of the location is opened
+relative to the directory opened before it, never following a symbolic link, and the checks (regular
+file, size covers the extent) apply to the opened descriptor, which is then the only way the bytes
+are reached; nothing is reopened by name. Two ways to reach them (``set_external_access``):
+
+* ``"map"`` (default, the zero-copy runtime): the extent is memory-mapped read-only and the array keeps
+  the mapping alive. If the file shrinks later, touching the lost pages raises SIGBUS; that is the
+  price of zero-copy mapping, documented in docs/security.md.
+* ``"read"`` (the conformance runner, the fuzz harness, the reference CLI): the extent is read once
+  into memory the process owns, so a file changed later cannot kill the process; a file that shrank
+  before the read is EXTERNAL_FILE_INVALID.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
-import pathlib
 import re
+import stat
 from dataclasses import dataclass
 
 import numpy as np
 
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
-from reference_impl.structs import UINT64_MAX
+from reference_impl.structs import INT64_MAX, UINT64_MAX
 
 EXTERNAL = 1
 _KEYS = {"location", "offset", "length", "checksum"}
 _DECIMAL = re.compile(r"[0-9]+")
+_UINT64_DIGITS = len(str(UINT64_MAX))
+#: In "read" mode, extents longer than this are refused (RESOURCE_LIMIT) rather than read into memory.
+MAX_READ_EXTENT = 1 << 31
+ACCESS_MODES = ("map", "read")
+_access = "map"
+
+
+def set_external_access(mode: str) -> str:
+    """Choose how external payload bytes are reached process-wide ("map" or "read"); returns the
+    previous mode. Tools that must survive files changing under them select "read" at startup."""
+    global _access
+    if mode not in ACCESS_MODES:
+        raise ValueError(f"external access is one of {ACCESS_MODES}, not {mode!r}")
+    previous, _access = _access, mode
+    return previous
+
+
+def external_access() -> str:
+    return _access
 
 
 @dataclass(frozen=True)
@@ -39,8 +70,12 @@ class Extent:
 
 def _decimal(text: str, path: str) -> int:
     if not isinstance(text, str) or not _DECIMAL.fullmatch(text):
-        raise fail(E.EXTERNAL_NUMBER_INVALID, path, f"{text!r} is not a decimal integer")
-    value = int(text)
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise fail(E.EXTERNAL_NUMBER_INVALID, path, f"{shown!r} is not a decimal integer")
+    digits = text.lstrip("0")
+    if len(digits) > _UINT64_DIGITS:  # before int(): Python refuses to convert very long digit strings
+        raise fail(E.EXTERNAL_NUMBER_INVALID, path, f"a {len(digits)}-digit number exceeds uint64")
+    value = int(digits or "0")
     if value > UINT64_MAX:
         raise fail(E.EXTERNAL_NUMBER_INVALID, path, f"{text} exceeds uint64")
     return value
@@ -94,43 +129,114 @@ def payload_extent(value, path: str) -> Extent:
     if offset + length > UINT64_MAX:
         raise fail(E.EXTERNAL_EXTENT_OVERFLOW, f"{path}.external_data",
                    f"offset {offset} + length {length} overflows uint64")
+    if offset + length > INT64_MAX:  # implementation limit, as onnx-light: file offsets are signed
+        raise fail(E.EXTERNAL_EXTENT_OVERFLOW, f"{path}.external_data",
+                   f"offset {offset} + length {length} exceeds the addressable file range (INT64_MAX)")
     return Extent(length=length, location=entries["location"], offset=offset)
 
 
-def _resolve_file(extent: Extent, base_dir: str | os.PathLike | None, path: str) -> pathlib.Path:
+def open_external(extent: Extent, base_dir: str | os.PathLike | None, path: str) -> int:
+    """A read-only descriptor of the extent's backing file, opened race-free inside ``base_dir``.
+
+    Every component is opened relative to the directory before it without following symbolic links
+    (a symlink anywhere in the location is EXTERNAL_PATH_INVALID), then the descriptor itself is
+    checked: a regular file whose size covers offset + length. The caller owns (and closes) it."""
     if base_dir is None:
         raise fail(E.EXTERNAL_FILE_INVALID, path, "external payload needs a base directory to resolve")
-    base = pathlib.Path(base_dir).resolve()
-    target = (base / extent.location.replace("\\", "/")).resolve()
-    if target != base and base not in target.parents:
-        raise fail(E.EXTERNAL_PATH_INVALID, path, f"{extent.location!r} resolves outside {base}")
-    if not target.is_file():
-        raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file {extent.location!r} does not exist")
-    size = target.stat().st_size
-    if size < extent.offset + extent.length:
-        raise fail(E.EXTERNAL_FILE_INVALID, path,
-                   f"backing file has {size} bytes; offset + length is {extent.offset + extent.length}")
-    return target
+    parts = [part for part in extent.location.replace("\\", "/").split("/") if part not in ("", ".")]
+    if not parts or ".." in parts:  # check_location has refused these; never open them
+        raise fail(E.EXTERNAL_PATH_INVALID, path, f"{extent.location!r} names no file inside the directory")
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        current = os.open(base_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError) as err:
+        raise fail(E.EXTERNAL_FILE_INVALID, path, f"base directory cannot be opened: {_reason(err)}") from None
+    part = parts[0]
+    try:
+        for part in parts[:-1]:
+            step = os.open(part, flags | getattr(os, "O_DIRECTORY", 0), dir_fd=current)
+            os.close(current)
+            current = step
+        part = parts[-1]
+        # O_NONBLOCK: opening a FIFO planted in the directory must not wait for a writer.
+        fd = os.open(part, flags | getattr(os, "O_NONBLOCK", 0), dir_fd=current)
+    except OSError as err:
+        # With O_NOFOLLOW a final link fails with ELOOP; a linked directory fails with ENOTDIR.
+        if err.errno == errno.ELOOP or _is_symlink(part, current):
+            raise fail(E.EXTERNAL_PATH_INVALID, path, f"{extent.location!r} passes through the symbolic link "
+                       f"{part!r}; links are not followed out of (or within) the model directory") from None
+        raise fail(E.EXTERNAL_FILE_INVALID, path, f"{extent.location!r} cannot be opened inside the model "
+                   f"directory: {_reason(err)}") from None
+    except ValueError as err:  # a name the operating system cannot represent
+        raise fail(E.EXTERNAL_PATH_INVALID, path, f"{extent.location!r}: {err}") from None
+    finally:
+        os.close(current)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file {extent.location!r} is not a regular file")
+        if info.st_size < extent.offset + extent.length:
+            raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file has {info.st_size} bytes; offset + length "
+                       f"is {extent.offset + extent.length}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_symlink(name: str, directory: int) -> bool:
+    """Whether ``name`` in the open ``directory`` is a symbolic link (only to explain a failed open)."""
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _reason(err: BaseException) -> str:
+    return getattr(err, "strerror", None) or str(err)
 
 
 def check_file(extent: Extent, base_dir, path: str) -> None:
     """Validate that an external extent lies within its backing file (no bytes are read)."""
     if extent.external:
-        _resolve_file(extent, base_dir, path)
+        os.close(open_external(extent, base_dir, path))
 
 
 def open_payload(value, extent: Extent, base_dir, path: str) -> np.ndarray:
-    """The payload as a read-only uint8 array. External files are memory-mapped; the array keeps the
-    mapping alive for as long as it (or any view of it) is referenced."""
+    """The payload as a read-only uint8 array: inline bytes, or the external extent mapped (the array
+    keeps the mapping alive) or read, per ``set_external_access``."""
     if not extent.external:
         data = np.frombuffer(value.raw_data, dtype=np.uint8)
         return data
-    target = _resolve_file(extent, base_dir, path)
-    if extent.length == 0:
-        return np.zeros(0, dtype=np.uint8)
-    with open(target, "rb") as handle:
+    fd = open_external(extent, base_dir, path)
+    try:
+        if extent.length == 0:
+            return np.zeros(0, dtype=np.uint8)
+        if _access == "read":
+            return _read_extent(fd, extent, path)
         start = extent.offset - extent.offset % mmap.ALLOCATIONGRANULARITY
-        mapping = mmap.mmap(handle.fileno(), extent.offset + extent.length - start, access=mmap.ACCESS_READ,
-                            offset=start)
-    array = np.frombuffer(mapping, dtype=np.uint8, count=extent.length, offset=extent.offset - start)
+        mapping = mmap.mmap(fd, extent.offset + extent.length - start, access=mmap.ACCESS_READ, offset=start)
+    except OSError as err:
+        raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file cannot be mapped or read: {_reason(err)}") from None
+    finally:
+        os.close(fd)
+    return np.frombuffer(mapping, dtype=np.uint8, count=extent.length, offset=extent.offset - start)
+
+
+def _read_extent(fd: int, extent: Extent, path: str) -> np.ndarray:
+    """Read the extent into process-owned memory; a file that shrank since it was checked is refused."""
+    if extent.length > MAX_READ_EXTENT:
+        raise fail(E.RESOURCE_LIMIT, path, f"reading {extent.length} external bytes exceeds the read limit "
+                   f"of {MAX_READ_EXTENT}")
+    buffer = bytearray(extent.length)
+    view = memoryview(buffer)
+    done = 0
+    while done < extent.length:
+        count = os.preadv(fd, [view[done:]], extent.offset + done)
+        if count == 0:
+            raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file {extent.location!r} ended after "
+                       f"{extent.offset + done} bytes while its extent was read (it shrank)")
+        done += count
+    array = np.frombuffer(buffer, dtype=np.uint8)
+    array.flags.writeable = False
     return array

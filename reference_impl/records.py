@@ -17,13 +17,27 @@ from reference_impl.bits import read_bits, unpack_sub_byte, unsigned_to_leaf
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 from reference_impl.structs import Catalogue, NotFixedSize, struct_kind, type_bit_size
-from reference_impl.tensors import to_array
+from reference_impl.tensors import array_shape, to_array
 
 #: Upper bound on leaves, constants and visited type nodes per layout: a diamond-shaped catalogue
 #: expands once per path, so without a bound its layout could take 2**depth time and memory.
 MAX_LEAVES = 4096
 #: Upper bound on elements materialized by one read; larger requests fail with RESOURCE_LIMIT.
 MAX_READ_ELEMENTS = 1 << 31
+#: Upper bound on the bytes one decode or field read allocates (output plus working arrays), checked
+#: before anything is allocated: counting elements alone let a wide element type exhaust memory.
+MAX_DECODE_BYTES = 1 << 31
+#: Working bytes per element of the three read paths (output included): strided byte views, the packed
+#: 4/2-bit fast path, and the general bit gather (positions, byte window and shifts, all 64-bit).
+_VIEW_BYTES, _PACKED_BYTES, _GATHER_BYTES = 2, 6, 64
+
+
+def check_budget(elements: int, bytes_per_element: int, path: str) -> None:
+    """RESOURCE_LIMIT unless ``elements`` (each costing ``bytes_per_element`` while being produced) stay
+    within MAX_READ_ELEMENTS and MAX_DECODE_BYTES."""
+    if elements > MAX_READ_ELEMENTS or elements * bytes_per_element > MAX_DECODE_BYTES:
+        raise fail(E.RESOURCE_LIMIT, path, f"producing {elements} elements needs about "
+                   f"{elements * bytes_per_element} bytes, over the decode limit of {MAX_DECODE_BYTES}")
 
 
 @dataclass(frozen=True)
@@ -164,12 +178,13 @@ def _leaf_positions(record_count: int, record_bits: int, leaf: Leaf) -> np.ndarr
 def read_leaf(payload: np.ndarray, record_bits: int, leaf: Leaf) -> np.ndarray:
     record_bytes = record_bits // 8
     record_count = len(payload) // record_bytes if record_bytes else 0
-    total = record_count * int(np.prod(leaf.shape, dtype=np.int64)) if leaf.shape else record_count
-    if total > MAX_READ_ELEMENTS:
-        raise fail(E.RESOURCE_LIMIT, leaf.path, f"reading {total} elements exceeds the read limit")
-    out_shape = (record_count,) + leaf.shape
+    total = record_count
+    for count in leaf.shape:
+        total *= count
+    dtype = dtypes.NUMPY_DTYPE[leaf.elem_type] if leaf.elem_type else np.dtype(np.uint64)
+    check_budget(total, _read_cost(leaf, dtype.itemsize), leaf.path)
+    out_shape = array_shape((record_count,) + leaf.shape, dtype.itemsize, leaf.path)
     if total == 0:
-        dtype = dtypes.NUMPY_DTYPE[leaf.elem_type] if leaf.elem_type else np.uint64
         return np.zeros(out_shape, dtype=dtype)
     last = (record_count - 1) * record_bits + leaf.offset + sum((c - 1) * s for c, s in leaf.dims) + leaf.width
     if last > len(payload) * 8:  # every read is bounds-checked
@@ -191,6 +206,18 @@ def read_leaf(payload: np.ndarray, record_bits: int, leaf: Leaf) -> np.ndarray:
     if leaf.elem_type is None:
         return raw
     return unsigned_to_leaf(raw, leaf.elem_type)
+
+
+def _read_cost(leaf: Leaf, itemsize: int) -> int:
+    """Working bytes per element of the path ``read_leaf`` takes for this leaf."""
+    if leaf.offset % 8 == 0 and all(stride % 8 == 0 or count <= 1 for count, stride in leaf.dims) and \
+            leaf.elem_type is not None and leaf.width % 8 == 0:
+        return _VIEW_BYTES * itemsize
+    if leaf.elem_type in (dtypes.INT4, dtypes.UINT4, dtypes.INT2, dtypes.UINT2) and leaf.offset % 8 == 0 \
+            and _is_dense_run(leaf):
+        return _PACKED_BYTES
+    halves = 2 if leaf.elem_type in (dtypes.COMPLEX64, dtypes.COMPLEX128) else 1  # read as two halves
+    return halves * _GATHER_BYTES + 2 * itemsize
 
 
 def _read_aligned(matrix: np.ndarray, leaf: Leaf) -> np.ndarray | None:

@@ -21,7 +21,15 @@ from reference_impl import dtypes
 from reference_impl.errors import ContractError, fail
 from reference_impl.errors import ErrorCode as E
 from reference_impl.executor import CancelToken, Executor
-from reference_impl.values import EncodedValue, InvocationBorrow, StructValue, check_value, leaves
+from reference_impl.structs import MAX_DEPTH
+from reference_impl.values import (
+    EncodedValue,
+    InvocationBorrow,
+    StructValue,
+    check_value,
+    holds_strings,
+    leaves,
+)
 
 _CDATA = ctypes.c_char.__mro__[-2]  # _ctypes._CData, the base of every ctypes instance
 _POINTER = ctypes.POINTER(ctypes.c_char).__mro__[1]  # _ctypes._Pointer
@@ -54,30 +62,63 @@ def adopt(value: Any, path: str, counters: Counters, *, persistent: bool, owned:
 
     ``owned`` marks values the executor produced for this call: their arrays are frozen in place.
     Caller values (and arrays listed in ``caller_objects``) get a read-only view instead, so the
-    caller's own objects are never modified.
+    caller's own objects are never modified. A sub-value shared by several parents is adopted once
+    (the result shares it too), and containers nested deeper than MAX_DEPTH are refused.
     """
-    if type(value) is np.ndarray or isinstance(value, np.ndarray):
+    if type(value) is np.ndarray:
         return _adopt_array(value, path, counters, persistent, owned and id(value) not in caller_objects)
-    kw = {"persistent": persistent, "owned": owned, "caller_objects": caller_objects}
-    if isinstance(value, StructValue):
-        fields = {name: adopt(item, f"{path}.{name}", counters, **kw) for name, item in value.items()}
-        if all(fields[name] is value[name] for name in fields):
-            return value
-        return StructValue(fields, value.type_id)
-    if isinstance(value, EncodedValue):
-        return _adopt_encoded(value, path, counters, persistent)
-    if isinstance(value, list):
-        return [adopt(item, f"{path}[{i}]", counters, **kw) for i, item in enumerate(value)]
-    if isinstance(value, dict):
-        if persistent and any(isinstance(key, str) for key in value):
-            raise fail(E.BINDING_STRING, path, "a persistent map cannot have string keys")
-        return {key: adopt(item, f"{path}[{key!r}]", counters, **kw) for key, item in value.items()}
-    if value is None:
-        return None
+    return _Adoption(counters, persistent, owned, caller_objects).adopt(value, path, 0)
+
+
+class _Adoption:
+    """One adoption walk: its flags, and the results of the containers already adopted."""
+
+    def __init__(self, counters: Counters, persistent: bool, owned: bool, caller_objects: frozenset[int]):
+        self.counters = counters
+        self.persistent = persistent
+        self.owned = owned
+        self.caller_objects = caller_objects
+        self.done: dict[int, tuple[Any, Any]] = {}  # id -> (source, result); the source keeps the id
+
+    def adopt(self, value: Any, path: str, depth: int) -> Any:
+        if isinstance(value, np.ndarray):
+            owned = self.owned and id(value) not in self.caller_objects
+            return _adopt_array(value, path, self.counters, self.persistent, owned)
+        if isinstance(value, EncodedValue):
+            return _adopt_encoded(value, path, self.counters, self.persistent)
+        if value is None:
+            return None
+        if not isinstance(value, (StructValue, list, dict)):
+            return _adopt_other(value, path, self.counters, self.persistent)
+        found = self.done.get(id(value))
+        if found is not None:
+            return found[1]
+        if depth >= MAX_DEPTH:
+            raise fail(E.NESTING_TOO_DEEP, path, f"the value nests containers deeper than {MAX_DEPTH}")
+        if isinstance(value, StructValue):
+            fields = {name: self.adopt(item, f"{path}.{name}", depth + 1) for name, item in value.items()}
+            result = value if all(fields[name] is value[name] for name in fields) else \
+                StructValue(fields, value.type_id)
+        elif isinstance(value, list):
+            result = [self.adopt(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+        else:
+            if self.persistent and any(isinstance(key, str) for key in value):
+                raise fail(E.BINDING_STRING, path, "a persistent map cannot have string keys")
+            result = {key: self.adopt(item, f"{path}[{key!r}]", depth + 1) for key, item in value.items()}
+        self.done[id(value)] = (value, result)
+        return result
+
+
+def _adopt_other(value: Any, path: str, counters: Counters, persistent: bool) -> Any:
+    """Anything but arrays, encoded values and containers: DLPack producers, or refused."""
     if isinstance(value, InvocationBorrow):
         raise fail(E.OWNERLESS_BORROW, path,
                    "an invocation-only borrow cannot become a returned output or retained state")
-    if hasattr(value, "__dlpack__"):
+    try:
+        exports_dlpack = hasattr(value, "__dlpack__")
+    except Exception:  # noqa: BLE001 - a foreign object whose attribute lookup itself fails
+        exports_dlpack = False
+    if exports_dlpack:
         return _adopt_dlpack(value, path, counters, persistent)
     raise fail(E.STATE_UNRETAINABLE, path,
                f"{type(value).__name__} is not a buffer the state can retain without materializing a copy")
@@ -86,8 +127,11 @@ def adopt(value: Any, path: str, counters: Counters, *, persistent: bool, owned:
 def _adopt_array(array: np.ndarray, path: str, counters: Counters, persistent: bool,
                  owned: bool) -> np.ndarray:
     if array.dtype.kind in "OUS":
-        if persistent:
+        if persistent and holds_strings(array):
             raise fail(E.BINDING_STRING, path, "string tensors cannot be persistent")
+        if persistent:
+            raise fail(E.STATE_UNRETAINABLE, path,
+                       "an object array holds Python objects, not tensor data the state can retain")
         return array  # ordinary string feeds keep their materialized form
     if not array.dtype.isnative:
         raise fail(E.STATE_UNRETAINABLE, path,
@@ -176,23 +220,31 @@ def _adopt_encoded(value: EncodedValue, path: str, counters: Counters, persisten
 
 
 def _adopt_dlpack(value: Any, path: str, counters: Counters, persistent: bool) -> np.ndarray:
-    """PyTorch (or any DLPack producer) on CPU: shared through DLPack, never copied."""
+    """PyTorch (or any DLPack producer) on CPU: shared through DLPack, never copied. The producer is
+    foreign code: whatever its methods raise or return, the value is refused with STATE_UNRETAINABLE."""
     try:
         device = value.__dlpack_device__()[0]
-    except Exception:  # noqa: BLE001 - a producer without device information is unsupported
-        device = None
-    if device != _DLPACK_CPU:
-        raise fail(E.STATE_UNRETAINABLE, path, f"DLPack device {device} is not CPU memory")
-    contiguous = getattr(value, "is_contiguous", None)
-    if contiguous is not None and not contiguous():
-        raise fail(E.STATE_UNRETAINABLE, path, "non-contiguous tensor would need a copy")
+        on_cpu = bool(device == _DLPACK_CPU)
+    except Exception:  # noqa: BLE001 - a producer without (usable) device information is unsupported
+        device, on_cpu = None, False
+    if not on_cpu:
+        shown = device if isinstance(device, int) else type(device).__name__
+        raise fail(E.STATE_UNRETAINABLE, path, f"DLPack device {shown} is not CPU memory")
     try:
+        contiguous = getattr(value, "is_contiguous", None)
+        if contiguous is not None and not contiguous():
+            raise fail(E.STATE_UNRETAINABLE, path, "non-contiguous tensor would need a copy")
         array = np.from_dlpack(value)
-    except Exception as err:  # noqa: BLE001 - e.g. a tensor that requires grad or a conjugate view
-        raise fail(E.STATE_UNRETAINABLE, path, f"DLPack export refused: {err}") from err
+        pointer = getattr(value, "data_ptr", None)
+        address = int(pointer()) if pointer is not None else None
+    except ContractError:
+        raise
+    except Exception as err:  # noqa: BLE001 - e.g. a tensor that requires grad, or a broken producer
+        raise fail(E.STATE_UNRETAINABLE, path, f"DLPack export refused: {type(err).__name__}: {err}") from err
+    if not isinstance(array, np.ndarray):
+        raise fail(E.STATE_UNRETAINABLE, path, "DLPack export did not produce an array")
     result = _adopt_array(array, path, counters, persistent, owned=False)
-    pointer = getattr(value, "data_ptr", None)
-    if pointer is not None and result.nbytes and pointer() != _address(result):
+    if address is not None and result.nbytes and address != _address(result):
         counters.payload_bytes_copied += result.nbytes
         counters.payload_allocations += 1
     return result
@@ -310,6 +362,9 @@ class State:
             raise fail(E.STATE_CLOSED, what, "the state is closed")
 
     def _initial_values(self, initial: Mapping[str, Any]) -> Mapping[str, Any]:
+        if not isinstance(initial, Mapping):
+            raise fail(E.STATE_INITIAL_MISSING, "initial",
+                       f"initial values are a mapping of bound input names, not {type(initial).__name__}")
         for name in initial:
             if name not in self._bound:
                 raise fail(E.STATE_INITIAL_UNKNOWN, f"initial[{name!r}]", f"{name!r} is not a bound input")
@@ -328,6 +383,8 @@ class State:
         """Per-call feeds by reference. NumPy arrays pass as they are (they are not retained unless a
         graph forwards them to a bound output, where they are adopted then); other entry points
         (PyTorch, structs of them) are adopted now. Returns the ids of caller-owned arrays."""
+        if not isinstance(feeds, Mapping):
+            raise fail(E.STATE_FEED_MISSING, "feeds", f"feeds are a mapping of input names, not {type(feeds).__name__}")
         merged = {}
         caller = []
         for name, value in feeds.items():

@@ -24,6 +24,21 @@ _SUB_BYTE = {dtypes.UINT4, dtypes.INT4, dtypes.FLOAT4E2M1, dtypes.UINT2, dtypes.
 
 #: Constants and affine parameters larger than this are rejected rather than materialized.
 MAX_PARAMETER_ELEMENTS = 1 << 26
+_INTP_MAX = int(np.iinfo(np.intp).max)
+
+
+def array_shape(dims, itemsize: int, path: str) -> tuple[int, ...]:
+    """``dims`` as a NumPy shape, or RESOURCE_LIMIT when NumPy cannot represent it: NumPy requires the
+    product of the non-zero dimensions times the item size to fit in a signed size, even for an
+    empty array (a zero dimension times 2**62 is a legal tensor the oracle cannot hold)."""
+    shape = tuple(int(d) for d in dims)
+    span = itemsize
+    for dim in shape:
+        if dim:
+            span *= dim
+            if span > _INTP_MAX:
+                raise fail(E.RESOURCE_LIMIT, path, f"shape {list(shape)} is beyond what a NumPy array can describe")
+    return shape
 
 
 def element_count(dims, path: str) -> int:
@@ -98,9 +113,9 @@ def to_array(tensor, path: str) -> np.ndarray:
     if count > MAX_PARAMETER_ELEMENTS:
         raise fail(E.RESOURCE_LIMIT, path, f"{count} elements exceed the parameter limit")
     t = tensor.data_type
+    shape = array_shape(tensor.dims, dtypes.NUMPY_DTYPE[t].itemsize if t in dtypes.NUMPY_DTYPE else 8, path)
     if t == dtypes.STRING:
-        return np.array(list(tensor.string_data), dtype=object).reshape(tuple(tensor.dims))
-    shape = tuple(tensor.dims)
+        return np.array(list(tensor.string_data), dtype=object).reshape(shape)
     if tensor.HasField("raw_data"):
         from reference_impl.bits import unpack_elements
 

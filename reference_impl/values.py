@@ -158,12 +158,21 @@ class TensorSpec:
         object.__setattr__(self, "_fixed", fixed)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class StructSpec:
     type_id: int | None
     fields: tuple  # ((name, spec), ...) of non-constant fields in declaration order
     constants: tuple  # ((name, TensorProto), ...)
     inline: Any = None  # the inline declaration, for identity of ref-less structs
+
+    def __repr__(self) -> str:
+        """A referenced type shows its ID and field names only: its fields' specs are shared with every
+        other reference, and printing them in full would expand a diamond path by path."""
+        if self.type_id is not None:
+            names = ", ".join(name for name, _ in self.fields)
+            return f"StructSpec(type_id={self.type_id}, fields=[{names}])"
+        fields = ", ".join(f"{name}={spec!r}" for name, spec in self.fields)
+        return f"StructSpec(inline, fields=[{fields}])"
 
 
 @dataclass(frozen=True)
@@ -186,11 +195,16 @@ Spec = AnySpec | TensorSpec | StructSpec | SequenceSpec | OptionalSpec | MapSpec
 
 
 def compile_type(tp, catalogue: Catalogue, path: str = "type", depth: int = 0) -> Spec:
-    """Compile a TypeProto (extended) into a spec, following catalogue references."""
-    if depth > MAX_DEPTH:
-        raise fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
+    """Compile a TypeProto (extended) into a spec, following catalogue references.
+
+    Each referenced declaration is compiled once per catalogue and shared (``Catalogue.memo``), so a
+    diamond-shaped catalogue compiles in time linear in its size. ``depth`` counts enclosing levels
+    as the verifier does (every TypeProto and type_ref expansion is one)."""
     if tp is None:
         return AnySpec()
+    level = depth + 1
+    if level > MAX_DEPTH:
+        raise fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
     which = tp.WhichOneof("value")
     if which == "tensor_type":
         tensor = tp.tensor_type
@@ -199,16 +213,14 @@ def compile_type(tp, catalogue: Catalogue, path: str = "type", depth: int = 0) -
             dims = tuple(_dim(d) for d in tensor.shape.dim)
         return TensorSpec(tensor.elem_type, dims)
     if which == "sequence_type":
-        return SequenceSpec(compile_type(tp.sequence_type.elem_type, catalogue, f"{path}.sequence_type",
-                                         depth + 1))
+        return SequenceSpec(compile_type(tp.sequence_type.elem_type, catalogue, f"{path}.sequence_type", level))
     if which == "optional_type":
-        return OptionalSpec(compile_type(tp.optional_type.elem_type, catalogue, f"{path}.optional_type",
-                                         depth + 1))
+        return OptionalSpec(compile_type(tp.optional_type.elem_type, catalogue, f"{path}.optional_type", level))
     if which == "map_type":
         return MapSpec(tp.map_type.key_type,
-                       compile_type(tp.map_type.value_type, catalogue, f"{path}.map_type", depth + 1))
+                       compile_type(tp.map_type.value_type, catalogue, f"{path}.map_type", level))
     if which == "struct_type":
-        return compile_struct(tp.struct_type, catalogue, f"{path}.struct_type", depth + 1)
+        return compile_struct(tp.struct_type, catalogue, f"{path}.struct_type", level)
     return AnySpec()
 
 
@@ -223,20 +235,26 @@ def _dim(d):
 
 def compile_struct(st, catalogue: Catalogue, path: str, depth: int = 0) -> Spec:
     """A struct type as a spec. Arrays and bit packings are byte-layout kinds: values of them are
-    carried encoded, so their spec only fixes the identity."""
-    if depth > MAX_DEPTH:
-        raise fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
+    carried encoded, so their spec only fixes the identity. A reference compiles its declaration
+    once per catalogue; every later reference shares that spec."""
     kind = struct_kind(st)
     if kind is None:
         return AnySpec(structural_only=True)
-    type_id = None
-    inline = st
-    if kind == "type_ref":
-        type_id = st.type_ref
-        st, path = catalogue.lookup(st.type_ref, f"{path}.type_ref")
-        inline = None
-        kind = struct_kind(st)
-    if kind != "structure":
+    if kind != "type_ref":
+        return _compile_declaration(st, None, st, catalogue, path, depth)
+    specs = catalogue.memo("spec")
+    found = specs.get(st.type_ref)
+    if found is None:
+        if depth + 1 > MAX_DEPTH:
+            raise fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
+        declaration, decl_path = catalogue.lookup(st.type_ref, f"{path}.type_ref")
+        found = _compile_declaration(declaration, st.type_ref, None, catalogue, decl_path, depth + 1)
+        specs[st.type_ref] = found
+    return found
+
+
+def _compile_declaration(st, type_id: int | None, inline, catalogue: Catalogue, path: str, depth: int) -> Spec:
+    if struct_kind(st) != "structure":
         return StructSpec(type_id, (), (), inline)
     fields, constants = [], []
     for index, field in enumerate(st.structure.field):
@@ -244,28 +262,35 @@ def compile_struct(st, catalogue: Catalogue, path: str, depth: int = 0) -> Spec:
         if field.WhichOneof("content") == "constant":
             constants.append((field.name, field.constant))
         else:
-            fields.append((field.name, compile_type(field.type, catalogue, f"{field_path}.type", depth + 1)))
+            fields.append((field.name, compile_type(field.type, catalogue, f"{field_path}.type", depth)))
     return StructSpec(type_id, tuple(fields), tuple(constants), inline)
 
 
-def string_path(spec: Spec, path: str) -> str | None:
-    """The path of a string tensor anywhere inside a type (fields, constants, elements), or None."""
+def string_path(spec: Spec, path: str, _seen: dict | None = None) -> str | None:
+    """The path of a string tensor anywhere inside a type (fields, constants, elements), or None.
+    A struct spec shared by several references is searched once."""
+    seen = {} if _seen is None else _seen
     if isinstance(spec, TensorSpec):
         return path if spec.elem_type == dtypes.STRING else None
     if isinstance(spec, (SequenceSpec, OptionalSpec)):
-        return string_path(spec.elem, f"{path}.elem")
+        return string_path(spec.elem, f"{path}.elem", seen)
     if isinstance(spec, MapSpec):
         if spec.key_type == dtypes.STRING:
             return f"{path}.key"
-        return string_path(spec.value, f"{path}.value")
+        return string_path(spec.value, f"{path}.value", seen)
     if isinstance(spec, StructSpec):
-        for name, constant in spec.constants:
-            if constant.data_type == dtypes.STRING:
-                return f"{path}.{name}"
-        for name, field in spec.fields:
-            found = string_path(field, f"{path}.{name}")
-            if found:
-                return found
+        if id(spec) in seen:
+            relative = seen[id(spec)]
+            return None if relative is None else path + relative
+        found = next((f"{path}.{name}" for name, constant in spec.constants
+                      if constant.data_type == dtypes.STRING), None)
+        if found is None:
+            for name, field in spec.fields:
+                found = string_path(field, f"{path}.{name}", seen)
+                if found:
+                    break
+        seen[id(spec)] = None if found is None else found[len(path):]
+        return found
     return None
 
 
@@ -315,8 +340,13 @@ def _kind(spec: Spec) -> str:
 
 
 # ------------------------------------------------------------------------------------- value checking
-def _is_string_array(array: np.ndarray) -> bool:
-    return array.dtype.kind in "OUS"
+def holds_strings(array: np.ndarray) -> bool:
+    """True for a string tensor: NumPy text, or an object array (ONNX's form) of str/bytes only."""
+    if array.dtype.kind in "US":
+        return True
+    if array.dtype.kind != "O":
+        return False
+    return all(isinstance(item, (str, bytes)) for item in array.flat)
 
 
 _DTYPE_CACHE: dict[int, np.dtype] = {}
@@ -330,8 +360,12 @@ def numpy_dtype(elem_type: int) -> np.dtype:
     return found
 
 
-def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOMPATIBLE) -> None:
-    """Validate actual value metadata against a compiled spec (no payload is read or copied)."""
+def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOMPATIBLE,
+                _seen: set | None = None) -> None:
+    """Validate actual value metadata against a compiled spec (no payload is read or copied).
+
+    The walk follows the spec, so it is as deep as the declared type; a container object reached
+    again under the same spec (a value sharing sub-structures) is checked once."""
     if type(spec) is TensorSpec and type(value) is np.ndarray and spec._np_type is not None:
         # The per-call fast path; anything unusual falls through to the full check below.
         if value.dtype.type is spec._np_type and (spec.dims is None or (
@@ -348,7 +382,7 @@ def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOM
         if not isinstance(value, np.ndarray):
             raise fail(code, path, f"expected a tensor, got {type(value).__name__}")
         if spec.elem_type == dtypes.STRING:
-            if not _is_string_array(value):
+            if not holds_strings(value):
                 raise fail(code, path, f"expected a string tensor, got {value.dtype}")
         elif value.dtype.type is not numpy_dtype(spec.elem_type).type:
             raise fail(code, path, f"element type {value.dtype} is not {dtypes.type_name(spec.elem_type)}")
@@ -359,23 +393,27 @@ def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOM
                 if isinstance(want, int) and want != got:
                     raise fail(code, path, f"dimension {index} is {got}, declared {want}")
         return
+    if isinstance(spec, OptionalSpec):
+        if value is not None:
+            check_value(value, spec.elem, path, code, _seen)
+        return
+    seen = set() if _seen is None else _seen
+    key = (id(value), id(spec))
+    if key in seen:
+        return
     if isinstance(spec, SequenceSpec):
         if not isinstance(value, list):
             raise fail(code, path, f"expected a sequence, got {type(value).__name__}")
         for index, item in enumerate(value):
-            check_value(item, spec.elem, f"{path}[{index}]", code)
-        return
-    if isinstance(spec, OptionalSpec):
-        if value is not None:
-            check_value(value, spec.elem, path, code)
-        return
-    if isinstance(spec, MapSpec):
+            check_value(item, spec.elem, f"{path}[{index}]", code, seen)
+    elif isinstance(spec, MapSpec):
         if not isinstance(value, dict):
             raise fail(code, path, f"expected a map, got {type(value).__name__}")
-        for key, item in value.items():
-            check_value(item, spec.value, f"{path}[{key!r}]", code)
-        return
-    _check_struct_value(value, spec, path, code)
+        for name, item in value.items():
+            check_value(item, spec.value, f"{path}[{name!r}]", code, seen)
+    else:
+        _check_struct_value(value, spec, path, code, seen)
+    seen.add(key)
 
 
 def _check_logical_tensor(value: EncodedValue, spec: TensorSpec, path: str, code: E) -> None:
@@ -393,7 +431,7 @@ def _check_logical_tensor(value: EncodedValue, spec: TensorSpec, path: str, code
                 raise fail(code, path, f"encoded value's logical dimension {index} is {got}, declared {want}")
 
 
-def _check_struct_value(value: Any, spec: StructSpec, path: str, code: E) -> None:
+def _check_struct_value(value: Any, spec: StructSpec, path: str, code: E, seen: set) -> None:
     if isinstance(value, EncodedValue):
         if spec.type_id is not None and value.type_ref != spec.type_id:
             raise fail(code, path, f"encoded layout {value.type_ref} is not struct type {spec.type_id}")
@@ -408,21 +446,43 @@ def _check_struct_value(value: Any, spec: StructSpec, path: str, code: E) -> Non
     if set(value) != set(names):
         raise fail(code, path, f"fields {sorted(value)} are not the declared {sorted(names)}")
     for name, field_spec in spec.fields:
-        check_value(value[name], field_spec, f"{path}.{name}", code)
+        check_value(value[name], field_spec, f"{path}.{name}", code, seen)
 
 
 def leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
-    """Every payload-carrying leaf (arrays, encoded values, borrows) inside a value, with its path."""
+    """Every payload-carrying leaf (arrays, encoded values, borrows) inside a value, with its path.
+
+    A container reached again (a value sharing sub-structures) is visited once, and containers
+    nested deeper than MAX_DEPTH fail with NESTING_TOO_DEEP."""
     if type(value) is np.ndarray:  # the common case, without abstract-class checks
         yield path, value
-    elif isinstance(value, StructValue):
-        for name, item in value.items():
-            yield from leaves(item, f"{path}.{name}")
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from leaves(item, f"{path}[{index}]")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from leaves(item, f"{path}[{key!r}]")
-    elif value is not None:
-        yield path, value
+        return
+    pending = [(value, path, 0)]
+    seen: set[int] = set()
+    while pending:
+        item, where, depth = pending.pop()
+        if type(item) is np.ndarray:
+            yield where, item
+            continue
+        children = _children(item, where)
+        if children is None:
+            if item is not None:
+                yield where, item
+            continue
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if depth >= MAX_DEPTH:
+            raise fail(E.NESTING_TOO_DEEP, where, f"the value nests containers deeper than {MAX_DEPTH}")
+        pending.extend((child, child_path, depth + 1) for child, child_path in reversed(children))
+
+
+def _children(value: Any, path: str) -> list | None:
+    """The (item, path) pairs of a struct, sequence or map value; None for anything else."""
+    if isinstance(value, StructValue):
+        return [(item, f"{path}.{name}") for name, item in value.items()]
+    if isinstance(value, list):
+        return [(item, f"{path}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, dict):
+        return [(item, f"{path}[{key!r}]") for key, item in value.items()]
+    return None

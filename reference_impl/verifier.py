@@ -16,6 +16,7 @@ from reference_impl.errors import ContractError, fail
 from reference_impl.errors import ErrorCode as E
 from reference_impl.payload import Extent, check_file, payload_extent
 from reference_impl.structs import (
+    MAX_TYPE_NODES,
     Catalogue,
     NotFixedSize,
     check_struct,
@@ -57,7 +58,8 @@ def load_model(model_or_bytes) -> object:
     descriptor = getattr(model_or_bytes, "DESCRIPTOR", None)
     if descriptor is not None and descriptor.full_name == "onnx.ModelProto":
         return schema.from_onnx(model_or_bytes)
-    raise TypeError(f"expected model bytes or a ModelProto, got {type(model_or_bytes).__name__}")
+    raise fail(E.MODEL_PARSE_ERROR, "model",
+               f"expected model bytes or a ModelProto, got {type(model_or_bytes).__name__}")
 
 
 def verify_model(model_or_bytes, base_dir: str | os.PathLike | None = None) -> VerifiedModel:
@@ -66,8 +68,8 @@ def verify_model(model_or_bytes, base_dir: str | os.PathLike | None = None) -> V
     With ``base_dir``, external payload files are also checked to exist and cover their extents.
     """
     model = load_model(model_or_bytes)
+    catalogue = Catalogue(model.struct_types, node_budget=MAX_TYPE_NODES)
     try:
-        catalogue = Catalogue(model.struct_types)
         catalogue.check_all()
         verified = VerifiedModel(model, catalogue, str(base_dir) if base_dir is not None else None)
         _verify_graph(model.graph, "model.graph", verified)
@@ -76,6 +78,8 @@ def verify_model(model_or_bytes, base_dir: str | os.PathLike | None = None) -> V
                 _verify_subgraphs(node, f"model.functions[{index}].node[{node_index}]", verified)
     except RecursionError:
         raise fail(E.NESTING_TOO_DEEP, "model", "nesting exceeds the implementation limit") from None
+    finally:
+        catalogue.end_budget()
     return verified
 
 

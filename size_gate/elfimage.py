@@ -18,7 +18,6 @@ from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
 from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
-from elftools.elf.notes import iter_notes
 
 from .errors import SizeGateError
 
@@ -49,6 +48,8 @@ PARSE_ERRORS = (ELFError, ConstructError, struct.error, ValueError, IndexError, 
                 OverflowError, EOFError, UnicodeDecodeError, TypeError)
 
 _EHDR_SIZE = {1: 52, 2: 64}
+NT_GNU_BUILD_ID = 3
+_NOTE_HEADER = 12  # n_namesz, n_descsz, n_type: three 4-byte words in both ELF classes
 
 
 @dataclass(frozen=True)
@@ -255,15 +256,42 @@ class ElfImage:
         return tags[:stop], vals[:stop]
 
     def build_id(self) -> str | None:
-        """The GNU build ID from the PT_NOTE segments, else from SHT_NOTE sections."""
-        regions = [(s.offset, s.filesz) for s in self.segments if s.type == "PT_NOTE"]
+        """The GNU build ID from the PT_NOTE segments, else from SHT_NOTE sections.
+
+        Notes are parsed here rather than by pyelftools, whose reader trusts each note's name and
+        descriptor sizes: every note must lie inside its region, which lies inside the file."""
+        regions = [(s.offset, s.filesz, "PT_NOTE segment") for s in self.segments if s.type == "PT_NOTE"]
         if not regions:
-            regions = [(s.offset, s.size) for s in self.sections_of_type("SHT_NOTE")]
-        for offset, size in regions:
-            for note in iter_notes(self.elf, offset, size):
-                if note["n_type"] == "NT_GNU_BUILD_ID" and note["n_name"] == "GNU":
-                    return str(note["n_desc"])
+            regions = [(s.offset, s.size, f"note section [{s.index}] {s.name}")
+                       for s in self.sections_of_type("SHT_NOTE")]
+        for offset, size, what in regions:
+            found = self._build_id_in(self.read(offset, size, what), offset, what)
+            if found is not None:
+                return found
         return None
+
+    def _build_id_in(self, notes: bytes, base: int, what: str) -> str | None:
+        """The NT_GNU_BUILD_ID descriptor among the notes of one region (4-byte aligned, as pyelftools)."""
+        word = "<I" if self.little_endian else ">I"
+        position = 0
+        while position + _NOTE_HEADER <= len(notes):
+            namesz, descsz, kind = (struct.unpack_from(word, notes, position + 4 * i)[0] for i in range(3))
+            name_at = position + _NOTE_HEADER
+            desc_at = name_at + _align4(namesz)
+            end = desc_at + descsz
+            if desc_at > len(notes) or end > len(notes):
+                raise self.corrupt(f"the note at offset {base + position:#x} in the {what} claims a "
+                                   f"{namesz:,}-byte name and a {descsz:,}-byte descriptor, past the end of "
+                                   f"its {len(notes):,}-byte region")
+            name = notes[name_at:name_at + namesz].split(b"\0", 1)[0]
+            if kind == NT_GNU_BUILD_ID and name == b"GNU":
+                return notes[desc_at:end].hex()
+            position = desc_at + _align4(descsz)
+        return None
+
+
+def _align4(size: int) -> int:
+    return (size + 3) & ~3
 
 
 def cstring(table: bytes, offset: int) -> str | None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import io
 import os
+import shutil
+import tempfile
 import zipfile
 import zlib
 from pathlib import Path
@@ -18,8 +19,10 @@ from pathlib import Path
 from .errors import SizeGateError
 from .metrics import LibraryMetrics, measure_elf
 
-#: Wheel members larger than this are refused rather than decompressed into memory.
+#: Wheel members larger than this are refused rather than unpacked.
 MAX_WHEEL_MEMBER = 1 << 30
+#: A wheel member is streamed to a temporary file in chunks of this size (peak memory stays one chunk).
+_CHUNK = 1 << 20
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
@@ -86,6 +89,19 @@ def _find_in_directory(root: Path, pattern: str) -> Path:
 
 def _measure_wheel(path: Path, pattern: str, wheel_bytes: int) -> LibraryMetrics:
     try:
+        unpacked = tempfile.TemporaryFile(prefix="size-gate-")
+    except OSError as exc:
+        raise SizeGateError("io-error", None, f"no temporary file to unpack the wheel into: {exc}") from None
+    with unpacked:
+        name, info = _unpack_member(path, pattern, unpacked)
+        metrics = measure_elf(unpacked, f"{path}!{name}")
+    return dataclasses.replace(metrics, wheel_bytes=wheel_bytes, compressed_bytes=info.compress_size,
+                               wheel_member=name)
+
+
+def _unpack_member(path: Path, pattern: str, out) -> tuple[str, zipfile.ZipInfo]:
+    """Stream the one member matching ``pattern`` into the file ``out``; returns its name and entry."""
+    try:
         with zipfile.ZipFile(path) as wheel:
             members = [i for i in wheel.infolist() if not i.is_dir()]
             name = _one_match(path, pattern, sorted(i.filename for i in members
@@ -96,13 +112,12 @@ def _measure_wheel(path: Path, pattern: str, wheel_bytes: int) -> LibraryMetrics
                 raise SizeGateError("bad-wheel", path, f"member {name} claims {info.file_size:,} bytes, "
                                     f"more than the {MAX_WHEEL_MEMBER:,} this tool will unpack")
             with wheel.open(info) as member:
-                data = member.read()
+                shutil.copyfileobj(member, out, _CHUNK)
     except SizeGateError:
         raise
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError) as exc:
         raise SizeGateError("bad-wheel", path, f"not a readable wheel (zip) archive: {exc}") from None
     except OSError as exc:
         raise SizeGateError("unreadable", path, exc.strerror or str(exc)) from None
-    metrics = measure_elf(io.BytesIO(data), f"{path}!{name}")
-    return dataclasses.replace(metrics, wheel_bytes=wheel_bytes, compressed_bytes=info.compress_size,
-                               wheel_member=name)
+    out.flush()
+    return name, info

@@ -92,3 +92,48 @@ def test_generators_stay_small_when_references_fan_out():
         assert len(payload) == expected.records * expected.record_bytes
         fell_back += value.struct_type.WhichOneof("kind") == "bit_packing"
     assert fell_back and time.process_time() - start < 5.0
+
+
+def _shaped(generated) -> tuple[int, int]:
+    """(levels, fan) of the generated model's shaped block, (0, 0) without one."""
+    block = [decl for decl in generated.model.struct_types if decl.type_id >= gen.SHAPED_IDS]
+    if not block:
+        return 0, 0
+    top = max(block, key=lambda decl: decl.type_id)
+    fan = sum(f.WhichOneof("content") == "type" and f.type.WhichOneof("value") == "struct_type"
+              for f in top.structure.field)
+    return len(block), fan
+
+
+def _diamond_streams(max_values: int, wanted: int) -> list[bytes]:
+    """Recorded generator choices of models whose shaped block is a diamond of 20+ levels (fan >= 2)."""
+    from fuzz.source import RecordingSource
+
+    streams = []
+    for seed in range(200):
+        recorder = RecordingSource(RandomSource(f"shaped-{seed}"))
+        levels, fan = _shaped(gen.gen_model(recorder, max_values=max_values))
+        if levels >= 20 and fan >= 2:
+            streams.append(bytes(recorder.recorded))
+            if len(streams) == wanted:
+                break
+    return streams
+
+
+def test_generators_produce_diamonds_the_fuzz_targets_load_and_run():
+    """The generators emit deep diamond-shaped catalogues (at least 2**20 reference paths) bound as
+    state, and both the structured and the state target construct executors and states from them:
+    expanding such a catalogue path by path never returns, so fuzzing finds that class of bug."""
+    from fuzz import statescript
+    from fuzz.source import RecordingSource
+    from fuzz.targets import load
+
+    streams = _diamond_streams(4, 2)
+    assert len(streams) == 2
+    for stream in streams:
+        levels, fan = _shaped(gen.gen_model(ByteSource(stream), max_values=4))  # replays the same model
+        assert levels >= 20 and fan >= 2
+        load("structured").one_input(b"\x00" + stream)  # first choice 0: the valid-model path
+    script = RecordingSource(RandomSource("shaped-state"))
+    statescript.gen_script(script)
+    load("state").one_input(bytes(script.recorded) + _diamond_streams(2, 1)[0])

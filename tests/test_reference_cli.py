@@ -41,3 +41,26 @@ def test_verify_accepts_and_rejects_with_a_code(tmp_path):
 def test_verify_of_a_missing_file_is_a_clear_error(tmp_path):
     done = _run("verify", str(tmp_path / "missing.onnx"))
     assert done.returncode == 2 and "cannot read" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_verify_refuses_what_is_not_a_regular_file(tmp_path):
+    """/dev/zero was read until memory ran out and a FIFO blocked forever: both are refused at once."""
+    import os
+
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo), str(tmp_path)):
+        done = _run("verify", path)
+        assert done.returncode == 2 and "cannot read" in done.stderr and "Traceback" not in done.stderr, path
+    assert "a character device" in _run("verify", "/dev/zero").stderr
+    assert "a FIFO" in _run("verify", str(fifo)).stderr
+
+
+def test_verify_refuses_a_file_larger_than_any_model_before_reading_it(tmp_path):
+    from reference_impl.__main__ import MAX_MODEL_BYTES
+
+    huge = tmp_path / "huge.onnx"
+    with open(huge, "wb") as handle:
+        handle.truncate(MAX_MODEL_BYTES + 1)  # sparse: no disk space, but reading it would take 2 GiB
+    done = _run("verify", str(huge))
+    assert done.returncode == 2 and "more than" in done.stderr and "Traceback" not in done.stderr

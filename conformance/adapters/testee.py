@@ -1,39 +1,73 @@
 """The testee adapter: a runtime in another process (any language) behind the framed protocol.
 
 A per-request timeout guards every call. A crashed or hung testee fails the case in progress; the
-process is killed and started again on the next call, and the run goes on.
+process is killed and started again on the next call, and the run goes on. The testee is untrusted:
+its frames are capped (``max_frame``, default ``CONFORMANCE_MAX_FRAME`` or ``protocol.MAX_FRAME``) and
+read incrementally, and a testee that cannot be started or does not answer ``hello`` is a
+``TesteeUnavailable`` (a one-line suite error) rather than a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import threading
 from typing import Any
 
 from conformance import protocol as P
-from conformance.adapters import NotSupported, Rejected
+from conformance.adapters import NotSupported, Rejected, SuiteError
 from conformance.hold import Hold
 
 
 class TesteeFailure(Exception):
-    """The testee crashed, hung, broke the framing or reported an internal error."""
+    """The testee crashed, hung, broke the framing or reported an internal error. ``reason`` is what
+    happened; the message adds that the testee will be restarted when it will."""
+
+    def __init__(self, reason: str, restarts: bool = True):
+        self.reason = reason
+        super().__init__(f"{reason}; it will be restarted" if restarts else reason)
+
+
+class TesteeUnavailable(SuiteError):
+    """The testee command cannot be started or does not complete the ``hello`` exchange: no case can run."""
+
+
+def default_max_frame() -> int:
+    """The frame cap: ``CONFORMANCE_MAX_FRAME`` (bytes) when set, else ``protocol.MAX_FRAME``."""
+    text = os.environ.get("CONFORMANCE_MAX_FRAME", "")
+    if not text:
+        return P.MAX_FRAME
+    if not text.isdigit() or int(text) < 1:
+        raise SuiteError(f"CONFORMANCE_MAX_FRAME must be a positive number of bytes, not {text!r}")
+    return int(text)
 
 
 class TesteeAdapter:
     handles_timeouts = True  # every request has its own timeout and a hung process is killed
 
-    def __init__(self, command: str, timeout: float = 30.0):
+    def __init__(self, command: str, timeout: float = 30.0, max_frame: int | None = None):
         self.command = command
         self.timeout = timeout
+        self.max_frame = max_frame or default_max_frame()
         self.identity = f"testee:{command}"
         self._process: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._pending: dict[int, list] = {}
         self._next_id = 1
         self._generation = 0
-        hello = self._call("hello", None).hello
+        self._broken = ""  # why the reader last stopped
+        try:
+            response = self._call("hello", None)
+            if response.WhichOneof("result") != "hello":
+                raise TesteeFailure(f"it answered hello with {response.WhichOneof('result') or 'nothing'}",
+                                    restarts=False)
+        except (TesteeFailure, Rejected, NotSupported) as error:
+            self._kill()
+            reason = " ".join(getattr(error, "reason", str(error)).split()) or type(error).__name__
+            raise TesteeUnavailable(f"testee {command!r} is unusable: {reason}") from None
+        hello = response.hello
         self.name = hello.name or command
         self.version = hello.version
         self.protocol_version = hello.protocol_version
@@ -42,17 +76,26 @@ class TesteeAdapter:
 
     # ------------------------------------------------------------------------------- process
     def _start(self) -> None:
-        self._process = subprocess.Popen(shlex.split(self.command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=None, bufsize=0)
+        try:
+            words = shlex.split(self.command)
+            self._process = subprocess.Popen(words, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None,
+                                             bufsize=0)
+        except (OSError, ValueError) as error:  # no such command, not executable, bad quoting
+            self._process = None
+            raise TesteeFailure(f"cannot start {self.command!r}: {getattr(error, 'strerror', None) or error}",
+                                restarts=False) from None
         self._generation += 1
+        self._broken = ""
         reader = threading.Thread(target=self._read_loop, args=(self._process, self._generation), daemon=True)
         reader.start()
 
     def _read_loop(self, process: subprocess.Popen, generation: int) -> None:
         while True:
             try:
-                response = P.read_frame(process.stdout, P.Response)
-            except Exception:  # noqa: BLE001 - end of stream or garbage: fail whoever waits
+                response = P.read_frame(process.stdout, P.Response, self.max_frame)
+            except Exception as error:  # noqa: BLE001 - end of stream or garbage: fail whoever waits
+                if generation == self._generation:
+                    self._broken = str(error)
                 break
             with self._lock:
                 slot = self._pending.pop(response.id, None)
@@ -98,7 +141,7 @@ class TesteeAdapter:
             except (BrokenPipeError, OSError):
                 self._pending.pop(request.id, None)
                 self._kill()
-                raise TesteeFailure("the testee closed its input (crashed); it will be restarted") from None
+                raise TesteeFailure("the testee closed its input (crashed)") from None
         return request.id, slot, process
 
     def _await(self, request_id: int, slot: list, process, wait: float) -> Any:
@@ -107,12 +150,13 @@ class TesteeAdapter:
                 self._pending.pop(request_id, None)
                 if self._process is process:
                     self._kill()
-            raise TesteeFailure(f"the testee did not answer within {wait:.0f} s; killed, it will be restarted")
+            raise TesteeFailure(f"the testee did not answer within {wait:.0f} s; killed")
         if slot[1] is None:
             with self._lock:
                 if self._process is process:
                     self._kill()
-            raise TesteeFailure("the testee exited or broke the framing; it will be restarted")
+            detail = f" ({self._broken})" if self._broken else ""
+            raise TesteeFailure(f"the testee exited or broke the framing{detail}")
         return slot[1]
 
     def _call(self, op: str, body) -> Any:
@@ -135,7 +179,7 @@ class TesteeAdapter:
         if kind == "not_supported":
             raise NotSupported(response.not_supported.reason)
         if kind == "error":
-            raise TesteeFailure(f"{response.error.message}\n{response.error.traceback}")
+            raise TesteeFailure(f"{response.error.message}\n{response.error.traceback}", restarts=False)
         return response
 
     # ------------------------------------------------------------------------------ protocol
@@ -198,7 +242,7 @@ class TesteeState:
 
     def _check(self) -> None:
         if self.adapter._generation != self.generation:
-            raise TesteeFailure("the testee was restarted; this state no longer exists")
+            raise TesteeFailure("the testee was restarted; this state no longer exists", restarts=False)
 
     def run(self, feeds: dict, cancelled: bool = False) -> dict:
         self._check()

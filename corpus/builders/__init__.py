@@ -30,5 +30,5 @@ def _load(name: str) -> None:
 
 
 for _name in ("representation", "affine_sweep", "affine_scales", "wire", "kv", "kv_formats", "kv_paged",
-              "kv_contiguous", "kv_semantics", "coverage_models"):
+              "kv_contiguous", "kv_semantics", "coverage_models", "limits"):
     _load(_name)

@@ -208,7 +208,8 @@ def _parse_error(src, generated) -> Case:
 @mutator(E.NESTING_TOO_DEEP)
 def _too_deep(src, generated) -> Case:
     work = Work(generated, E.NESTING_TOO_DEEP)
-    depth = src.integer(70, 120)
+    # 33 declarations reach 2 * 33 - 1 = 65 levels (every TypeProto and type_ref expansion counts).
+    depth = src.choice((33, 34)) if src.boolean() else src.integer(35, 120)
     first = _free_id_block(src, work, depth)
     for level in range(depth):
         decl = work.model.struct_types.add(type_id=first + level)
@@ -217,12 +218,15 @@ def _too_deep(src, generated) -> Case:
         else:
             decl.structure.field.add(name="leaf").type.CopyFrom(L.tensor_type(dtypes.UINT8, ()))
     move_last_to(work.model.struct_types, src.integer(0, len(work.model.struct_types) - 1))
-    value = schema.EncodedValueProto(name=work.fresh_name("deep"), raw_data=b"\x01")
-    value.struct_type.type_ref = first
-    work.graph.encoded_initializer.append(value)
+    # The chain is measured at verification whether or not a value uses it.
+    used = src.boolean()
+    if used:
+        value = schema.EncodedValueProto(name=work.fresh_name("deep"), raw_data=b"\x01")
+        value.struct_type.type_ref = first
+        work.graph.encoded_initializer.append(value)
     # A deeply nested TypeProto would also do, but beyond ~50 levels protobuf parsers refuse the
     # bytes before any contract rule is reached, so only the flat reference chain is portable.
-    return work.case(f"reference chain {depth} deep")
+    return work.case(f"reference chain {depth} deep, {'used by a value' if used else 'unused'}")
 
 
 def _free_id_block(src, work, size: int) -> int:

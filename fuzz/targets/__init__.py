@@ -14,6 +14,11 @@ TARGETS = ("verify", "structured", "differential", "state", "properties")
 
 
 def load(name: str) -> ModuleType:
+    """The target module. Every harness path (libFuzzer, replay, campaigns) loads targets here, so this
+    is where the oracle is put in safe-read mode: a payload file changing under a run cannot kill it."""
     if name not in TARGETS:
         raise KeyError(f"unknown target {name!r}; targets are {', '.join(TARGETS)}")
+    from reference_impl import payload
+
+    payload.set_external_access("read")
     return importlib.import_module(f"fuzz.targets.{name}")

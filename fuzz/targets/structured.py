@@ -1,9 +1,10 @@
 """Structure-aware inputs -> verify -> decode.
 
 The input drives the generators (``ByteSource``): the first choice picks a valid model (every value
-decoded or read field by field and compared with the generator's expectation) or a near-valid one
-(the verdict must be exactly the broken rule's code). Byte mutations therefore land on nearly valid
-models instead of parse errors.
+decoded or read field by field and compared with the generator's expectation, then the model loaded
+into the executor and a state made over its bindings, deep and diamond-shaped catalogues included) or
+a near-valid one (the verdict must be exactly the broken rule's code). Byte mutations therefore land
+on nearly valid models instead of parse errors.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def one_input(data: bytes) -> None:
     if case is None:
         base_dir = scratch().populate(generated.files)
         _expect(lambda: checks.check_valid(generated, base_dir), "valid")
+        _expect(lambda: checks.check_runtime(generated, base_dir), "runtime")
         whole = Case(generated.model, "all", files=generated.files)
         twice(lambda: run_case(whole), what="valid-all")
         return

@@ -26,6 +26,7 @@ from reference_impl.executor.kernels import (
     attribute_values,
     convert_attribute,
 )
+from reference_impl.structs import MAX_DEPTH
 from reference_impl.values import EncodedValue, InvocationBorrow, StructValue
 
 
@@ -62,6 +63,7 @@ class Step:
     outputs: tuple[str, ...]
     path: str
     op: str
+    height: int = 0  # levels of bodies (If branches, function calls) nested below this step
 
 
 def _no_log(*_args) -> None:
@@ -69,16 +71,23 @@ def _no_log(*_args) -> None:
 
 
 class Program:
-    """A compiled graph or function body."""
+    """A compiled graph or function body. ``depth`` counts the bodies enclosing it (If branches and
+    function calls), bounded by MAX_DEPTH like type nesting."""
 
     def __init__(self, nodes, input_names: Sequence[str], output_names: Sequence[str],
-                 constants: Mapping[str, Any], session, opsets: Mapping[str, int], path: str):
+                 constants: Mapping[str, Any], session, opsets: Mapping[str, int], path: str,
+                 depth: int = 0):
+        if depth > MAX_DEPTH:
+            raise fail(E.NESTING_TOO_DEEP, path, f"graphs and function calls nest deeper than {MAX_DEPTH}")
         self.input_names = tuple(input_names)
         self.output_names = tuple(output_names)
         self.constants = dict(constants)
         self.path = path
-        self.steps = [compile_node(node, session, opsets, f"{path}.node[{i}]")
+        self.depth = depth
+        self.steps = [compile_node(node, session, opsets, f"{path}.node[{i}]", depth)
                       for i, node in enumerate(nodes)]
+        #: Levels of bodies nested below this one (0: no If branch or function call inside).
+        self.height = max((step.height for step in self.steps), default=0)
 
     def run(self, feeds: Mapping[str, Any], ctx: RunContext, outer: Mapping[str, Any] | None = None) -> list:
         values: dict[str, Any] = dict(outer) if outer is not None else {}
@@ -112,33 +121,34 @@ class Program:
             raise fail(E.EXECUTION_FAILED, self.path, f"output {err.args[0]!r} was never produced") from None
 
 
-def compile_node(node, session, opsets: Mapping[str, int], path: str) -> Step:
+def compile_node(node, session, opsets: Mapping[str, int], path: str, depth: int = 0) -> Step:
     label = f"{node.domain + '.' if node.domain else ''}{node.op_type}"
-    kernel = _kernel_for(node, session, opsets, path)
-    return Step(kernel, tuple(node.input), tuple(node.output), path, label)
+    kernel, height = _kernel_for(node, session, opsets, path, depth)
+    return Step(kernel, tuple(node.input), tuple(node.output), path, label, height)
 
 
 def _plain(kernel: Kernel) -> Kernel:
     return lambda args, ctx, values: kernel(args, ctx)
 
 
-def _kernel_for(node, session, opsets: Mapping[str, int], path: str) -> Kernel:
+def _kernel_for(node, session, opsets: Mapping[str, int], path: str, depth: int) -> tuple[Kernel, int]:
+    """The node's kernel and the height of the bodies it runs (0 for plain operators)."""
     key = (node.domain, node.op_type)
     if key in session.kernels:
-        return _custom(session.kernels[key], node)
+        return _custom(session.kernels[key], node), 0
     if node.domain == LOCAL_DOMAIN:
         factory = LOCAL_KERNELS.get(node.op_type)
         if factory is None:
             raise fail(E.OPERATOR_UNSUPPORTED, path, f"{LOCAL_DOMAIN}.{node.op_type} is not a known consumer")
-        return _plain(factory(node, session))
+        return _plain(factory(node, session)), 0
     if key in session.functions:
-        return _function_call(node, session, session.functions[key], path)
+        return _function_call(node, session, key, path, depth)
     if node.domain in ("", "ai.onnx"):
         if node.op_type == "If":
-            return _if(node, session, opsets, path)
+            return _if(node, session, opsets, path, depth)
         if node.op_type in TRANSPORT:
-            return _plain(TRANSPORT[node.op_type])
-    return _standard(node, opsets, path)
+            return _plain(TRANSPORT[node.op_type]), 0
+    return _standard(node, opsets, path), 0
 
 
 def _custom(fn, node) -> Kernel:
@@ -195,14 +205,14 @@ def _tensor_operand(value: Any, op_type: str, path: str) -> Any:
     return value
 
 
-def _if(node, session, opsets: Mapping[str, int], path: str) -> Kernel:
+def _if(node, session, opsets: Mapping[str, int], path: str, depth: int) -> tuple[Kernel, int]:
     branches = {}
     for att in node.attribute:
         if att.name in ("then_branch", "else_branch"):
             graph = att.g
             branches[att.name] = Program(graph.node, [], [o.name for o in graph.output],
-                                         session.graph_constants(graph), session, opsets,
-                                         f"{path}.{att.name}")
+                                         session.graph_constants(graph, f"{path}.{att.name}"), session, opsets,
+                                         f"{path}.{att.name}", depth + 1)
     if set(branches) != {"then_branch", "else_branch"}:
         raise fail(E.OPERATOR_UNSUPPORTED, path, "If needs then_branch and else_branch")
 
@@ -212,14 +222,37 @@ def _if(node, session, opsets: Mapping[str, int], path: str) -> Kernel:
             raise fail(E.EXECUTION_FAILED, ctx.path, "If condition must be a one-element tensor")
         branch = branches["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"]
         return branch.run({}, ctx, outer=values)
-    return run
+    return run, 1 + max(branch.height for branch in branches.values())
 
 
-def _function_call(node, session, function, path: str) -> Kernel:
+def function_program(session, key: tuple[str, str], depth: int, path: str) -> Program:
+    """The compiled body of a local function, compiled once per session and shared by every call
+    site (a function calling another twice per level would otherwise compile 2**levels bodies). A
+    function that reaches itself is refused: its body could never finish compiling or running."""
+    program = session.function_programs.get(key)
+    if program is not None:
+        if depth + 1 + program.height > MAX_DEPTH:
+            raise fail(E.NESTING_TOO_DEEP, path, f"graphs and function calls nest deeper than {MAX_DEPTH}")
+        return program
+    if key in session.compiling_functions:
+        raise fail(E.OPERATOR_UNSUPPORTED, path, f"local function {key[0]}.{key[1]} calls itself (directly or "
+                   "through other functions); recursive functions are not supported")
+    function = session.functions[key]
     body_opsets = dict(session.opsets)
     body_opsets.update({o.domain: o.version for o in function.opset_import})
-    program = Program(function.node, function.input, function.output, {}, session, body_opsets,
-                      f"{path}<{function.domain}.{function.name}>")
+    session.compiling_functions.add(key)
+    try:
+        program = Program(function.node, function.input, function.output, {}, session, body_opsets,
+                          session.function_paths[key], depth + 1)
+    finally:
+        session.compiling_functions.discard(key)
+    session.function_programs[key] = program
+    return program
+
+
+def _function_call(node, session, key: tuple[str, str], path: str, depth: int) -> tuple[Kernel, int]:
+    function = session.functions[key]
+    program = function_program(session, key, depth, path)
     defaults = {att.name: convert_attribute(att) for att in function.attribute_proto}
     static = {}
     references = {}
@@ -242,4 +275,4 @@ def _function_call(node, session, function, path: str) -> Kernel:
             return program.run(feeds, ctx)
         finally:
             ctx.linked, ctx.path = outer_linked, outer_path
-    return run
+    return run, 1 + program.height

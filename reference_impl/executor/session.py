@@ -63,6 +63,10 @@ class Executor:
         plain = schema.to_onnx(model)  # the one explicit conversion
         self.opsets = {o.domain: o.version for o in plain.opset_import}
         self.functions = {(f.domain, f.name): f for f in plain.functions}
+        self.function_paths = {(f.domain, f.name): f"model.functions[{i}]" for i, f in enumerate(plain.functions)}
+        #: Function bodies compile once per session, however many call sites they have.
+        self.function_programs: dict[tuple[str, str], Program] = {}
+        self.compiling_functions: set[tuple[str, str]] = set()
         constants = self.graph_constants(plain.graph)
         for index, encoded in enumerate(graph.encoded_initializer):
             constants[encoded.name] = EncodedValue.from_proto(
@@ -73,11 +77,19 @@ class Executor:
                              self.opsets, "model.graph")
 
     # -------------------------------------------------------------------------------- load helpers
-    def graph_constants(self, graph) -> dict[str, Any]:
-        """Dense initializers of a plain graph as read-only arrays (shared by every call)."""
+    def graph_constants(self, graph, path: str = "model.graph") -> dict[str, Any]:
+        """Dense initializers of a plain graph as read-only arrays (shared by every call). They are plain
+        ONNX, converted by onnx's ``numpy_helper``; whatever it refuses is TENSOR_DATA_INVALID."""
         constants = {}
-        for tensor in graph.initializer:
-            array = numpy_helper.to_array(tensor)
+        for index, tensor in enumerate(graph.initializer):
+            where = f"{path}.initializer[{index}]"
+            try:
+                array = numpy_helper.to_array(tensor)
+            except MemoryError:
+                raise fail(E.RESOURCE_LIMIT, where, "the dense initializer does not fit in memory") from None
+            except Exception as err:  # noqa: BLE001 - onnx raises ValueError, TypeError, OSError ...
+                raise fail(E.TENSOR_DATA_INVALID, where,
+                           f"onnx cannot convert the dense initializer: {type(err).__name__}: {err}") from None
             array.flags.writeable = False
             constants[tensor.name] = array
         return constants
