@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reference_impl import dtypes
+from reference_impl.dtypes import UINT64_MAX
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 
-UINT64_MAX = 2**64 - 1
 #: Implementation limit on type nesting, counted through resolved references (clause DECL-DEPTH).
 MAX_DEPTH = 64
 
