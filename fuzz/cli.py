@@ -56,9 +56,15 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "seeds":
+        from conformance.adapters import SuiteError
         from fuzz.corpus import write_seeds
 
-        for target, count in write_seeds().items():
+        try:
+            counts = write_seeds()
+        except SuiteError as error:
+            print(f"fuzz seeds: {error}", file=sys.stderr)
+            return 2
+        for target, count in counts.items():
             print(f"corpus/seeds/{target}: {count} files")
         return 0
     if args.command == "dict":

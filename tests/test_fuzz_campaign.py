@@ -146,6 +146,28 @@ def test_seeds_run_clean_through_their_target(target):
         module.one_input(path.read_bytes())
 
 
+def test_a_conformance_case_that_cannot_be_built_is_reported_not_dropped(tmp_path):
+    from conformance.adapters import SuiteError
+    from fuzz.corpus import conformance_models
+
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "seeds.toml").write_text(
+        'profile = "representation"\nop = "verify"\n'
+        '[[case]]\nid = "Required.Seeds.Build.Good"\nclause = ["WIRE-FIELDS"]\nmodel_text = "ir_version: 10"\n'
+        'expect = {accepted = true}\n'
+        '[[case]]\nid = "Required.Seeds.Build.Broken"\nclause = ["WIRE-FIELDS"]\nmodel_text = "ir_version: {"\n'
+        'expect = {accepted = true}\n')
+    with pytest.raises(SuiteError) as error:
+        conformance_models(str(tmp_path))
+    assert "1 conformance case(s)" in str(error.value)
+    assert "Required.Seeds.Build.Broken" in str(error.value) and "Good" not in str(error.value)
+    repaired = tmp_path / "repaired"
+    (repaired / "cases").mkdir(parents=True)
+    (repaired / "cases" / "seeds.toml").write_text(
+        (tmp_path / "cases" / "seeds.toml").read_text().replace("ir_version: {", "ir_version: 9"))
+    assert len(conformance_models(str(repaired))) == 2
+
+
 # ------------------------------------------------------------------------------------- whole pipeline
 def _fuzz(*args, env=None, timeout=240):
     environment = dict(os.environ, **(env or {}))
