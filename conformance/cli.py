@@ -13,6 +13,7 @@ import sys
 
 from conformance import SPEC_REVISION, SUITE_VERSION
 from conformance.adapters import SuiteError
+from reference_impl.broken_pipe import quiet_broken_pipe
 
 DEFAULT_REPORT_DIR = "conformance-report"
 
@@ -76,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_broken_pipe
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:

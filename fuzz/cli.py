@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from reference_impl.broken_pipe import quiet_broken_pipe
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__.split("\n\n")[0])
@@ -53,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_broken_pipe
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "seeds":
