@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from elftools.common.utils import struct_parse
 
-from .elfimage import (
+from size_gate.elfimage import (
     DT_GNU_HASH,
     DT_HASH,
     DT_STRSZ,

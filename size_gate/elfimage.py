@@ -20,7 +20,7 @@ from elftools.construct.core import ConstructError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.notes import iter_notes
 
-from .errors import SizeGateError
+from size_gate.errors import SizeGateError
 
 SHF_ALLOC = 0x2
 SHN_UNDEF = 0
