@@ -1,7 +1,8 @@
-"""``python -m conformance``: run, list, show, explain, clauses, verify-bundle.
+"""``python -m conformance``: run, list, show, explain, clauses, merge, verify-bundle.
 
 Exit status: 0 when every selected case passed or was an expected failure and the failure list is
-clean; 1 on failures or failure-list problems; 2 on usage or suite errors.
+clean; 1 on failures or failure-list problems; 2 on usage or suite errors, or (merge) on directories
+that are not the shards of one run.
 """
 
 from __future__ import annotations
@@ -68,6 +69,12 @@ def _parser() -> argparse.ArgumentParser:
     clauses.add_argument("--markdown", action="store_true")
     clauses.add_argument("--cases", action="store_true", help="list the cases of every clause")
 
+    merge = sub.add_parser("merge", help="merge the report directories of run --shard i/n into one report and "
+                                         "one certification bundle")
+    merge.add_argument("shards", nargs="+", metavar="SHARD_DIR")
+    merge.add_argument("--report-dir", default=DEFAULT_REPORT_DIR)
+    merge.add_argument("--corpus")
+
     bundle = sub.add_parser("verify-bundle", help="check a certification bundle (a report directory)")
     bundle.add_argument("directory")
     bundle.add_argument("--corpus")
@@ -87,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in (None, "run"):
             return cmd_run(args, argv)
         return {"list": cmd_list, "show": cmd_show, "explain": cmd_explain, "clauses": cmd_clauses,
-                "verify-bundle": cmd_verify_bundle}[args.command](args)
+                "verify-bundle": cmd_verify_bundle, "merge": cmd_merge}[args.command](args)
     except SuiteError as error:
         print(f"conformance: {error}", file=sys.stderr)
         return 2
@@ -120,7 +127,8 @@ def cmd_run(args, argv: list[str]) -> int:
                        jobs=args.jobs, require_codes=args.require_codes, progress=not args.quiet)
     results, info = run(chosen, config)
     info.selection = {"cases": args.cases, "level": args.level, "profile": args.profile, "shard": args.shard,
-                      "count": len(chosen), "failure_list": args.failure_list}
+                      "count": len(chosen), "failure_list": args.failure_list,
+                      "corpus_sha256": bundle.corpus_sha256(cases)}
     problems: list[str] = []
     waivers: list[dict] = []
     if args.failure_list and args.update_failure_list:
@@ -131,13 +139,7 @@ def cmd_run(args, argv: list[str]) -> int:
         entries = failure_list.read(args.failure_list)
         problems = failure_list.apply(entries, results, [c.id for c in cases])
         waivers = [{"pattern": e.pattern, "message": e.message} for e in entries]
-    failures = [r for r in results if r.verdict == "failed" and not r.expected_failure]
-    for result in failures[:20]:
-        print(f"FAILED {result.id}: {result.message}")
-    if len(failures) > 20:
-        print(f"... and {len(failures) - 20} more failures (see the report)")
-    for problem in problems:
-        print(f"FAILURE LIST: {problem}")
+    failures = _print_failures(results, problems)
     directory = reports.write_all(args.report_dir, results, info, problems)
     bundle.write(directory, results, info, waivers, args.corpus)
     print(f"report: {directory}/ (summary.md, junit.xml, results.json, manifest.json) in {info.duration:.1f} s")
@@ -148,6 +150,18 @@ def cmd_run(args, argv: list[str]) -> int:
         print(f"SELF-CHECK FAILED: clauses without a case: {', '.join(missing)}")
         return 2
     return 1 if failures or problems else 0
+
+
+def _print_failures(results, problems: list[str]) -> list:
+    """Print the first unexpected failures and every failure-list problem; return the failures."""
+    failures = [r for r in results if r.verdict == "failed" and not r.expected_failure]
+    for result in failures[:20]:
+        print(f"FAILED {result.id}: {result.message}")
+    if len(failures) > 20:
+        print(f"... and {len(failures) - 20} more failures (see the report)")
+    for problem in problems:
+        print(f"FAILURE LIST: {problem}")
+    return failures
 
 
 def _update_command(argv: list[str], args) -> str:
@@ -254,3 +268,22 @@ def cmd_verify_bundle(args) -> int:
         print(f"BUNDLE: {problem}")
     print(f"bundle {args.directory}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
     return 1 if problems else 0
+
+
+def cmd_merge(args) -> int:
+    from conformance.merge import MergeRejected, merge
+    from conformance.runner import summary_line
+
+    try:
+        results, info, problems = merge(args.shards, args.report_dir, args.corpus)
+    except MergeRejected as rejected:
+        for problem in rejected.problems:
+            print(f"MERGE: {problem}")
+        print(f"merge: the {len(args.shards)} director(ies) are not the shards of one run; nothing written")
+        return 2
+    failures = _print_failures(results, problems)
+    print(f"report: {args.report_dir}/ (summary.md, junit.xml, results.json, manifest.json) merged from "
+          f"{len(info.selection['shards'])} shards")
+    print(summary_line(results))
+    return 1 if failures or problems else 0
+
