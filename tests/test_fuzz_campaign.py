@@ -157,6 +157,22 @@ def test_seeds_run_clean_through_their_target(target):
         module.one_input(path.read_bytes())
 
 
+@pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties"])
+def test_the_harness_reads_what_to_instrument_through_the_import_system(target):
+    from fuzz.harness import _instrument
+    from fuzz.targets import load
+
+    assert _instrument(target) == load(target).INSTRUMENT
+
+
+@pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties"])
+def test_a_dictionary_a_target_names_exists(target):
+    from fuzz.targets import load
+
+    dictionary = load(target).DICTIONARY
+    assert dictionary is None or (ROOT / "corpus" / "dict" / dictionary).is_file()
+
+
 def test_a_conformance_case_that_cannot_be_built_is_reported_not_dropped(tmp_path):
     from conformance.adapters import SuiteError
     from fuzz.corpus import conformance_models
