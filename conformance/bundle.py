@@ -44,6 +44,13 @@ def certified_profiles(results: list[Result], claimed: list[str]) -> dict[str, s
     return status
 
 
+def corpus_sha256(cases) -> str:
+    """One digest of a whole corpus: every case's ID and SHA-256, in ID order. Shards of one run record
+    it, so a merge can tell that they ran the same cases."""
+    lines = "".join(f"{case.id} {case.sha256()}\n" for case in sorted(cases, key=lambda c: c.id))
+    return _digest(lines.encode())
+
+
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

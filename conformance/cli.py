@@ -1,7 +1,8 @@
-"""``python -m conformance``: run, list, show, explain, new-adapter, clauses, verify-bundle.
+"""``python -m conformance``: run, list, show, explain, new-adapter, clauses, merge, verify-bundle.
 
 Exit status: 0 when every selected case passed or was an expected failure and the failure list is
-clean; 1 on failures or failure-list problems; 2 on usage or suite errors.
+clean; 1 on failures or failure-list problems; 2 on usage or suite errors, or (merge) on directories
+that are not the shards of one run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from conformance import SPEC_REVISION, SUITE_VERSION
 from conformance.adapters import SuiteError
 from conformance.text import clip
+from reference_impl.broken_pipe import quiet_broken_pipe
 
 DEFAULT_REPORT_DIR = "conformance-report"
 #: Width of one-line CLI messages (cut at a word boundary; reports and ``explain`` keep them whole).
@@ -79,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     clauses.add_argument("--independent", type=int, metavar="N",
                          help="list the rule clauses with fewer than N independent Required cases (distinct models)")
 
+    merge = sub.add_parser("merge", help="merge the report directories of run --shard i/n into one report and "
+                                         "one certification bundle")
+    merge.add_argument("shards", nargs="+", metavar="SHARD_DIR")
+    merge.add_argument("--report-dir", default=DEFAULT_REPORT_DIR)
+    merge.add_argument("--corpus")
+
     bundle = sub.add_parser("verify-bundle", help="check a certification bundle (a report directory)")
     bundle.add_argument("directory")
     bundle.add_argument("--corpus")
@@ -88,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_broken_pipe
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
@@ -97,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in (None, "run"):
             return cmd_run(args, argv)
         return {"list": cmd_list, "show": cmd_show, "explain": cmd_explain, "clauses": cmd_clauses,
-                "verify-bundle": cmd_verify_bundle, "new-adapter": cmd_new_adapter}[args.command](args)
+                "verify-bundle": cmd_verify_bundle, "new-adapter": cmd_new_adapter,
+                "merge": cmd_merge}[args.command](args)
     except SuiteError as error:
         print(f"conformance: {error}", file=sys.stderr)
         return 2
@@ -140,6 +150,8 @@ def cmd_run(args, argv: list[str]) -> int:
         return 2
     info.selection = {"cases": args.cases, "level": args.level, "profile": args.profile, "shard": args.shard,
                       "count": len(chosen), "failure_list": args.failure_list}
+    if args.shard:  # merge checks that the shards ran one corpus (building every case costs seconds)
+        info.selection["corpus_sha256"] = bundle.corpus_sha256(cases)
     problems: list[str] = []
     waivers: list[dict] = []
     if args.failure_list and args.update_failure_list:
@@ -150,13 +162,7 @@ def cmd_run(args, argv: list[str]) -> int:
         entries = failure_list.read(args.failure_list)
         problems = failure_list.apply(entries, results, [c.id for c in cases])
         waivers = [{"pattern": e.pattern, "message": e.message} for e in entries]
-    failures = [r for r in results if r.verdict == "failed" and not r.expected_failure]
-    for result in failures[:20]:
-        print(clip(f"FAILED {result.id}: {result.message}", MESSAGE_WIDTH))
-    if len(failures) > 20:
-        print(f"... and {len(failures) - 20} more failures (see the report)")
-    for problem in problems:
-        print(f"FAILURE LIST: {problem}")
+    failures = _print_failures(results, problems)
     directory = reports.write_all(args.report_dir, results, info, problems)
     bundle.write(directory, results, info, waivers, args.corpus)
     print(f"report: {directory}/ (summary.md, junit.xml, results.json, manifest.json) in {info.duration:.1f} s")
@@ -171,6 +177,18 @@ def cmd_run(args, argv: list[str]) -> int:
         print(f"SELF-CHECK FAILED: clauses without a case: {', '.join(missing)}")
         return 2
     return 1 if failures or problems else 0
+
+
+def _print_failures(results, problems: list[str]) -> list:
+    """Print the first unexpected failures and every failure-list problem; return the failures."""
+    failures = [r for r in results if r.verdict == "failed" and not r.expected_failure]
+    for result in failures[:20]:
+        print(clip(f"FAILED {result.id}: {result.message}", MESSAGE_WIDTH))
+    if len(failures) > 20:
+        print(f"... and {len(failures) - 20} more failures (see the report)")
+    for problem in problems:
+        print(f"FAILURE LIST: {problem}")
+    return failures
 
 
 def _update_command(argv: list[str], args) -> str:
@@ -269,3 +287,22 @@ def cmd_verify_bundle(args) -> int:
         print(f"BUNDLE: {problem}")
     print(f"bundle {args.directory}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
     return 1 if problems else 0
+
+
+def cmd_merge(args) -> int:
+    from conformance.merge import MergeRejected, merge
+    from conformance.runner import summary_line
+
+    try:
+        results, info, problems = merge(args.shards, args.report_dir, args.corpus)
+    except MergeRejected as rejected:
+        for problem in rejected.problems:
+            print(f"MERGE: {problem}")
+        print(f"merge: the {len(args.shards)} director(ies) are not the shards of one run; nothing written")
+        return 2
+    failures = _print_failures(results, problems)
+    print(f"report: {args.report_dir}/ (summary.md, junit.xml, results.json, manifest.json) merged from "
+          f"{len(info.selection['shards'])} shards")
+    print(summary_line(results))
+    return 1 if failures or problems else 0
+

@@ -20,12 +20,14 @@ def safe_name(case_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", case_id)
 
 
-def write_json(directory: pathlib.Path, results: list[Result], info: RunInfo) -> None:
+def write_json(directory: pathlib.Path, results: list[Result], info: RunInfo,
+               problems: list[str] | None = None) -> None:
     cases_dir = directory / "cases"
     cases_dir.mkdir(parents=True, exist_ok=True)
     for result in results:
         (cases_dir / f"{safe_name(result.id)}.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    payload = {"run": asdict(info), "summary": summary_line(results), "results": [r.to_json() for r in results]}
+    payload = {"run": asdict(info), "summary": summary_line(results), "problems": list(problems or []),
+               "results": [r.to_json() for r in results]}
     (directory / "results.json").write_text(json.dumps(payload, indent=1) + "\n")
 
 
@@ -107,7 +109,7 @@ def write_all(directory: str | pathlib.Path, results: list[Result], info: RunInf
               problems: list[str] | None = None) -> pathlib.Path:
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    write_json(directory, results, info)
+    write_json(directory, results, info, problems)
     (directory / "junit.xml").write_bytes(junit_xml(results, info))
     (directory / "summary.md").write_text(markdown(results, info, problems))
     return directory

@@ -1,5 +1,5 @@
 """``python -m fuzz run TARGET --time SECONDS --jobs N``: a libFuzzer campaign with live progress and a
-JSON + Markdown report with a PNG plot of coverage and corpus size over time.
+JSON + Markdown report with a chart of coverage, corpus size and findings over time.
 
 Each job is one atheris process on the shared working corpus (libFuzzer reloads it, so jobs share
 discoveries). A job that stops on a finding is restarted for the remaining time; findings accumulate
@@ -205,8 +205,7 @@ def _report(target, args, out, corpus, findings, jobs, timeline, elapsed) -> dic
     }
     (out / "report.json").write_text(json.dumps(report, indent=1))
     if timeline:
-        write_plot(out / "coverage.png", [s["t"] for s in timeline],
-                   [[s["cov"] for s in timeline], [s["corpus"] for s in timeline]])
+        write_plot(out / "coverage.png", timeline, f"Fuzz campaign: {target} ({args.jobs} job(s))")
     lines = [f"# Fuzz campaign: {target}", "",
              "| metric | value |", "| --- | --- |",
              f"| wall time | {report['seconds']} s |", f"| jobs | {args.jobs} |",
@@ -215,7 +214,7 @@ def _report(target, args, out, corpus, findings, jobs, timeline, elapsed) -> dic
              f"| coverage (edges, max over jobs) | {report['coverage_edges']} |",
              f"| features | {report['features']} |", f"| corpus files | {report['corpus_files']} |",
              f"| findings | {len(finding_files)} |", f"| job restarts after findings | {report['restarts']} |",
-             "", "![coverage (blue) and corpus size (red) over time](coverage.png)", ""]
+             "", "![coverage, corpus size and findings over time](coverage.png)", ""]
     if known:
         lines += ["## Known oracle issues hit (see fuzz/known_issues.py)", ""]
         lines += [f"- {issue}: {count:,} inputs" for issue, count in sorted(known.items())] + [""]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from reference_impl.broken_pipe import quiet_broken_pipe
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__.split("\n\n")[0])
@@ -53,12 +55,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_broken_pipe
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "seeds":
+        from conformance.adapters import SuiteError
         from fuzz.corpus import write_seeds
 
-        for target, count in write_seeds().items():
+        try:
+            counts = write_seeds()
+        except SuiteError as error:
+            print(f"fuzz seeds: {error}", file=sys.stderr)
+            return 2
+        for target, count in counts.items():
             print(f"corpus/seeds/{target}: {count} files")
         return 0
     if args.command == "dict":

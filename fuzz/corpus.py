@@ -16,6 +16,7 @@ import shutil
 from conformance.wire import tag, varint
 from fuzz import gen, mutators
 from fuzz.source import RandomSource, RecordingSource
+from reference_impl.dtypes import UINT64_MAX
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SEEDS = ROOT / "corpus" / "seeds"
@@ -38,18 +39,21 @@ def _write_dir(directory: pathlib.Path, blobs: list[bytes], max_len: int) -> int
     return len(written)
 
 
-def conformance_models() -> list[bytes]:
-    """Model bytes of every representation conformance case (empty if the suite is unavailable)."""
-    try:
-        from conformance.cases import load_cases
-    except ImportError:
-        return []
-    models = []
-    for case in load_cases():
+def conformance_models(corpus: str | None = None) -> list[bytes]:
+    """Model bytes of every conformance case. A case that cannot be built is a defect of the suite, not
+    a seed to leave out: every such case is reported in one ``SuiteError``."""
+    from conformance.adapters import SuiteError
+    from conformance.cases import load_cases
+
+    models, problems = [], []
+    for case in load_cases(corpus):
         try:
             models.append(case.model_bytes())
-        except Exception:  # noqa: BLE001 - a case that cannot be materialized is not a seed
-            continue
+        except Exception as error:  # noqa: BLE001 - any builder error is reported below, with its case
+            problems.append(f"{case.id}: {type(error).__name__}: {error}")
+    if problems:
+        raise SuiteError(f"{len(problems)} conformance case(s) cannot be built as seeds:\n  "
+                         + "\n  ".join(problems))
     return models
 
 
@@ -122,8 +126,8 @@ def dictionary_entries() -> dict[str, bytes]:
         "external_checksum": b"checksum",
         "parent_dir": b"../",
         "weights_bin": b"weights.bin",
-        "uint64_max": b"18446744073709551615",
-        "uint64_overflow": b"18446744073709551616",
+        "uint64_max": str(UINT64_MAX).encode(),
+        "uint64_overflow": str(UINT64_MAX + 1).encode(),
     }
     for message in ("EncodedValueProto", "StructTypeProto", "AffineLayoutProto", "PersistentBindingProto"):
         descriptor = schema.MESSAGE_CLASSES[message].DESCRIPTOR

@@ -23,7 +23,7 @@ from reference_impl import dtypes, examples, schema
 
 SPEC_IDS = (1002, 1003, 1101, 1102, 2001)
 #: IDs for generated declarations: small ones, and the edges of the uint64 range.
-ID_POOL = tuple(range(1, 41)) + (255, 256, 65535, 2**32 + 7, 2**63, 2**64 - 1)
+ID_POOL = tuple(range(1, 41)) + (255, 256, 65535, 2**32 + 7, 2**63, dtypes.UINT64_MAX)
 
 PAYLOAD_LEAVES = (
     dtypes.INT8, dtypes.UINT8, dtypes.INT16, dtypes.UINT16, dtypes.INT32, dtypes.UINT32, dtypes.INT64,

@@ -77,12 +77,27 @@ def fuzz_main(name: str, argv: list[str] | None = None) -> None:
 
 
 def _instrument(name: str) -> tuple[str, ...]:
-    """Packages to instrument, read from the target module without importing it uninstrumented."""
+    """Packages to instrument, read from the target module's source without importing it uninstrumented.
+
+    The source comes through the import system, so this also works inside a one-file fuzzer executable
+    (ci/clusterfuzzlite/build.sh bundles the targets' sources for this).
+    """
     import ast
+    import importlib.util
     import pathlib
 
-    source = pathlib.Path(__file__).with_name("targets") / f"{name}.py"
-    for node in ast.parse(source.read_text()).body:
+    module = f"fuzz.targets.{name}"
+    spec = importlib.util.find_spec(module)
+    source = None
+    if spec is not None:
+        reader = getattr(spec.loader, "get_source", None)  # an import hook (pytest's, say) may lack it
+        if reader is not None:
+            source = reader(module)
+        elif spec.origin and pathlib.Path(spec.origin).is_file():
+            source = pathlib.Path(spec.origin).read_text()
+    if source is None:
+        raise SystemExit(f"the source of {module} is not available: its INSTRUMENT list cannot be read")
+    for node in ast.parse(source).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "INSTRUMENT" for t in node.targets):
             return tuple(ast.literal_eval(node.value))
     return ("reference_impl",)

@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 from reference_impl import ContractError, decode, examples, payload, verify_model
+from reference_impl.broken_pipe import quiet_broken_pipe
 
 #: Largest model file ``verify`` reads: protobuf cannot parse a message of 2 GiB or more anyway.
 MAX_MODEL_BYTES = (1 << 31) - 1
@@ -73,6 +74,7 @@ def verify(path: str, base_dir: str | None) -> int:
     return 0
 
 
+@quiet_broken_pipe
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m reference_impl", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)

@@ -11,6 +11,10 @@ FLOAT16, DOUBLE, UINT32, UINT64, COMPLEX64, COMPLEX128, BFLOAT16 = range(10, 17)
 FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2, FLOAT8E5M2FNUZ, UINT4, INT4, FLOAT4E2M1 = range(17, 24)
 FLOAT8E8M0, UINT2, INT2, FLOAT6E2M3, FLOAT6E3M2 = range(24, 29)
 
+#: The largest UINT64: the spec's size arithmetic, offsets and lengths must stay at or below it.
+UINT64_MAX = 2**64 - 1
+INT64_MAX = 2**63 - 1
+
 #: Fixed-width scalar leaves: bit width of one element. STRING and UNDEFINED are not physical data.
 BIT_WIDTH: dict[int, int] = {
     FLOAT: 32, UINT8: 8, INT8: 8, UINT16: 16, INT16: 16, INT32: 32, INT64: 64, BOOL: 8,

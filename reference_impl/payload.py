@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from reference_impl.dtypes import INT64_MAX, UINT64_MAX
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
-from reference_impl.structs import INT64_MAX, UINT64_MAX
 
 EXTERNAL = 1
 _KEYS = {"location", "offset", "length", "checksum"}

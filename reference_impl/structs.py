@@ -21,11 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reference_impl import dtypes
+from reference_impl.dtypes import UINT64_MAX
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 
-UINT64_MAX = 2**64 - 1
-INT64_MAX = 2**63 - 1
 #: Implementation limit on type nesting (clause DECL-DEPTH, as onnx-light's kMaxStructTypeDepth): every
 #: TypeProto and every type_ref expansion is one level.
 MAX_DEPTH = 64

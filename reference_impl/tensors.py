@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from reference_impl import dtypes
+from reference_impl.dtypes import UINT64_MAX
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
-from reference_impl.structs import UINT64_MAX
 
 _INT32_FIELD = {dtypes.INT32, dtypes.INT16, dtypes.INT8, dtypes.UINT16, dtypes.UINT8, dtypes.BOOL,
                 dtypes.FLOAT16, dtypes.BFLOAT16, dtypes.FLOAT8E4M3FN, dtypes.FLOAT8E4M3FNUZ,

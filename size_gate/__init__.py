@@ -5,12 +5,12 @@ reads a budget; ``evaluate`` judges metrics against a budget stage; ``compare``
 diffs two measurements. All input problems raise :class:`SizeGateError`.
 """
 
-from .budget import Budget, Stage, load_budget, needed_allowed, parse_size, soname_family
-from .compare import Comparison, compare
-from .errors import ERROR_CODES, SizeGateError
-from .gate import Finding, delta_findings, evaluate, passed
-from .metrics import METRICS, LibraryMetrics, measure_elf
-from .sources import measure_path
+from size_gate.budget import Budget, Stage, load_budget, needed_allowed, parse_size, soname_family
+from size_gate.compare import Comparison, compare
+from size_gate.errors import ERROR_CODES, SizeGateError
+from size_gate.gate import Finding, delta_findings, evaluate, passed
+from size_gate.metrics import METRICS, LibraryMetrics, measure_elf
+from size_gate.sources import measure_path
 
 __all__ = [
     "ERROR_CODES",

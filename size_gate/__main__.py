@@ -1,5 +1,5 @@
 """``python -m size_gate``: see :mod:`size_gate.cli`."""
 
-from .cli import main
+from size_gate.cli import main
 
 raise SystemExit(main())

@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import SizeGateError
+from size_gate.errors import SizeGateError
 
 if sys.version_info >= (3, 11):
     import tomllib

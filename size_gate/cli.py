@@ -11,12 +11,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import render
-from .budget import DEFAULT_BUDGET, load_budget
-from .compare import compare
-from .errors import SizeGateError
-from .gate import delta_findings, evaluate, passed
-from .sources import measure_path
+from reference_impl.broken_pipe import quiet_broken_pipe
+from size_gate import render
+from size_gate.budget import DEFAULT_BUDGET, load_budget
+from size_gate.compare import compare
+from size_gate.errors import SizeGateError
+from size_gate.gate import delta_findings, evaluate, passed
+from size_gate.sources import measure_path
 
 EXIT_OK, EXIT_OVER, EXIT_UNUSABLE = 0, 1, 2
 
@@ -109,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if findings is None or passed(findings) else EXIT_OVER
 
 
+@quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -116,8 +118,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SizeGateError as exc:
         print(f"size_gate: error {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
-    except BrokenPipeError:  # e.g. piped into `head`
-        return EXIT_OK
 
 
 __all__ = ["EXIT_OK", "EXIT_OVER", "EXIT_UNUSABLE", "main", "run"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .metrics import METRICS, LibraryMetrics
+from size_gate.metrics import METRICS, LibraryMetrics
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,15 @@ decoded with NumPy, because large libraries export tens of thousands of symbols.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 from elftools.common.utils import struct_parse
+from elftools.elf.hash import GNUHashTable
 
-from .elfimage import (
+from size_gate.elfimage import (
     DT_GNU_HASH,
     DT_HASH,
     DT_STRSZ,
@@ -34,7 +36,6 @@ from .elfimage import (
 
 VERSYM_HIDDEN = 0x8000
 VERSYM_INDEX = 0x7FFF
-_CHAIN_CHUNK = 4096
 
 
 @dataclass(frozen=True)
@@ -143,28 +144,20 @@ def _sysv_hash_count(image: ElfImage, addr: int) -> int:
 
 
 def _gnu_hash_count(image: ElfImage, addr: int) -> int:
-    """DT_GNU_HASH: one past the highest symbol index reachable from a bucket through its chain."""
-    u32 = image.word_dtype("u", 4)
+    """DT_GNU_HASH: the symbol count is pyelftools' (one past the highest symbol index reachable from a
+    bucket through its chain). pyelftools parses the bloom filter and buckets as a whole, so their extent
+    is checked against the file first; a chain that never ends runs into the end of the file."""
     offset = image.vaddr_to_offset(addr, 16, "DT_GNU_HASH")
     nbuckets, symoffset, bloom_size, _shift = (int(v) for v in image.read_array(
-        offset, 4, u32, "DT_GNU_HASH header"))
-    buckets_at = offset + 16 + bloom_size * (image.elfclass // 8)
-    buckets = image.read_array(buckets_at, nbuckets, u32, "DT_GNU_HASH buckets")
-    highest = int(buckets.max()) if nbuckets else 0
-    if highest < symoffset:
+        offset, 4, image.word_dtype("u", 4), "DT_GNU_HASH header"))
+    image.check_extent(offset + 16, bloom_size * (image.elfclass // 8) + 4 * nbuckets,
+                       "DT_GNU_HASH bloom filter and buckets")
+    if nbuckets == 0:  # no bucket reaches a symbol (pyelftools would take the maximum of nothing)
         return symoffset
-    position = buckets_at + 4 * nbuckets + 4 * (highest - symoffset)
-    index = highest
-    while True:  # walk the last chain to its terminating entry (low bit set)
-        chunk = min(_CHAIN_CHUNK, (image.size - position) // 4)
-        if chunk <= 0:
-            raise image.corrupt("a DT_GNU_HASH chain runs past the end of the file without terminating")
-        words = image.read_array(position, chunk, u32, "DT_GNU_HASH chain")
-        ends = np.flatnonzero(words & 1)
-        if ends.size:
-            return index + int(ends[0]) + 1
-        index += chunk
-        position += 4 * chunk
+    try:
+        return GNUHashTable(image.elf, offset, None).get_number_of_symbols()
+    except struct.error:  # the chain reached the end of the file
+        raise image.corrupt("a DT_GNU_HASH chain runs past the end of the file without terminating") from None
 
 
 def _version_names(image: ElfImage, tables: SymbolTables) -> dict[int, str]:

@@ -17,28 +17,31 @@ import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
 from elftools.construct.core import ConstructError
+from elftools.elf.constants import SH_FLAGS, SHN_INDICES
 from elftools.elf.elffile import ELFFile
+from elftools.elf.enums import ENUM_D_TAG
 
-from .errors import SizeGateError
+from size_gate.errors import SizeGateError
 
-SHF_ALLOC = 0x2
-SHN_UNDEF = 0
-SHN_ABS = 0xFFF1
-SHN_XINDEX = 0xFFFF
-PN_XNUM = 0xFFFF
+# ELF constants come from pyelftools, which already defines them.
+SHF_ALLOC = SH_FLAGS.SHF_ALLOC
+SHN_UNDEF = SHN_INDICES.SHN_UNDEF
+SHN_ABS = SHN_INDICES.SHN_ABS
+SHN_XINDEX = SHN_INDICES.SHN_XINDEX
+PN_XNUM = 0xFFFF  # pyelftools resolves it inside ELFFile but exports no name for it
 
-DT_NULL = 0
-DT_NEEDED = 1
-DT_HASH = 4
-DT_STRTAB = 5
-DT_SYMTAB = 6
-DT_STRSZ = 10
-DT_SYMENT = 11
-DT_SONAME = 14
-DT_GNU_HASH = 0x6FFFFEF5
-DT_VERSYM = 0x6FFFFFF0
-DT_VERDEF = 0x6FFFFFFC
-DT_VERDEFNUM = 0x6FFFFFFD
+DT_NULL = ENUM_D_TAG["DT_NULL"]
+DT_NEEDED = ENUM_D_TAG["DT_NEEDED"]
+DT_HASH = ENUM_D_TAG["DT_HASH"]
+DT_STRTAB = ENUM_D_TAG["DT_STRTAB"]
+DT_SYMTAB = ENUM_D_TAG["DT_SYMTAB"]
+DT_STRSZ = ENUM_D_TAG["DT_STRSZ"]
+DT_SYMENT = ENUM_D_TAG["DT_SYMENT"]
+DT_SONAME = ENUM_D_TAG["DT_SONAME"]
+DT_GNU_HASH = ENUM_D_TAG["DT_GNU_HASH"]
+DT_VERSYM = ENUM_D_TAG["DT_VERSYM"]
+DT_VERDEF = ENUM_D_TAG["DT_VERDEF"]
+DT_VERDEFNUM = ENUM_D_TAG["DT_VERDEFNUM"]
 
 #: More sections than this in a linked library is treated as corruption (bounds parse time).
 MAX_SECTIONS = 1 << 17

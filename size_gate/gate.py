@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass
 
-from .budget import Budget, Stage, needed_allowed
-from .errors import SizeGateError
-from .metrics import METRICS, LibraryMetrics
+from size_gate.budget import Budget, Stage, needed_allowed
+from size_gate.errors import SizeGateError
+from size_gate.metrics import METRICS, LibraryMetrics
 
 PASS, FAIL, REPORT = "pass", "fail", "report"
 

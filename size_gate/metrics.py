@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
-from .dynsyms import defined_symbols, locate_tables
-from .elfimage import DT_NEEDED, DT_SONAME, DT_STRSZ, DT_STRTAB, PARSE_ERRORS, SHF_ALLOC, ElfImage, cstring
-from .errors import SizeGateError
+from size_gate.dynsyms import defined_symbols, locate_tables
+from size_gate.elfimage import DT_NEEDED, DT_SONAME, DT_STRSZ, DT_STRTAB, PARSE_ERRORS, SHF_ALLOC, ElfImage, cstring
+from size_gate.errors import SizeGateError
 
 JSON_SCHEMA = "size_gate.metrics/1"
 

@@ -6,10 +6,10 @@ import json
 import re
 from typing import Any
 
-from .budget import Budget, Stage
-from .compare import Comparison
-from .gate import FAIL, PASS, REPORT, Finding, passed
-from .metrics import METRICS, LibraryMetrics
+from size_gate.budget import Budget, Stage
+from size_gate.compare import Comparison
+from size_gate.gate import FAIL, PASS, REPORT, Finding, passed
+from size_gate.metrics import METRICS, LibraryMetrics
 
 #: At most this many symbols per list in Markdown; the JSON report always lists all.
 MARKDOWN_SYMBOL_LIMIT = 500

@@ -16,8 +16,8 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from .errors import SizeGateError
-from .metrics import LibraryMetrics, measure_elf
+from size_gate.errors import SizeGateError
+from size_gate.metrics import LibraryMetrics, measure_elf
 
 #: Wheel members larger than this are refused rather than unpacked.
 MAX_WHEEL_MEMBER = 1 << 30

@@ -6,10 +6,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import struct
 import subprocess
 import sys
-import zlib
 
 import numpy as np
 import pytest
@@ -25,31 +23,44 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 REGRESSION = ROOT / "corpus" / "regressions" / "verify" / "c1acf6c98134.bin"
 
 
-def _chunks(png: bytes):
-    assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    at = 8
-    while at < len(png):
-        (length,) = struct.unpack(">I", png[at:at + 4])
-        kind, data = png[at + 4:at + 8], png[at + 8:at + 8 + length]
-        (crc,) = struct.unpack(">I", png[at + 8 + length:at + 12 + length])
-        assert crc == zlib.crc32(kind + data) & 0xFFFFFFFF
-        yield kind, data
-        at += 12 + length
+_TIMELINE = [{"t": 1.0, "cov": 100, "corpus": 10, "findings": 0}, {"t": 2.0, "cov": 180, "corpus": 14, "findings": 0},
+             {"t": 3.0, "cov": 200, "corpus": 15, "findings": 2}, {"t": 4.0, "cov": 210, "corpus": 15, "findings": 3}]
 
 
-def test_png_encoder_round_trips_pixels():
-    image = np.random.default_rng(0).integers(0, 256, (7, 5, 3), dtype=np.uint8)
-    chunks = dict(_chunks(plot.encode_png(image)))
-    width, height, depth, color = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-    assert (width, height, depth, color) == (5, 7, 8, 2)
-    rows = np.frombuffer(zlib.decompress(chunks[b"IDAT"]), np.uint8).reshape(7, 1 + 5 * 3)
-    assert not rows[:, 0].any()  # filter type 0 on every row
-    np.testing.assert_array_equal(rows[:, 1:].reshape(7, 5, 3), image)
+def test_findings_are_marked_when_they_appear():
+    assert plot.finding_times(_TIMELINE) == [3.0, 3.0, 4.0]
 
 
-def test_plot_draws_the_series():
-    canvas = plot.line_plot([0, 1, 2, 3], [[0, 5, 7, 8]], width=200, height=100)
-    assert (canvas == plot.COLORS[0]).all(axis=2).sum() > 50
+def test_campaign_chart_labels_its_axes_and_draws_corpus_size_on_a_second_axis():
+    figure = plot.coverage_figure(_TIMELINE, "Fuzz campaign: verify (1 job(s))")
+    coverage, corpus = figure.axes
+    assert coverage.get_shared_x_axes().joined(coverage, corpus) and corpus.yaxis.get_label_position() == "right"
+    assert coverage.get_xlabel() == "time since start (s)"
+    assert (coverage.get_ylabel(), corpus.get_ylabel()) == ("coverage (edges)", "corpus size (files)")
+    assert coverage.get_title() == "Fuzz campaign: verify (1 job(s))"
+    legend = [text.get_text() for text in coverage.get_legend().get_texts()]
+    assert legend == ["coverage (edges)", "corpus size (files)", "finding (3 in all)"]
+    coverage_line, *finding_lines = coverage.get_lines()
+    assert list(coverage_line.get_ydata()) == [100, 180, 200, 210]
+    assert list(corpus.get_lines()[0].get_ydata()) == [10, 14, 15, 15]
+    assert [line.get_xdata()[0] for line in finding_lines] == [3.0, 3.0, 4.0]
+
+
+def test_campaign_chart_is_a_png_showing_the_series(tmp_path):
+    from matplotlib.colors import to_rgb
+    from matplotlib.image import imread
+
+    plot.write_plot(tmp_path / "coverage.png", _TIMELINE, "Fuzz campaign: verify")
+    pixels = imread(tmp_path / "coverage.png")  # decodes, or raises
+    assert pixels.shape == (400, 800, 4)
+    for color in (plot.COVERAGE_COLOR, plot.CORPUS_COLOR, plot.FINDING_COLOR):
+        assert (np.abs(pixels[..., :3] - to_rgb(color)).max(axis=2) < 0.02).sum() > 50, color
+
+
+def test_plotting_library_is_imported_only_to_draw():
+    code = "import sys, fuzz.campaign; print('matplotlib' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
 
 
 def test_ddmin_keeps_the_property_and_shrinks():
@@ -144,6 +155,44 @@ def test_seeds_run_clean_through_their_target(target):
     assert seeds
     for path in seeds:
         module.one_input(path.read_bytes())
+
+
+@pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties"])
+def test_the_harness_reads_what_to_instrument_through_the_import_system(target):
+    from fuzz.harness import _instrument
+    from fuzz.targets import load
+
+    assert _instrument(target) == load(target).INSTRUMENT
+
+
+@pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties"])
+def test_a_dictionary_a_target_names_exists(target):
+    from fuzz.targets import load
+
+    dictionary = load(target).DICTIONARY
+    assert dictionary is None or (ROOT / "corpus" / "dict" / dictionary).is_file()
+
+
+def test_a_conformance_case_that_cannot_be_built_is_reported_not_dropped(tmp_path):
+    from conformance.adapters import SuiteError
+    from fuzz.corpus import conformance_models
+
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "seeds.toml").write_text(
+        'profile = "representation"\nop = "verify"\n'
+        '[[case]]\nid = "Required.Seeds.Build.Good"\nclause = ["WIRE-FIELDS"]\nmodel_text = "ir_version: 10"\n'
+        'expect = {accepted = true}\n'
+        '[[case]]\nid = "Required.Seeds.Build.Broken"\nclause = ["WIRE-FIELDS"]\nmodel_text = "ir_version: {"\n'
+        'expect = {accepted = true}\n')
+    with pytest.raises(SuiteError) as error:
+        conformance_models(str(tmp_path))
+    assert "1 conformance case(s)" in str(error.value)
+    assert "Required.Seeds.Build.Broken" in str(error.value) and "Good" not in str(error.value)
+    repaired = tmp_path / "repaired"
+    (repaired / "cases").mkdir(parents=True)
+    (repaired / "cases" / "seeds.toml").write_text(
+        (tmp_path / "cases" / "seeds.toml").read_text().replace("ir_version: {", "ir_version: 9"))
+    assert len(conformance_models(str(repaired))) == 2
 
 
 # ------------------------------------------------------------------------------------- whole pipeline

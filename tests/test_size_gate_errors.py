@@ -116,6 +116,19 @@ def test_hostile_gnu_hash_bucket_count_is_refused_quickly():
     assert err.code == "truncated" and "DT_GNU_HASH" in err.message
 
 
+def test_gnu_hash_chain_running_into_the_end_of_the_file_is_corrupt():
+    data = NOSHDR.read_bytes()
+    at = _section_offset(DEFAULT, ".gnu.hash")
+    nbuckets, symoffset, bloom_size, _ = struct.unpack_from("<4I", data, at)
+    chains_at = at + 16 + 8 * bloom_size + 4 * nbuckets
+    # Every bucket starts the chain of symbol index `last`, whose chain word would lie just past the end.
+    last = symoffset + (len(data) - chains_at) // 4
+    patched = bytearray(data)
+    struct.pack_into(f"<{nbuckets}I", patched, at + 16 + 8 * bloom_size, *[last] * nbuckets)
+    err = _error(bytes(patched[:chains_at + 4 * (last - symoffset)]))
+    assert err.code == "corrupt" and "DT_GNU_HASH chain" in err.message
+
+
 def test_random_corruption_yields_metrics_or_a_classified_error():
     """Mutated libraries either still measure or raise SizeGateError; nothing else escapes."""
     rng = random.Random(20260920)

@@ -20,7 +20,6 @@ from fuzz.source import Source
 from reference_impl import dtypes, examples, schema
 from reference_impl.errors import ErrorCode as E
 
-UINT64_MAX = 2**64 - 1
 REGISTERED_IDS = (2001, 1002, 1003, 1102)
 
 Mutator = Callable[[Source, gen.Generated], Case]

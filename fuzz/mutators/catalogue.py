@@ -6,7 +6,6 @@ from fuzz import gen
 from fuzz.cases import Case
 from fuzz.mutators.base import (
     MUTATORS,
-    UINT64_MAX,
     Site,
     Work,
     fresh_declaration,
@@ -18,6 +17,7 @@ from fuzz.mutators.base import (
 )
 from fuzz.source import Source
 from reference_impl import schema
+from reference_impl.dtypes import UINT64_MAX
 from reference_impl.errors import ErrorCode as E
 
 

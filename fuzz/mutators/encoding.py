@@ -6,13 +6,13 @@ from fuzz import gen
 from fuzz import layouts as L
 from fuzz.cases import Case
 from fuzz.mutators.base import (
-    UINT64_MAX,
     Work,
     mutator,
     struct_value,
     wrap_layout,
 )
 from reference_impl import dtypes, schema
+from reference_impl.dtypes import UINT64_MAX
 from reference_impl.errors import ErrorCode as E
 
 

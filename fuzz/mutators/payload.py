@@ -6,7 +6,6 @@ from fuzz import gen
 from fuzz import layouts as L
 from fuzz.cases import Case
 from fuzz.mutators.base import (
-    UINT64_MAX,
     Work,
     any_value,
     entries,
@@ -20,6 +19,7 @@ from fuzz.mutators.base import (
     spec_value,
 )
 from reference_impl import dtypes
+from reference_impl.dtypes import UINT64_MAX
 from reference_impl.errors import ErrorCode as E
 
 

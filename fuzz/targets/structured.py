@@ -15,7 +15,7 @@ from fuzz.invariants import Finding, guarded, twice
 from fuzz.source import ByteSource
 
 INSTRUMENT = ("reference_impl", "fuzz.gen", "fuzz.mutators", "fuzz.layouts")
-DICTIONARY = "structured.dict"
+DICTIONARY = None  # inputs are generator choices, not model bytes: model tokens would not help
 MAX_LEN = 8192
 
 
