@@ -117,3 +117,15 @@ def test_audit_command_writes_the_kill_matrix_and_gates(tmp_path):
     assert "Mutation score" in (tmp_path / "summary.md").read_text()
     refused = subprocess.run(command[:-2] + ["--write"], capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2  # a partial run never overwrites the committed matrix
+
+
+def test_a_stale_kill_matrix_is_a_false_claim_not_an_omission():
+    entry = {"id": "CAT-ID-UNIQUE.x", "adapter": "m:C", "clauses": ["CAT-ID-UNIQUE"], "pending": "",
+             "testee_blind": "", "boundary": False, "caught_by": ["c1", "c2"]}
+    committed = {"faults": [entry]}
+    assert report.stale(committed, {"faults": [{**entry, "caught_by": ["c1", "c2", "c3"]}]}) == (
+        [], ["CAT-ID-UNIQUE.x is now also caught by c3"])
+    problems, _ = report.stale(committed, {"faults": [{**entry, "caught_by": ["c1"]}]})
+    assert problems == ["CAT-ID-UNIQUE.x is no longer caught by c2"]
+    problems, _ = report.stale(committed, {"faults": [{**entry, "pending": "needs a case"}]})
+    assert problems == ["CAT-ID-UNIQUE.x: pending changed"]

@@ -8,6 +8,7 @@ proves the suite catches it across the process boundary too.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import sys
 import time
@@ -89,10 +90,14 @@ class Audit:
         covered = {c for o in self.outcomes for c in o.clauses}
         return [cid for cid in checkable_clauses() if cid not in covered]
 
-    def single_case(self) -> list[tuple[str, str, str]]:
-        """(clause, fault, case) for every fault caught by exactly one case."""
-        return [(clause, o.fault_id, o.caught_by[0]) for o in self.outcomes if len(o.caught_by) == 1
-                for clause in o.clauses[:1]]
+    def single_case(self) -> list[tuple[str, str]]:
+        """(clause, case) for every checkable clause whose faults are all caught, by one case only."""
+        return [(cid, row["caught_by"][0]) for cid, row in self.by_clause().items()
+                if row["status"] == "full" and len(row["caught_by"]) == 1]
+
+    def single_case_faults(self) -> list[tuple[str, str]]:
+        """(fault, case) for every fault caught by exactly one case."""
+        return [(o.fault_id, o.caught_by[0]) for o in self.outcomes if len(o.caught_by) == 1]
 
     def problems(self) -> list[str]:
         """Why the gate fails: anything here makes ``audit`` exit non-zero."""
@@ -144,8 +149,6 @@ _WORKER: dict = {}
 
 def _fault_class(spec: str) -> type:
     module, _, name = spec.partition(":")
-    import importlib
-
     return getattr(importlib.import_module(module), name)
 
 

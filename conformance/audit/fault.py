@@ -8,15 +8,17 @@ the oracle's default behaviour or a case's expectation:
 * ``transform(model, base_dir)``: what the buggy runtime effectively reads, for bugs that ignore part
   of the input (a skipped check behaves like the oracle on the input with that part dropped);
 * ``precheck(model, base_dir)``: an extra rejection, for bugs that refuse what the spec allows;
+* ``on_save(model)``: what the runtime writes when it saves a model (round trip, onnx-light export);
 * overriding adapter or state-handle methods, for bugs in the runtime's own state management.
 
 Patches are installed for the duration of each adapter or state-handle call and removed afterwards
 (reference-counted, so the two overlapping calls of a concurrency case share one installation). Only
 one fault's patches can be active in a process at a time; the audit runs faults one after another in
-each worker process.
+each worker process. Caches the oracle builds once (decoder registries) are rebuilt under a fault whose
+patches reach the code that builds them, as the buggy runtime would have built them.
 
 Every fault also runs behind the subprocess testee:
-``python -m conformance.testee --adapter conformance.audit.faults_state:CopiesInitialValues``.
+``python -m conformance.testee --adapter conformance.audit.faults_zero_copy:InitialValuesCopied``.
 """
 
 from __future__ import annotations
@@ -46,14 +48,15 @@ class Patch:
 
     A module attribute is replaced in every ``reference_impl`` module that imported the same object
     under the same name (``from reference_impl.payload import open_payload``), so the fault reaches
-    every caller."""
+    every caller; ``aliases=False`` replaces it in ``target`` only (a bug in one caller's code path)."""
 
     target: Any
     name: str
     value: Any
+    aliases: bool = True
 
     def expand(self) -> list[Patch]:
-        if not isinstance(self.target, types.ModuleType):
+        if not self.aliases or not isinstance(self.target, types.ModuleType):
             return [self]
         original = self._get()
         aliases = [module for key, module in sorted(sys.modules.items())
@@ -71,10 +74,10 @@ class Patch:
             setattr(self.target, self.name, value)
 
 
-def wrap(target: Any, name: str, make: Callable[[Callable], Callable]) -> Patch:
+def wrap(target: Any, name: str, make: Callable[[Callable], Callable], aliases: bool = True) -> Patch:
     """A patch replacing ``target.name`` by ``make(original)``."""
     original = target[name] if isinstance(target, dict) else getattr(target, name)
-    return Patch(target, name, make(original))
+    return Patch(target, name, make(original), aliases)
 
 
 def skip(target: Any, name: str, *codes: str, returns: Any = None) -> Patch:
@@ -90,6 +93,13 @@ def skip(target: Any, name: str, *codes: str, returns: Any = None) -> Patch:
                 raise
         return skipping
     return wrap(target, name, make)
+
+
+#: why a bug that changes a buffer after the runtime handed it out cannot be seen through the testee
+TESTEE_COPIES_RETURNED_VALUES = (
+    "the testee protocol copies every returned value into its response, so a case's later check reads the "
+    "client's copy; seeing a buffer changed after it was handed out needs a request that reads a reported "
+    "buffer (by buffer_id) back from the testee")
 
 
 # --------------------------------------------------------------------------------- built caches
@@ -219,6 +229,9 @@ class Fault(ReferenceAdapter):
         """The state handle the buggy runtime hands out (default: the reference's, with patches)."""
         return FaultState(handle.state, self)
 
+    def on_save(self, model) -> None:
+        """Edit, in place, a model the runtime saves explicitly (round trip, export to onnx-light)."""
+
     # ------------------------------------------------------------------------------- plumbing
     @contextlib.contextmanager
     def injected(self) -> Iterator[None]:
@@ -247,6 +260,13 @@ class Fault(ReferenceAdapter):
     def _write_input(self, model_bytes: bytes) -> bytes:
         return self.prepare(model_bytes, None) if self.prepares_writes else model_bytes
 
+    def _saved(self, data: bytes) -> bytes:
+        if type(self).on_save is Fault.on_save:
+            return data
+        model = schema.parse_model(data)
+        self.on_save(model)
+        return model.SerializeToString()
+
     # ------------------------------------------------------------------------- adapter calls
     def verify(self, model_bytes, base_dir):
         with self.injected():
@@ -262,7 +282,7 @@ class Fault(ReferenceAdapter):
 
     def roundtrip(self, model_bytes):
         with self.injected():
-            return super().roundtrip(self._write_input(model_bytes))
+            return self._saved(super().roundtrip(self._write_input(model_bytes)))
 
     def open_state(self, model_bytes, initial, base_dir=None):
         with self.injected():
@@ -271,7 +291,8 @@ class Fault(ReferenceAdapter):
 
     def export(self, model_bytes, target):
         with self.injected():
-            return super().export(self._write_input(model_bytes), target)
+            exported = super().export(self._write_input(model_bytes), target)
+        return self._saved(exported) if target == "onnx-light" else exported
 
     def rewrite(self, model_bytes, rewrite):
         with self.injected():
@@ -374,5 +395,5 @@ def encoded_values(model) -> Iterator[Any]:
         yield from graph.encoded_initializer
 
 
-__all__ = ["INSTALLER", "Fault", "FaultState", "Patch", "decode_module", "encoded_values", "graphs", "skip",
-           "struct_types", "wrap"]
+__all__ = ["INSTALLER", "TESTEE_COPIES_RETURNED_VALUES", "Fault", "FaultState", "Patch", "decode_module",
+           "encoded_values", "graphs", "skip", "struct_types", "wrap"]

@@ -119,14 +119,15 @@ def _zero_point_high_first(original):
 
 
 class PackedZeroPointHighFirst(Fault):
-    """Unpacks codes correctly but reads four-bit zero points (a separate code path) high nibble first."""
+    """Unpacks codes correctly but reads four-bit zero points (the decoder's separate parameter path) high
+    nibble first."""
 
     fault_id = "AFF-PACKING.zero-point-high-nibble"
     clauses = ("AFF-PACKING", "AFF-ZERO-POINT")
     boundary = True
 
     def patches(self):
-        return [wrap(decode, "to_array", _zero_point_high_first)]
+        return [wrap(decode, "to_array", _zero_point_high_first, aliases=False)]
 
 
 class PaddingBitsIgnored(Fault):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from conformance.adapters.reference import ReferenceState
 from conformance.audit.fault import Fault, FaultState, Patch, wrap
-from reference_impl import bindings, schema, verifier
+from reference_impl import bindings, schema
 from reference_impl.errors import ContractError, fail
 from reference_impl.errors import ErrorCode as E
 from reference_impl.values import TensorSpec
@@ -146,20 +146,10 @@ class BindingsFlaggedOnSave(Fault):
     fault_id = "BIND-GRAPH-LEVEL.saved-as-metadata-flag"
     clauses = ("BIND-GRAPH-LEVEL",)
 
-    def roundtrip(self, model_bytes):
-        return _flag_bindings(super().roundtrip(model_bytes))
-
-    def export(self, model_bytes, target):
-        exported = super().export(model_bytes, target)
-        return _flag_bindings(exported) if target == "onnx-light" else exported
-
-
-def _flag_bindings(data: bytes) -> bytes:
-    model = verifier.load_model(data)
-    for binding in model.graph.persistent_bindings:
-        model.metadata_props.add(key=f"onnx_light.persistent:{binding.input_name}", value=binding.output_name)
-    model.graph.ClearField("persistent_bindings")
-    return model.SerializeToString()
+    def on_save(self, model):
+        for binding in model.graph.persistent_bindings:
+            model.metadata_props.add(key=f"onnx_light.persistent:{binding.input_name}", value=binding.output_name)
+        model.graph.ClearField("persistent_bindings")
 
 
 class PersistentTypesState(FaultState):

@@ -8,12 +8,6 @@ from reference_impl import graph_utils, schema, verifier
 from reference_impl.errors import ContractError
 
 
-def _resaved(data: bytes, edit) -> bytes:
-    model = verifier.load_model(data)
-    edit(model)
-    return model.SerializeToString()
-
-
 class UnknownFieldsDiscarded(Fault):
     """Discards unknown fields when it saves a model (fields from newer upstream ONNX or other local
     extensions), instead of preserving them through import and export."""
@@ -21,12 +15,8 @@ class UnknownFieldsDiscarded(Fault):
     fault_id = "EXP-PRESERVE.unknown-fields-discarded"
     clauses = ("EXP-PRESERVE",)
 
-    def roundtrip(self, model_bytes):
-        return _resaved(super().roundtrip(model_bytes), lambda model: model.DiscardUnknownFields())
-
-    def export(self, model_bytes, target):
-        exported = super().export(model_bytes, target)
-        return _resaved(exported, lambda model: model.DiscardUnknownFields()) if target == "onnx-light" else exported
+    def on_save(self, model):
+        model.DiscardUnknownFields()
 
 
 def _copy_without_bindings(model):
@@ -48,14 +38,6 @@ class GraphCopyDropsBindings(Fault):
         return [Patch(graph_utils, "copy_model", _copy_without_bindings)]
 
 
-def _drop_offsets(model) -> None:
-    for value in model.graph.encoded_initializer:
-        kept = [(e.key, e.value) for e in value.external_data if e.key != "offset"]
-        del value.external_data[:]
-        for key, item in kept:
-            value.external_data.add(key=key, value=item)
-
-
 class ExternalOffsetsDropped(Fault):
     """Saves external payload entries without their offset (an optional key it treats as zero), so a
     structured value stored at an offset no longer points at its bytes."""
@@ -63,12 +45,12 @@ class ExternalOffsetsDropped(Fault):
     fault_id = "EXP-PRESERVE-STRUCT.external-offset-dropped"
     clauses = ("EXP-PRESERVE-STRUCT",)
 
-    def roundtrip(self, model_bytes):
-        return _resaved(super().roundtrip(model_bytes), _drop_offsets)
-
-    def export(self, model_bytes, target):
-        exported = super().export(model_bytes, target)
-        return _resaved(exported, _drop_offsets) if target == "onnx-light" else exported
+    def on_save(self, model):
+        for value in model.graph.encoded_initializer:
+            kept = [(e.key, e.value) for e in value.external_data if e.key != "offset"]
+            del value.external_data[:]
+            for key, item in kept:
+                value.external_data.add(key=key, value=item)
 
 
 def _payload_only(value) -> bytes:

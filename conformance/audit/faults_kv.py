@@ -8,8 +8,7 @@ import importlib
 
 import numpy as np
 
-from conformance.audit.fault import Fault, Patch, wrap
-from conformance.audit.faults_zero_copy import TESTEE_COPIES_RETURNED_VALUES
+from conformance.audit.fault import TESTEE_COPIES_RETURNED_VALUES, Fault, Patch, wrap
 from reference_impl.kv import contiguous, kernels, paged
 
 # the modules (``reference_impl.kv`` re-exports functions of the same names)

@@ -8,7 +8,7 @@ from types import MappingProxyType
 import numpy as np
 
 from conformance.adapters.reference import to_runtime
-from conformance.audit.fault import Fault, FaultState, Patch, wrap
+from conformance.audit.fault import TESTEE_COPIES_RETURNED_VALUES, Fault, FaultState, Patch, wrap
 from conformance.audit.faults_state import neutral_copy
 from conformance.values import Struct
 from reference_impl import state as state_module
@@ -16,12 +16,6 @@ from reference_impl.errors import ContractError, fail
 from reference_impl.errors import ErrorCode as E
 from reference_impl.executor import kernels, program
 from reference_impl.values import EncodedValue, leaves
-
-#: why a bug that changes a buffer after the runtime handed it out cannot be seen through the testee
-TESTEE_COPIES_RETURNED_VALUES = (
-    "the testee protocol copies every returned value into its response, so a case's later check reads the "
-    "client's copy; seeing a buffer changed after it was handed out needs a request that reads a reported "
-    "buffer (by buffer_id) back from the testee")
 
 
 def _copied(values: dict) -> dict:

@@ -17,6 +17,30 @@ def matrix_text(audit: Audit) -> str:
     return json.dumps(audit.to_json(), indent=1, sort_keys=True) + "\n"
 
 
+def stale(committed: dict, fresh: dict) -> tuple[list[str], list[str]]:
+    """(problems, notes) comparing the committed kill matrix with a fresh one. A problem is a claim the
+    committed matrix makes that no longer holds: another catalogue, a fault whose status changed, a case
+    named as catching a fault that no longer does. A note is only an omission: cases that now catch a
+    fault too (new cases, or a timing-dependent case failing on a fault)."""
+    old = {f["id"]: f for f in committed["faults"]}
+    new = {f["id"]: f for f in fresh["faults"]}
+    problems, notes = [], []
+    if set(old) != set(new):
+        problems.append(f"the catalogue changed: {sorted(set(old) ^ set(new))}")
+    for fault_id in sorted(set(old) & set(new)):
+        before, after = old[fault_id], new[fault_id]
+        for key in ("adapter", "clauses", "pending", "testee_blind", "boundary"):
+            if before[key] != after[key]:
+                problems.append(f"{fault_id}: {key} changed")
+        lost = sorted(set(before["caught_by"]) - set(after["caught_by"]))
+        if lost:
+            problems.append(f"{fault_id} is no longer caught by {', '.join(lost)}")
+        gained = sorted(set(after["caught_by"]) - set(before["caught_by"]))
+        if gained:
+            notes.append(f"{fault_id} is now also caught by {', '.join(gained)}")
+    return problems, notes
+
+
 def summary(audit: Audit, timing: dict[str, float]) -> str:
     """The Markdown summary: score, faults per clause and the cases catching them, fragile and missing
     coverage, pending faults and timings."""
@@ -45,9 +69,12 @@ def summary(audit: Audit, timing: dict[str, float]) -> str:
             caught = _cases(o.caught_by) if o.caught else f"**survives**{pending}"
             boundary = " (boundary)" if o.boundary else ""
             lines.append(f"| {cid} | {row['kind']} | `{fault_id}`{boundary} | {caught} |")
-    single = audit.single_case()
+    lines += ["", "## Clauses caught by a single case", "",
+              "Every fault of these clauses is caught, but all by the same one case: one edit away from a blind spot.",
+              ""]
+    lines += [f"- {clause}: only {case}" for clause, case in audit.single_case()] or ["- none"]
     lines += ["", "## Faults caught by a single case", ""]
-    lines += [f"- {clause}: `{fault}` only by {case}" for clause, fault, case in single] or ["- none"]
+    lines += [f"- `{fault}`: only {case}" for fault, case in audit.single_case_faults()] or ["- none"]
     lines += ["", "## Clauses without a fault", ""]
     lines += [f"- {cid}" for cid in audit.clauses_without_fault()] or ["- none among rules, permissions and limits"]
     lines += ["", "## Not observable through a runtime", "",

@@ -28,8 +28,9 @@ from reference_impl import schema
 READ_OPS = frozenset({"verify", "decode", "fields", "state"})
 WRITE_OPS = frozenset({"roundtrip", "export", "rewrite"})
 #: overridable adapter members -> the case operations that call them
-_METHOD_OPS = {"verify": "verify", "decode": "decode", "read_fields": "fields", "roundtrip": "roundtrip",
-               "open_state": "state", "make_state": "state", "export": "export", "rewrite": "rewrite"}
+_METHOD_OPS = {"verify": ("verify",), "decode": ("decode",), "read_fields": ("fields",), "roundtrip": ("roundtrip",),
+               "open_state": ("state",), "make_state": ("state",), "export": ("export",), "rewrite": ("rewrite",),
+               "on_save": ("roundtrip", "export")}
 
 
 def trace(cases: Iterable[Case], timeout: float = 30.0) -> dict[str, frozenset]:
@@ -58,7 +59,8 @@ def trace(cases: Iterable[Case], timeout: float = 30.0) -> dict[str, frozenset]:
 def seams(cls: type[Fault]) -> tuple[frozenset[str], frozenset, bool]:
     """(case operations the fault overrides, code objects of its patched functions, whether a patch
     replaces something that is not a function)."""
-    ops = {op for member, op in _METHOD_OPS.items() if getattr(cls, member) is not getattr(Fault, member)}
+    ops = {op for member, members_ops in _METHOD_OPS.items() if getattr(cls, member) is not getattr(Fault, member)
+           for op in members_ops}
     patches = cls().patches()
     codes, opaque = patch_codes(patches)
     if cache_resets(patches):  # caches rebuilt under the fault: it acts wherever a case reaches them
