@@ -1,4 +1,5 @@
-"""``python -m conformance``: run, list, show, explain, new-adapter, clauses, merge, verify-bundle.
+"""``python -m conformance``: run, list, show, explain, new-adapter, clauses, merge, verify-bundle, audit,
+spec-coverage.
 
 Exit status: 0 when every selected case passed or was an expected failure and the failure list is
 clean; 1 on failures or failure-list problems; 2 on usage or suite errors, or (merge) on directories
@@ -93,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
     bundle.add_argument("--rerun", action="store_true", help="also rerun every case and compare verdicts")
     bundle.add_argument("--adapter")
     bundle.add_argument("--testee")
+
+    from conformance.audit.cli import add_parsers
+
+    add_parsers(sub)
     return parser
 
 
@@ -105,9 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command in (None, "run"):
             return cmd_run(args, argv)
+        from conformance.audit.cli import cmd_audit, cmd_spec_coverage
+
         return {"list": cmd_list, "show": cmd_show, "explain": cmd_explain, "clauses": cmd_clauses,
-                "verify-bundle": cmd_verify_bundle, "new-adapter": cmd_new_adapter,
-                "merge": cmd_merge}[args.command](args)
+                "verify-bundle": cmd_verify_bundle, "new-adapter": cmd_new_adapter, "merge": cmd_merge,
+                "audit": cmd_audit, "spec-coverage": cmd_spec_coverage}[args.command](args)
     except SuiteError as error:
         print(f"conformance: {error}", file=sys.stderr)
         return 2

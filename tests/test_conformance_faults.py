@@ -1,19 +1,19 @@
-"""A deliberately wrong adapter is caught: the reference adapter with one injected fault at a time must
-fail at least one case, while the same cases pass on the unmodified reference."""
+"""A deliberately wrong adapter is caught: built-in faults of the audit catalogue (the reference with one
+injected bug each) fail the cases written for their rule, while the same cases pass on the unmodified
+reference. The whole catalogue is audited by ``python -m conformance audit`` (see tests/test_audit.py)."""
 
 from __future__ import annotations
 
-import threading
-from types import MappingProxyType
-
-import numpy as np
 import pytest
 
 from conformance.adapters import Rejected
-from conformance.adapters.reference import ReferenceAdapter, ReferenceState, to_neutral, to_runtime
+from conformance.adapters.reference import ReferenceAdapter
+from conformance.audit.faults_affine import HighBitsFirst
+from conformance.audit.faults_representation import LastDuplicateWins
+from conformance.audit.faults_state import AllowsConcurrentCalls, PublishesAfterFailure
+from conformance.audit.faults_zero_copy import InitialValuesCopied, ValuesAreSnapshots
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, PASSED_WITHOUT_CODE, run_case
-from reference_impl import ContractError, schema
 
 
 def _run(adapter, *patterns):
@@ -30,147 +30,29 @@ def _caught(adapter, *patterns) -> list[str]:
     return [case_id for case_id, result in faulty.items() if result.verdict == FAILED]
 
 
-# ------------------------------------------------------------------------------ a skipped rule
-class SkipsDuplicateIds(ReferenceAdapter):
-    """Accepts duplicate type IDs (the catalogue uniqueness rule is not enforced)."""
-
-    def verify(self, model_bytes, base_dir):
-        try:
-            super().verify(model_bytes, base_dir)
-        except ContractError as error:
-            if error.code.value != "TYPE_ID_DUPLICATE":
-                raise
-
-
 @pytest.mark.clause("CAT-ID-UNIQUE")
 def test_skipped_rule_is_caught():
-    caught = _caught(SkipsDuplicateIds(), "Required.Catalogue.Identity")
+    caught = _caught(LastDuplicateWins(), "Required.Catalogue.Identity")
     assert "Required.Catalogue.Identity.DuplicateTypeId" in caught
-
-
-# ------------------------------------------------------------------------- nibbles high-first
-def _swap_nibbles(data: bytes) -> bytes:
-    raw = np.frombuffer(data, dtype=np.uint8)
-    return ((raw << 4) | (raw >> 4)).astype(np.uint8).tobytes()
-
-
-class HighNibbleFirst(ReferenceAdapter):
-    """Reads four-bit codes high nibble first: equivalent to decoding nibble-swapped payloads."""
-
-    def decode(self, model_bytes, value_name, base_dir):
-        model = schema.parse_model(model_bytes)
-        for value in model.graph.encoded_initializer:
-            if value.WhichOneof("layout") == "affine" and value.affine.storage_type in (21, 22):
-                value.raw_data = _swap_nibbles(value.raw_data)
-        return super().decode(model.SerializeToString(), value_name, base_dir)
 
 
 @pytest.mark.clause("AFF-PACKING")
 def test_nibbles_read_high_first_is_caught():
-    caught = _caught(HighNibbleFirst(), "Required.Affine.Storage", "Required.Affine.AgreesWithDequantizeLinear")
+    caught = _caught(HighBitsFirst(), "Required.Affine.Storage", "Required.Affine.AgreesWithDequantizeLinear")
     assert "Required.Affine.Storage.Int4LowNibbleFirst" in caught
-
-
-# -------------------------------------------------------------------- copies instead of retained
-class CopyingState(ReferenceState):
-    def run(self, feeds):
-        return {k: _deep_copy(v) for k, v in super().run(feeds).items()}
-
-    def values(self):
-        return {k: _deep_copy(v) for k, v in super().values().items()}
-
-
-def _deep_copy(value):
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, dict):
-        return type(value)({k: _deep_copy(v) for k, v in value.items()}, getattr(value, "type_id", None))
-    return value
-
-
-class CopiesBuffers(ReferenceAdapter):
-    """Hands out (and so effectively retains) copies instead of the retained buffers."""
-
-    def open_state(self, model_bytes, initial, base_dir=None):
-        initial = {k: _deep_copy(v) for k, v in initial.items()}
-        return CopyingState(super().open_state(model_bytes, initial, base_dir).state)
 
 
 @pytest.mark.clause("ZC-RETAIN", "ZC-VIEWS")
 def test_copies_instead_of_retained_buffers_are_caught():
-    caught = _caught(CopiesBuffers(), "Required.ZeroCopy.Retain", "Required.ZeroCopy.Views")
-    assert "Required.ZeroCopy.Retain.SelectedOutputBecomesState" in caught
-    assert "Required.ZeroCopy.Retain.InitialValueRetainedByBuffer" in caught
-
-
-# ------------------------------------------------------------ state published after a failed run
-class PublishingState(ReferenceState):
-    """After a failed run, publishes the outputs a stateless execution produced anyway."""
-
-    def __init__(self, state, executor):
-        super().__init__(state)
-        self.executor = executor
-        self.published = None
-
-    def run(self, feeds):
-        try:
-            outputs = super().run(feeds)
-            self.published = None
-            return outputs
-        except ContractError:
-            merged = {**{k: to_runtime(v) for k, v in feeds.items()}, **self.state.values}
-            outputs = self.executor.run(merged, check_feeds=False)  # if execution fails, nothing to publish
-            self.published = MappingProxyType({b.input_name: outputs[b.output_name] for b in self.state.bindings})
-            raise
-
-    def values(self):
-        if self.published is not None:
-            return {k: to_neutral(v) for k, v in self.published.items()}
-        return super().values()
-
-
-class PublishesAfterFailure(ReferenceAdapter):
-    def open_state(self, model_bytes, initial, base_dir=None):
-        from reference_impl.executor import Executor
-
-        handle = super().open_state(model_bytes, initial, base_dir)
-        return PublishingState(handle.state, Executor(schema.parse_model(model_bytes)))
+    assert "Required.ZeroCopy.Retain.InitialValueRetainedByBuffer" in _caught(
+        InitialValuesCopied(), "Required.ZeroCopy.Retain")
+    assert "Required.ZeroCopy.Views.ValuesAreSharedViews" in _caught(ValuesAreSnapshots(), "Required.ZeroCopy")
 
 
 @pytest.mark.clause("STATE-ATOMIC", "ZC-FAILURE")
 def test_state_published_after_failed_run_is_caught():
-    caught = _caught(PublishesAfterFailure(), "Required.State.Atomic")
-    assert "Required.State.Atomic.OutputFailsValidation" in caught
-
-
-# ------------------------------------------------------------------- a concurrent call allowed
-class SerializingState(ReferenceState):
-    """Queues a second call behind the active one instead of rejecting it."""
-
-    def __init__(self, handle):
-        super().__init__(handle.state, handle.slot)
-        self.lock = threading.Lock()
-
-    def run(self, feeds):
-        with self.lock:
-            return super().run(feeds)
-
-    def run_held(self, feeds, hold):
-        with self.lock:
-            return super().run_held(feeds, hold)
-
-    def reset(self, initial):
-        with self.lock:
-            return super().reset(initial)
-
-    def close(self):
-        with self.lock:
-            return super().close()
-
-
-class AllowsConcurrentCalls(ReferenceAdapter):
-    def open_state(self, model_bytes, initial, base_dir=None):
-        return SerializingState(super().open_state(model_bytes, initial, base_dir))
+    caught = _caught(PublishesAfterFailure(), "Required.State.Atomic", "Required.State.Publication")
+    assert "Required.State.Atomic.OutputFailsValidation" in caught  # executes fine, then fails validation
 
 
 @pytest.mark.clause("STATE-NO-CONCURRENCY")

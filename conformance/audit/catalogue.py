@@ -1,0 +1,78 @@
+"""The catalogue of built-in faults, collected from the ``faults_*`` modules by area."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+from conformance.adapters import SuiteError
+from conformance.audit.fault import Fault
+from reference_impl.clauses import CLAUSES
+
+#: clause kinds a runtime can be checked against through an adapter (every one needs a fault)
+CHECKABLE_KINDS = ("rule", "permission", "limit")
+
+MODULES = (
+    "faults_representation",
+    "faults_structured",
+    "faults_affine",
+    "faults_payload",
+    "faults_bindings",
+    "faults_state",
+    "faults_zero_copy",
+    "faults_export",
+    "faults_kv",
+)
+
+
+def faults() -> list[type[Fault]]:
+    """Every built-in fault class, in catalogue order, checked for stable unique IDs and known clauses."""
+    found: list[type[Fault]] = []
+    for name in MODULES:
+        module = importlib.import_module(f"conformance.audit.{name}")
+        found += [obj for _, obj in inspect.getmembers(module, inspect.isclass)
+                  if issubclass(obj, Fault) and obj.__module__ == module.__name__ and obj.fault_id]
+    found.sort(key=lambda cls: cls.fault_id)
+    _check(found)
+    return found
+
+
+def adapter_spec(cls: type[Fault]) -> str:
+    """``module:Class``, what ``--adapter`` and the testee's ``--adapter`` accept."""
+    return f"{cls.__module__}:{cls.__name__}"
+
+
+def _check(found: list[type[Fault]]) -> None:
+    seen: dict[str, str] = {}
+    for cls in found:
+        if cls.fault_id in seen:
+            raise SuiteError(f"fault ID {cls.fault_id} is used by {seen[cls.fault_id]} and {adapter_spec(cls)}")
+        seen[cls.fault_id] = adapter_spec(cls)
+        if not cls.clauses or cls.fault_id.split(".", 1)[0] != cls.clauses[0]:
+            raise SuiteError(f"fault {cls.fault_id}: its ID starts with the first of its clauses {cls.clauses}")
+        for clause in cls.clauses:
+            if clause not in CLAUSES:
+                raise SuiteError(f"fault {cls.fault_id}: unknown clause {clause}")
+            if CLAUSES[clause].kind not in CHECKABLE_KINDS:
+                raise SuiteError(f"fault {cls.fault_id}: clause {clause} ({CLAUSES[clause].kind}) is not "
+                                 "observable through a runtime")
+        if not (cls.__doc__ or "").strip():
+            raise SuiteError(f"fault {cls.fault_id}: its docstring says what the runtime author got wrong")
+
+
+#: a representative subset for the audit through the testee in CI (``audit --testee --sample``): a fault
+#: of each area, and the state and zero-copy bugs whose catching depends on values crossing the process
+#: boundary (buffer identities, concurrency, counters, read-only views)
+SAMPLE = (
+    "CAT-ID-UNIQUE.last-declaration-wins", "WIRE-FIELDS.struct-types-at-1001", "ENC-BIT-ORDER.big-endian-scalars",
+    "DEC-MISSING.generic-fallback", "AFF-PACKING.high-bits-first", "PAY-EXTERNAL-EXTENT.offset-ignored",
+    "BIND-DUPLICATES.last-binding-wins", "STATE-ATOMIC.published-before-validation",
+    "STATE-NO-CONCURRENCY.calls-queued", "STATE-NO-MODEL-SCAN.model-hashed-each-run",
+    "ZC-RETAIN.initial-values-copied", "ZC-VIEWS.values-snapshots", "ZC-READ-ONLY.views-writable",
+    "ZC-TRANSPORT.identity-copies", "EXP-STANDARD.bindings-stripped", "KV-ATTENTION.scale-one-over-d",
+    "KV-APPEND.off-by-one-slot",
+)
+
+
+def checkable_clauses() -> list[str]:
+    return [cid for cid, clause in CLAUSES.items() if clause.kind in CHECKABLE_KINDS]

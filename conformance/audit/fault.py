@@ -1,0 +1,412 @@
+"""The base of every built-in fault: the reference adapter with exactly one realistic bug.
+
+A fault subclasses ``Fault`` and injects its bug through one of a few clean seams, never by changing
+the oracle's default behaviour or a case's expectation:
+
+* ``patches()``: attributes of ``reference_impl`` replaced while the fault's own calls run (a wrapper
+  around the original, or a small replacement written the way the buggy runtime would write it);
+* ``transform(model, base_dir)``: what the buggy runtime effectively reads, for bugs that ignore part
+  of the input (a skipped check behaves like the oracle on the input with that part dropped);
+* ``precheck(model, base_dir)``: an extra rejection, for bugs that refuse what the spec allows;
+* ``on_save(model)``: what the runtime writes when it saves a model (round trip, onnx-light export);
+* overriding adapter or state-handle methods, for bugs in the runtime's own state management.
+
+Patches are installed for the duration of each adapter or state-handle call and removed afterwards
+(reference-counted, so the two overlapping calls of a concurrency case share one installation). Only
+one fault's patches can be active in a process at a time; the audit runs faults one after another in
+each worker process. Caches the oracle builds once (decoder registries) are rebuilt under a fault whose
+patches reach the code that builds them, as the buggy runtime would have built them.
+
+Every fault also runs behind the subprocess testee:
+``python -m conformance.testee --adapter conformance.audit.faults_zero_copy:InitialValuesCopied``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from conformance.adapters.reference import ReferenceAdapter, ReferenceState
+from reference_impl import ContractError, schema
+
+_ABSENT = object()
+
+#: ``reference_impl.decode`` the module (the package re-exports a function of the same name)
+decode_module = importlib.import_module("reference_impl.decode")
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Replace ``target.name`` (or ``target[name]`` for a dict) with ``value`` while a fault is active.
+
+    A module attribute is replaced in every ``reference_impl`` module that imported the same object
+    under the same name (``from reference_impl.payload import open_payload``), so the fault reaches
+    every caller; ``aliases=False`` replaces it in ``target`` only (a bug in one caller's code path)."""
+
+    target: Any
+    name: str
+    value: Any
+    aliases: bool = True
+
+    def expand(self) -> list[Patch]:
+        if not self.aliases or not isinstance(self.target, types.ModuleType):
+            return [self]
+        original = self._get()
+        aliases = [module for key, module in sorted(sys.modules.items())
+                   if key.startswith("reference_impl") and module is not self.target
+                   and getattr(module, self.name, _ABSENT) is original]
+        return [self] + [Patch(module, self.name, self.value) for module in aliases]
+
+    def _get(self):
+        return self.target[self.name] if isinstance(self.target, dict) else getattr(self.target, self.name)
+
+    def _set(self, value) -> None:
+        if isinstance(self.target, dict):
+            self.target[self.name] = value
+        else:
+            setattr(self.target, self.name, value)
+
+
+def wrap(target: Any, name: str, make: Callable[[Callable], Callable], aliases: bool = True) -> Patch:
+    """A patch replacing ``target.name`` by ``make(original)``."""
+    original = target[name] if isinstance(target, dict) else getattr(target, name)
+    return Patch(target, name, make(original), aliases)
+
+
+def skip(target: Any, name: str, *codes: str, returns: Any = None) -> Patch:
+    """The function ``target.name`` without the checks that raise ``codes``: when one of them fires,
+    the function gives up silently and returns ``returns`` (what a runtime lacking the check does)."""
+    def make(original):
+        def skipping(*args, **kwargs):
+            try:
+                return original(*args, **kwargs)
+            except ContractError as error:
+                if error.code.value in codes:
+                    return returns
+                raise
+        return skipping
+    return wrap(target, name, make)
+
+
+#: why a bug that changes a buffer after the runtime handed it out cannot be seen through the testee
+TESTEE_COPIES_RETURNED_VALUES = (
+    "the testee protocol copies every returned value into its response, so a case's later check reads the "
+    "client's copy; seeing a buffer changed after it was handed out needs a request that reads a reported "
+    "buffer (by buffer_id) back from the testee")
+
+
+# --------------------------------------------------------------------------------- built caches
+#: Module-level caches the oracle builds once from its own code (decoder registries, the KV catalogue).
+#: A runtime with a bug in the code that builds them would have built them with the bug, so a fault whose
+#: patches reach that code gets fresh caches, built under its patches, for the duration of its calls.
+_CACHES = (("reference_impl.decode", "_DEFAULT_REGISTRY"), ("reference_impl.kv.paged", "_CATALOGUE"),
+           ("reference_impl.kv.paged", "_REGISTRY"))
+#: the functions through which cases reach those caches (a fault resetting them can act wherever they run)
+_CACHE_ACCESSORS = (("reference_impl.decode", "_registry"), ("reference_impl.kv.paged", "_bindings"))
+
+
+@functools.cache
+def cache_builder_codes() -> frozenset:
+    """The code objects run while the cached registries and catalogues are built (traced once)."""
+    from reference_impl.decoders import default_registry
+    from reference_impl.kv.formats import kv_catalogue, kv_registry
+
+    seen: set = set()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.add(frame.f_code)
+
+    sys.setprofile(profile)
+    try:
+        default_registry()
+        kv_catalogue()
+        kv_registry()
+    finally:
+        sys.setprofile(None)
+    return frozenset(seen)
+
+
+def patch_codes(patches: list[Patch]) -> tuple[frozenset, bool]:
+    """The code objects of the functions patches replace, and whether one replaces a non-function."""
+    codes = {getattr(patch._get(), "__code__", None) for patch in patches}
+    return frozenset(codes - {None}), None in codes
+
+
+def cache_resets(patches: list[Patch]) -> list[Patch]:
+    """Patches emptying the built caches when ``patches`` reach the code that builds them."""
+    codes, _ = patch_codes(patches)
+    if codes.isdisjoint(cache_builder_codes()):
+        return []
+    return [Patch(importlib.import_module(module), name, None) for module, name in _CACHES]
+
+
+def cache_accessor_codes() -> frozenset:
+    return frozenset(getattr(importlib.import_module(module), name).__code__ for module, name in _CACHE_ACCESSORS)
+
+
+class _Installer:
+    """Process-wide bookkeeping of the one fault whose patches are installed."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.owner: Fault | None = None
+        self.depth = 0
+        self.saved: list[tuple[Patch, Any]] = []
+
+    def enter(self, fault: Fault) -> None:
+        with self.lock:
+            if self.owner is fault:
+                self.depth += 1
+                return
+            if self.owner is not None:
+                raise RuntimeError(f"fault {fault.fault_id}: the patches of {self.owner.fault_id} are still active")
+            patches = [concrete for patch in fault.patches() for concrete in patch.expand()]
+            patches += cache_resets(patches)
+            self.saved = []
+            for patch in patches:
+                self.saved.append((patch, patch._get()))
+                patch._set(patch.value)
+            self.owner, self.depth = fault, 1
+
+    def exit(self, fault: Fault) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth:
+                return
+            for patch, original in reversed(self.saved):
+                patch._set(original)
+            self.saved, self.owner = [], None
+
+    @property
+    def idle(self) -> bool:
+        with self.lock:
+            return self.owner is None
+
+
+INSTALLER = _Installer()
+
+
+class Fault(ReferenceAdapter):
+    """The reference adapter with one injected bug. Subclasses set the class attributes and a seam."""
+
+    #: stable ID, ``CLAUSE-ID.short-name``
+    fault_id: ClassVar[str] = ""
+    #: the clauses the bug breaks (the first is the one it is written for)
+    clauses: ClassVar[tuple[str, ...]] = ()
+    #: a boundary fault: a rule's edge (widest fields, ties, last elements, defaults, nesting)
+    boundary: ClassVar[bool] = False
+    #: non-empty when no case can catch the fault yet: what the missing case would need to check
+    pending: ClassVar[str] = ""
+    #: the reference handle being wrapped while ``make_state`` runs (FaultState takes its Hold slot)
+    opened: ReferenceState | None = None
+    #: non-empty when the testee protocol cannot show the bug (why); the audit through the testee then
+    #: reports the fault instead of failing on it
+    testee_blind: ClassVar[str] = ""
+    #: apply transform/precheck on roundtrip, export and rewrite too (read paths only by default)
+    prepares_writes: ClassVar[bool] = False
+
+    @property
+    def name(self) -> str:
+        return f"reference with fault {self.fault_id}"
+
+    # ----------------------------------------------------------------------------------- seams
+    def patches(self) -> list[Patch]:
+        return []
+
+    def transform(self, model, base_dir: str | None) -> None:
+        """Edit the parsed model in place: what the buggy runtime effectively reads."""
+
+    def precheck(self, model, base_dir: str | None) -> None:
+        """Raise a ContractError for inputs the buggy runtime wrongly refuses."""
+
+    def make_state(self, handle: ReferenceState) -> ReferenceState:
+        """The state handle the buggy runtime hands out (default: the reference's, with patches)."""
+        return FaultState(handle.state, self)
+
+    def on_save(self, model) -> None:
+        """Edit, in place, a model the runtime saves explicitly (round trip, export to onnx-light)."""
+
+    # ------------------------------------------------------------------------------- plumbing
+    @contextlib.contextmanager
+    def injected(self) -> Iterator[None]:
+        INSTALLER.enter(self)
+        try:
+            yield
+        finally:
+            INSTALLER.exit(self)
+
+    def _edits_model(self) -> bool:
+        own = type(self)
+        return own.transform is not Fault.transform or own.precheck is not Fault.precheck
+
+    def prepare(self, model_bytes: bytes, base_dir: str | None) -> bytes:
+        """The model bytes after ``precheck`` and ``transform`` (unchanged when the fault has neither)."""
+        if not self._edits_model():
+            return model_bytes
+        try:
+            model = schema.parse_model(model_bytes)
+        except Exception:  # noqa: BLE001 - unparsable bytes go to the oracle, which classifies them
+            return model_bytes
+        self.precheck(model, base_dir)
+        self.transform(model, base_dir)
+        return model.SerializeToString()
+
+    def _write_input(self, model_bytes: bytes) -> bytes:
+        return self.prepare(model_bytes, None) if self.prepares_writes else model_bytes
+
+    def _saved(self, data: bytes) -> bytes:
+        if type(self).on_save is Fault.on_save:
+            return data
+        model = schema.parse_model(data)
+        self.on_save(model)
+        return model.SerializeToString()
+
+    # ------------------------------------------------------------------------- adapter calls
+    def verify(self, model_bytes, base_dir):
+        with self.injected():
+            return super().verify(self.prepare(model_bytes, base_dir), base_dir)
+
+    def decode(self, model_bytes, value_name, base_dir):
+        with self.injected():
+            return super().decode(self.prepare(model_bytes, base_dir), value_name, base_dir)
+
+    def read_fields(self, model_bytes, value_name, base_dir):
+        with self.injected():
+            return super().read_fields(self.prepare(model_bytes, base_dir), value_name, base_dir)
+
+    def roundtrip(self, model_bytes):
+        with self.injected():
+            return self._saved(super().roundtrip(self._write_input(model_bytes)))
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        with self.injected():
+            handle = super().open_state(self.prepare(model_bytes, base_dir), initial, base_dir)
+        self.opened = handle
+        try:
+            return self.make_state(handle)
+        finally:
+            self.opened = None
+
+    def export(self, model_bytes, target):
+        with self.injected():
+            exported = super().export(self._write_input(model_bytes), target)
+        return self._saved(exported) if target == "onnx-light" else exported
+
+    def rewrite(self, model_bytes, rewrite):
+        with self.injected():
+            return super().rewrite(self._write_input(model_bytes), rewrite)
+
+
+class FaultState(ReferenceState):
+    """A reference state whose calls run with its fault's patches installed."""
+
+    def __init__(self, state, fault: Fault) -> None:
+        opened = fault.opened  # the reference handle this one wraps: its Hold slot and KV counters
+        super().__init__(state, opened.slot if opened is not None else None)
+        if opened is not None:
+            self._kv = opened._kv
+        self.fault = fault
+
+    def run(self, feeds):
+        with self.fault.injected():
+            return super().run(feeds)
+
+    def run_cancelled(self, feeds):
+        with self.fault.injected():
+            return super().run_cancelled(feeds)
+
+    def run_held(self, feeds, hold):
+        with self.fault.injected():
+            return super().run_held(feeds, hold)
+
+    def values(self):
+        with self.fault.injected():
+            return super().values()
+
+    def reset(self, initial):
+        with self.fault.injected():
+            return super().reset(initial)
+
+    def close(self):
+        with self.fault.injected():
+            return super().close()
+
+
+# ------------------------------------------------------------------------------- model walking
+def struct_types(model) -> Iterator[tuple[Any, str]]:
+    """Every StructTypeProto of a model with its role: ``declaration`` (the catalogue), ``type`` (inside
+    a TypeProto) or ``layout`` (an encoded value's layout)."""
+    for decl in model.struct_types:
+        yield decl, "declaration"
+        yield from _nested_in_struct(decl)
+    for graph in graphs(model):
+        for group in (graph.input, graph.output, graph.value_info):
+            for info in group:
+                if info.HasField("type"):
+                    yield from _in_type(info.type)
+        for value in graph.encoded_initializer:
+            if value.WhichOneof("layout") == "struct_type":
+                yield value.struct_type, "layout"
+                yield from _nested_in_struct(value.struct_type)
+            if value.HasField("logical_type"):
+                yield from _in_type(value.logical_type)
+
+
+def _in_type(tp) -> Iterator[tuple[Any, str]]:
+    which = tp.WhichOneof("value")
+    if which == "struct_type":
+        yield tp.struct_type, "type"
+        yield from _nested_in_struct(tp.struct_type)
+    elif which == "sequence_type":
+        yield from _in_type(tp.sequence_type.elem_type)
+    elif which == "map_type":
+        yield from _in_type(tp.map_type.value_type)
+    elif which == "optional_type":
+        yield from _in_type(tp.optional_type.elem_type)
+
+
+def _nested_in_struct(st) -> Iterator[tuple[Any, str]]:
+    kind = st.WhichOneof("kind")
+    if kind == "array":
+        yield from _in_type(st.array.element_type)
+    elif kind == "structure":
+        for field in st.structure.field:
+            if field.WhichOneof("content") == "type":
+                yield from _in_type(field.type)
+
+
+def graphs(model) -> Iterator[Any]:
+    """The root graph and every subgraph (node attributes, function bodies), outermost first."""
+    pending = [model.graph]
+    pending += [graph for function in model.functions for node in function.node for graph in _subgraphs(node)]
+    while pending:
+        graph = pending.pop(0)
+        yield graph
+        for node in graph.node:
+            pending.extend(_subgraphs(node))
+
+
+def _subgraphs(node) -> list:
+    found = []
+    for attribute in node.attribute:
+        if attribute.HasField("g"):
+            found.append(attribute.g)
+        found.extend(attribute.graphs)
+    return found
+
+
+def encoded_values(model) -> Iterator[Any]:
+    for graph in graphs(model):
+        yield from graph.encoded_initializer
+
+
+__all__ = ["INSTALLER", "TESTEE_COPIES_RETURNED_VALUES", "Fault", "FaultState", "Patch", "decode_module",
+           "encoded_values", "graphs", "skip", "struct_types", "wrap"]

@@ -1,0 +1,131 @@
+"""The audit: a fault for every checkable clause, patches that stay inside the fault's calls, scoping
+that never changes a kill, faults served through the testee, and a gate that fails on survivors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conformance.audit import audit, catalogue, report, scope
+from conformance.audit.audit import Audit, FaultOutcome
+from conformance.audit.fault import INSTALLER
+from conformance.audit.faults_representation import LastDuplicateWins, ResolvesReferencesLazily
+from conformance.cases import load_cases, select
+from reference_impl import ContractError, structs, verify_model
+from reference_impl.clauses import CLAUSES
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a faulty runtime's arithmetic may overflow
+
+FAULTS = catalogue.faults()
+COMMITTED = json.loads(report.COMMITTED.read_text())
+
+
+def test_every_checkable_clause_has_a_fault_and_no_other_kind_does():
+    covered = {clause for cls in FAULTS for clause in cls.clauses}
+    assert [cid for cid in catalogue.checkable_clauses() if cid not in covered] == []
+    assert all(CLAUSES[cid].kind in catalogue.CHECKABLE_KINDS for cid in covered)
+
+
+def test_fault_ids_are_stable_and_documented():
+    ids = [cls.fault_id for cls in FAULTS]
+    assert len(ids) == len(set(ids))
+    assert all(cls.fault_id.startswith(cls.clauses[0] + ".") and cls.__doc__.strip() for cls in FAULTS)
+
+
+def test_committed_kill_matrix_is_the_catalogue():
+    """Adding, renaming or re-aiming a fault without rerunning ``audit --write`` fails here."""
+    committed = {f["id"]: (f["adapter"], f["clauses"], f["pending"], f["testee_blind"]) for f in COMMITTED["faults"]}
+    current = {cls.fault_id: (catalogue.adapter_spec(cls), list(cls.clauses), cls.pending, cls.testee_blind)
+               for cls in FAULTS}
+    assert committed == current
+
+
+def test_committed_kill_matrix_names_existing_cases_and_catches_every_scored_fault():
+    ids = {case.id for case in load_cases()}
+    named = {case for f in COMMITTED["faults"] for case in f["caught_by"]}
+    assert named <= ids, sorted(named - ids)
+    assert all(f["caught_by"] for f in COMMITTED["faults"] if not f["pending"])
+    assert not any(f["caught_by"] for f in COMMITTED["faults"] if f["pending"])
+
+
+def test_patches_apply_only_during_the_faults_calls():
+    original = structs.check_struct
+    case = select(load_cases(), ["Required.Catalogue.Identity.UnresolvedFieldRef"])[0]
+    fault = ResolvesReferencesLazily()
+    fault.verify(case.model_bytes(), None)  # accepted: the lazy runtime does not resolve the reference
+    assert structs.check_struct is original and INSTALLER.idle
+    with pytest.raises(ContractError, match="TYPE_REF_UNRESOLVED"):
+        verify_model(case.model_bytes())
+
+
+@pytest.fixture(scope="module")
+def traced():
+    """Every case but the slow ones (paged KV, concurrency), with the reference's trace of each."""
+    cases = [c for c in load_cases() if c.profile != "kv-paged" and "Concurrency" not in c.id]
+    return cases, scope.trace(cases)
+
+
+@pytest.mark.parametrize("fault_id", ["CAT-ID-UNIQUE.last-declaration-wins", "ENC-BIT-ORDER.big-endian-scalars",
+                                      "CAT-ID-CHANGE.constants-not-checked", "ZC-TRANSPORT.identity-copies",
+                                      "STATE-FEEDS.unknown-feeds-ignored"])
+def test_scoping_never_changes_a_kill(traced, fault_id):
+    """The cases a fault is scoped to catch exactly what running every case catches."""
+    cases, traces = traced
+    cls = next(c for c in FAULTS if c.fault_id == fault_id)
+    scoped = scope.cases_for([cls], cases, traces)[fault_id]
+    assert len(scoped) < len(cases)
+    full = audit.run([cls], cases, progress=False, complete=False)
+    narrowed = audit.run([cls], cases, progress=False, cases_for={fault_id: scoped}, complete=False)
+    assert full.outcomes[0].caught_by == narrowed.outcomes[0].caught_by != []
+
+
+def test_a_fault_is_caught_through_the_testee():
+    cases = select(load_cases(), ["Required.Catalogue.Identity.Duplicate*", "Required.Catalogue.Accepts"])
+    result = audit.run([LastDuplicateWins], cases, progress=False, testee=f"{sys.executable} -m conformance.testee",
+                       complete=False)
+    assert result.outcomes[0].caught_by == ["Required.Catalogue.Identity.DuplicateIdenticalDeclaration",
+                                            "Required.Catalogue.Identity.DuplicateTypeId"]
+    assert not result.reference_failures and not result.problems()
+
+
+def _outcome(fault_id, caught_by=(), pending=""):
+    return FaultOutcome(fault_id, "m:C", (fault_id.split(".")[0],), False, pending, caught_by=list(caught_by))
+
+
+def test_the_gate_fails_on_survivors_stale_pending_notes_and_reference_failures():
+    survivor = Audit([_outcome("CAT-ID-UNIQUE.x")], ["c"], {}, complete=False)
+    assert any("survives" in p for p in survivor.problems())
+    stale = Audit([_outcome("CAT-ID-UNIQUE.x", ["c"], pending="needs a case")], ["c"], {}, complete=False)
+    assert any("pending" in p for p in stale.problems())
+    assert Audit([_outcome("CAT-ID-UNIQUE.x", [], pending="needs a case")], ["c"], {}, complete=False).problems() == []
+    broken = Audit([], ["c"], {"c": "failed"}, complete=False)
+    assert broken.problems() == ["the reference fails c: failed"]
+    assert any("has no fault" in p for p in Audit([_outcome("CAT-ID-UNIQUE.x", ["c"])], ["c"], {}).problems())
+
+
+def test_audit_command_writes_the_kill_matrix_and_gates(tmp_path):
+    command = [sys.executable, "-m", "conformance", "audit", "--quiet", "--faults", "CAT-ID-UNIQUE.*",
+               "--out", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    matrix = json.loads((tmp_path / "kill-matrix.json").read_text())
+    assert [f["id"] for f in matrix["faults"]] == ["CAT-ID-UNIQUE.last-declaration-wins"]
+    assert "1 of 1 faults caught (100.0%)" in done.stdout
+    assert "Mutation score" in (tmp_path / "summary.md").read_text()
+    refused = subprocess.run(command[:-2] + ["--write"], capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2  # a partial run never overwrites the committed matrix
+
+
+def test_a_stale_kill_matrix_is_a_false_claim_not_an_omission():
+    entry = {"id": "CAT-ID-UNIQUE.x", "adapter": "m:C", "clauses": ["CAT-ID-UNIQUE"], "pending": "",
+             "testee_blind": "", "boundary": False, "caught_by": ["c1", "c2"]}
+    committed = {"faults": [entry]}
+    assert report.stale(committed, {"faults": [{**entry, "caught_by": ["c1", "c2", "c3"]}]}) == (
+        [], ["CAT-ID-UNIQUE.x is now also caught by c3"])
+    problems, _ = report.stale(committed, {"faults": [{**entry, "caught_by": ["c1"]}]})
+    assert problems == ["CAT-ID-UNIQUE.x is no longer caught by c2"]
+    problems, _ = report.stale(committed, {"faults": [{**entry, "pending": "needs a case"}]})
+    assert problems == ["CAT-ID-UNIQUE.x: pending changed"]
