@@ -60,8 +60,8 @@ class BranchAppendsInPlace(Fault):
 
 
 def _every_slot_valid(original):
-    def make_block(start, valid, key, value, geometry, path="kv.block"):
-        block = original(start, valid, key, value, geometry, path)
+    def make_block(start, valid, key, value, geometry, path="kv.block", places=(None, None)):
+        block = original(start, valid, key, value, geometry, path, places)
         return dataclasses.replace(block, valid=block.tokens)
     return make_block
 

@@ -14,13 +14,14 @@ from types import MappingProxyType
 import numpy as np
 
 from conformance.adapters.reference import ReferenceState, to_neutral, to_runtime
-from conformance.audit.fault import Fault, FaultState, Patch
+from conformance.audit.fault import Fault, FaultState, wrap
 from conformance.values import Struct
 from reference_impl import ContractError, schema
+from reference_impl import state as state_module
 from reference_impl.bindings import validate_bindings
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
-from reference_impl.executor import Executor, session
+from reference_impl.executor import Executor
 from reference_impl.values import TensorSpec, numpy_dtype
 
 
@@ -139,25 +140,32 @@ class RetainedOutputsNotReturned(Fault):
         return _MovesRetainedState(handle.state, self)
 
 
-def _names_only(self, feeds, validated=None):
-    """Feed validation by name and presence only: no type or shape metadata is checked."""
-    for name in feeds:
-        if (validated is None or name not in validated) and name not in self.input_specs:
-            raise fail(E.STATE_FEED_UNKNOWN, f"feeds[{name!r}]", f"{name!r} is not a graph input")
-    for name in self.required_inputs:
-        if name not in feeds and (validated is None or name not in validated):
-            raise fail(E.STATE_FEED_MISSING, f"feeds[{name!r}]", f"required input {name!r} has no feed")
+def _casting_initial_values(original):
+    def initial_values(self, initial):
+        if isinstance(initial, dict | MappingProxyType):
+            initial = dict(initial)
+            for binding in self._bindings:
+                value, spec = initial.get(binding.input_name), binding.spec
+                if isinstance(value, np.ndarray) and isinstance(spec, TensorSpec):
+                    try:
+                        declared = numpy_dtype(spec.elem_type)
+                    except ContractError:
+                        continue
+                    if value.dtype != declared and value.dtype.kind in "biuf":
+                        initial[binding.input_name] = value.astype(declared)  # a converting copy
+        return original(self, initial)
+    return initial_values
 
 
-class FeedMetadataUnchecked(Fault):
-    """Checks feed names but not the element types and shapes of the values against the declared
-    inputs before running."""
+class RetentionConvertsValues(Fault):
+    """Retains an initial (or reset) value of another numeric element type by converting it to the
+    declared type, a copying cast, instead of rejecting the incompatible actual value."""
 
-    fault_id = "STATE-VALIDATE-METADATA.feed-types-unchecked"
+    fault_id = "STATE-VALIDATE-METADATA.values-converted"
     clauses = ("STATE-VALIDATE-METADATA",)
 
     def patches(self):
-        return [Patch(session.Executor, "check_feeds", _names_only)]
+        return [wrap(state_module.State, "_initial_values", _casting_initial_values)]
 
 
 class _DropsUnknownFeeds(FaultState):
@@ -198,8 +206,8 @@ class FeedsOverrideRetained(Fault):
 class _PublishingState(FaultState):
     """After a failed run, publishes the outputs a stateless execution produced anyway."""
 
-    def __init__(self, state, fault, executor):
-        super().__init__(state, fault)
+    def __init__(self, state, fault, executor, like):
+        super().__init__(state, fault, like)
         self.executor = executor
 
     def run(self, feeds):
@@ -225,7 +233,7 @@ class PublishesAfterFailure(Fault):
     def open_state(self, model_bytes, initial, base_dir=None):
         handle = super().open_state(model_bytes, initial, base_dir)
         executor = Executor(schema.parse_model(model_bytes), base_dir=base_dir, kernels=handle.state._executor.kernels)
-        return _PublishingState(handle.state, self, executor)
+        return _PublishingState(handle.state, self, executor, handle)
 
     def make_state(self, handle):
         return handle
@@ -288,8 +296,8 @@ class AllowsConcurrentCalls(Fault):
 
 
 class _ResetToOpenState(FaultState):
-    def __init__(self, state, fault, initial):
-        super().__init__(state, fault)
+    def __init__(self, state, fault, initial, like):
+        super().__init__(state, fault, like)
         self.initial = initial
 
     def reset(self, initial):
@@ -304,7 +312,7 @@ class ResetRestoresOpenValues(Fault):
 
     def open_state(self, model_bytes, initial, base_dir=None):
         handle = super().open_state(model_bytes, initial, base_dir)
-        return _ResetToOpenState(handle.state, self, dict(initial))
+        return _ResetToOpenState(handle.state, self, dict(initial), handle)
 
     def make_state(self, handle):
         return handle

@@ -202,12 +202,12 @@ class IdentityCopies(Fault):
 
 
 def _detached_function_inputs(original):
-    def function_call(node, session, function, path):
-        kernel = original(node, session, function, path)
+    def function_call(node, session, key, path, depth):
+        kernel, height = original(node, session, key, path, depth)
 
         def run(args, ctx, values):
             return kernel([a.copy() if isinstance(a, np.ndarray) else a for a in args], ctx, values)
-        return run
+        return run, height
     return function_call
 
 
@@ -224,12 +224,12 @@ class FunctionInputsDetached(Fault):
 
 
 def _detached_branch_outputs(original):
-    def if_kernel(node, session, opsets, path):
-        kernel = original(node, session, opsets, path)
+    def if_kernel(node, session, opsets, path, depth):
+        kernel, height = original(node, session, opsets, path, depth)
 
         def run(args, ctx, values):
             return [v.copy() if isinstance(v, np.ndarray) else v for v in kernel(args, ctx, values)]
-        return run
+        return run, height
     return if_kernel
 
 
@@ -412,21 +412,16 @@ class StridedBuffersCopied(Fault):
         return [wrap(state_module, "_adopt_array", _contiguous_copy)]
 
 
-def _all_owned(original):
-    def adopt(value, path, counters, *, persistent, owned=False, caller_objects=frozenset()):
-        return original(value, path, counters, persistent=persistent, owned=owned, caller_objects=frozenset())
-    return adopt
-
-
 class CallerBuffersTakenAsOwned(Fault):
-    """Does not track which buffers the caller only lent for the call: a fed buffer forwarded to a bound
-    output is retained as if the runtime owned it, even a strided view it cannot keep."""
+    """Does not track which buffers the caller only lent for the call: a borrowed raw pointer (an
+    ownerless borrow) is retained or returned like any buffer, although nothing keeps its memory alive
+    after the call."""
 
     fault_id = "PAY-OWNERLESS.borrowed-feed-retained"
     clauses = ("PAY-OWNERLESS",)
 
     def patches(self):
-        return [wrap(state_module, "adopt", _all_owned)]
+        return [Patch(state_module, "_ownerless", lambda array: False)]
 
 
 class _ArenaState(FaultState):
