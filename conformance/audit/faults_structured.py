@@ -69,6 +69,31 @@ class NoLayoutReadsAsDense(Fault):
                 wrap(decode, "decode_value", _layoutless_as_dense)]
 
 
+def _expands_every_path(original):
+    def compile_layout(st, catalogue, path="layout"):
+        try:
+            return original(st, catalogue, path)
+        except ContractError as error:
+            if error.code is not E.RESOURCE_LIMIT or "leaves" in error.message:
+                raise
+            # Bounding leaves only, the runtime goes on expanding every path to the constants (4**15 of
+            # them in the suite's diamond) until memory runs out: what it shows, without the wait.
+            raise MemoryError(f"{path}: layout expansion exhausted memory") from None
+    return compile_layout
+
+
+class LayoutPathsUnbounded(Fault):
+    """Bounds a layout's leaves but neither its constants nor the type nodes it visits: a constant-only
+    group reached through exponentially many reference paths (a diamond) is expanded path by path until
+    memory runs out, instead of being refused with RESOURCE_LIMIT before anything is allocated."""
+
+    fault_id = "RESOURCE-LIMITS.layout-paths-unbounded"
+    clauses = ("RESOURCE-LIMITS",)
+
+    def patches(self):
+        return [wrap(records, "compile_layout", _expands_every_path)]
+
+
 class InlineLayoutsUnsupported(Fault):
     """Supports only type_ref layouts: a concrete inline declaration is refused as a payload layout."""
 
