@@ -70,7 +70,8 @@ SAMPLE = (
     "STATE-NO-CONCURRENCY.calls-queued", "STATE-NO-MODEL-SCAN.model-hashed-each-run",
     "ZC-RETAIN.initial-values-copied", "ZC-VIEWS.values-snapshots", "ZC-READ-ONLY.views-writable",
     "ZC-TRANSPORT.identity-copies", "EXP-STANDARD.bindings-stripped", "KV-ATTENTION.scale-one-over-d",
-    "KV-APPEND.off-by-one-slot",
+    "KV-APPEND-EQUIV.off-by-one-slot", "KV-CAPACITY-REUSE.copy-per-append", "KV-BOUNDED.whole-cache-dequantized",
+    "PAY-OWNERLESS.borrowed-feed-retained", "PAY-EXTERNAL-OWNER.mapping-released",
 )
 
 

@@ -362,9 +362,10 @@ class QuantizeTiesRoundUp(Fault):
     fault_id = "AFF-DQ.quantize-ties-round-up"
     clauses = ("AFF-DQ",)
     boundary = True
-    pending = ("a case whose runtime quantizes values lying exactly halfway between two codes (a KV block "
-               "sealed or converted to an affine format, e.g. x = 2.5 * scale) and checks the codes or decoded "
-               "values exactly: QuantizeLinear rounds half to even")
+    pending = ("no case can place a value exactly halfway between two codes: the only values a runtime "
+               "quantizes are KV blocks it converts, and the spec leaves the scale of a converted block to the "
+               "runtime, so conversion is checked within one quantization step, where a tie rounded up or to "
+               "even both pass")
 
     def patches(self):
         return [wrap(affine, "quantize", _round_half_up)]
