@@ -120,7 +120,7 @@ def make_decode(node, session) -> Kernel:
             raise fail(E.CONSUMER_MISSING if isinstance(value, StructValue) else E.EXECUTION_FAILED,
                        ctx.path, f"Decode needs an encoded value, got {type(value).__name__}")
         try:
-            from reference_impl import decode_value
+            from reference_impl.decode import decode_value
         except ImportError as err:  # the decoder module is an optional part of the oracle
             raise fail(E.CONSUMER_MISSING, ctx.path, "no decoder is available") from err
         return [decode_value(value.to_proto(), session.catalogue, base_dir=value.base_dir or session.base_dir,
