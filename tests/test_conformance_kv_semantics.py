@@ -102,6 +102,26 @@ def test_expectations_agree_with_onnxruntime(name):
         np.testing.assert_allclose(have, want, rtol=step["rtol"], atol=step["atol"], err_msg=f"{name} call {index}")
 
 
+#: The other contiguous KV cases whose trace is one state's plain run after run (their Y comes from the
+#: same formula through corpus/builders/kv.py and kv_contiguous.py).
+LINEAR = ["Required.KV.Contiguous.DecodeMatchesFunctionalAttention", "Required.KV.Contiguous.LongerDecode",
+          "Required.KV.EndToEnd.PrefillOnly", "Required.KV.CapacityReuse", "Recommended.KV.CapacityReuse"]
+
+
+@pytest.mark.parametrize("case", select(load_cases(), LINEAR), ids=lambda case: case.id)
+def test_linear_contiguous_traces_agree_with_onnx_reference_attention(case):
+    """Y and the presents of every call equal onnx's reference Attention fed back by hand."""
+    from onnx.reference import ReferenceEvaluator
+
+    session = ReferenceEvaluator(_plain_model(case))
+    outputs = []
+    _loop(lambda feeds: outputs.append(session.run(None, feeds)) or outputs[-1], case)
+    for index, (step, got) in enumerate(zip(_runs(case), outputs, strict=True)):
+        for name, have in zip(("y", "present_key", "present_value"), got):
+            np.testing.assert_allclose(have, _array(step["outputs"][name]), rtol=step["rtol"], atol=step["atol"],
+                                       err_msg=f"{case.id} call {index} {name}")
+
+
 def test_required_paged_rows_use_only_the_roles_own_signature():
     """A Required paged row's model has the role's four inputs and no attribute beyond onnx-light's
     (block_size, is_causal, left_window_size, max_tokens); the rows that need more are Recommended."""
