@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conformance.adapters import load_adapter
+from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.cases import builders, load_cases, select
 from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, run_case
@@ -90,14 +90,22 @@ def test_in_place_append_behind_a_shared_prefix_is_caught(monkeypatch):
         "Required.KV.Contiguous.BranchesFromASharedPrefix", "Required.KV.PagedOwnership.BranchesFromAHeldCache"]
 
 
-def test_ignored_cancellation_is_caught():
-    class IgnoresCancel(ReferenceAdapter):
+def test_a_cancellation_that_keeps_the_new_values_is_caught():
+    """The run completes and publishes its values, then reports STATE_CANCELLED: the caller is told nothing
+    changed while the state moved on. (Completing the run and saying so is allowed:
+    tests/test_conformance_kv_alternatives.py.)"""
+    class CancelledButPublished(ReferenceAdapter):
         def open_state(self, *args):
             handle = super().open_state(*args)
-            handle.run_cancelled = handle.run
+
+            def run_cancelled(feeds):
+                handle.run(feeds)
+                raise Rejected("STATE_CANCELLED", "cancelled")
+
+            handle.run_cancelled = run_cancelled
             return handle
 
-    assert _failed(_verdicts(IgnoresCancel(), ["*.KV.*.Cancelled*"])) == [
+    assert _failed(_verdicts(CancelledButPublished(), ["*.KV.*.Cancelled*"])) == [
         "Required.KV.Contiguous.CancelledAppendLeavesCache", "Required.KV.PagedOwnership.CancelledAppendLeavesCache"]
 
 

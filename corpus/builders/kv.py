@@ -84,7 +84,10 @@ def paged_model(heads: int, head_size: int, block_size, key_format: str = "dense
     """The paged_attention role's default operator, ai.rt::PagedAttention(q, k, v, cache[, attn_mask]) ->
     (y, next_cache), with ``cache <- next_cache``. ``tokens`` is the declared token count of q, k and v
     (a name for any); ``free_tokens`` declares k and v with independent symbolic token counts (so a
-    mismatch reaches the kernel); ``attrs`` are further attributes (is_causal, scale, softcap, max_tokens)."""
+    mismatch reaches the kernel); ``attrs`` are further attributes (is_causal, max_tokens, or the suite's
+    extensions scale and softcap). The model carries a suite extension only when the case asks for it:
+    ``key_format``/``value_format`` only when not dense (the format blocks stay in without them), the
+    ``attn_mask`` input only with ``mask``, so a case without them runs on the role's own signature."""
     from conformance_corpus_builders.common import model
 
     from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
@@ -99,7 +102,9 @@ def paged_model(heads: int, head_size: int, block_size, key_format: str = "dense
     if masked:
         inputs.append(masked)
     node = g.node.add(op_type="PagedAttention", domain="ai.rt", input=inputs, output=["y", "next_cache"])
-    _attributes(node, {"block_size": block_size, "key_format": key_format, "value_format": value_format, **attrs})
+    formats = {name: fmt for name, fmt in (("key_format", key_format), ("value_format", value_format))
+               if fmt != "dense"}
+    _attributes(node, {"block_size": block_size, **formats, **attrs})
     _tensor_vi(g, "q", [1, q_heads, tokens, head_size])
     _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else tokens, head_size])
     _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else tokens, head_size])
