@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import importlib
 import importlib.util
 import itertools
 import json
@@ -352,15 +353,23 @@ def file_bytes(spec: Any, case_id: str = "") -> bytes:
 
 @functools.lru_cache(maxsize=4)
 def _load_builders(corpus: str) -> dict:
-    path = pathlib.Path(corpus) / "builders" / "__init__.py"
+    """The ``builders`` package of a corpus: ``corpus.builders`` for the suite's own corpus, else the
+    corpus directory's ``builders`` package imported from its path (its modules import each other
+    relatively, so a copied corpus brings its own builders)."""
+    path = pathlib.Path(corpus).resolve() / "builders" / "__init__.py"
     if not path.exists():
         return {}
-    name = "conformance_corpus_builders"
+    if path.parent == _OWN_BUILDERS:
+        return dict(importlib.import_module("corpus.builders").BUILDERS)
+    name = f"corpus_builders_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=[str(path.parent)])
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    sys.modules[name] = module  # a package must be importable by its name for its relative imports
     spec.loader.exec_module(module)
     return dict(module.BUILDERS)
+
+
+_OWN_BUILDERS = pathlib.Path(__file__).resolve().parents[1] / "corpus" / "builders"
 
 
 def builders(corpus: pathlib.Path | None = None) -> dict:
