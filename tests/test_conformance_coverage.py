@@ -25,6 +25,8 @@ from test_conformance_faults import _caught
 from conformance import values as V
 from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState, to_runtime
+from conformance.audit.faults_affine import DecodesToFloat32
+from conformance.audit.faults_zero_copy import CallerBuffersTakenAsOwned
 from conformance.cases import builders, load_cases, select
 from conformance.execute import PASSED, run_case
 from reference_impl import ContractError, ErrorCode, affine, graph_utils, schema
@@ -273,13 +275,6 @@ class Bfloat16ReadAsFloat16(ReferenceAdapter):
         return result.astype(ml_dtypes.bfloat16) if confused else result
 
 
-class DecodesToFloat32(ReferenceAdapter):
-    """Decodes every affine value to FLOAT, whatever its scale type."""
-
-    def decode(self, model_bytes, value_name, base_dir):
-        return np.asarray(super().decode(model_bytes, value_name, base_dir)).astype(np.float32)
-
-
 _DEQUANTIZE = affine.dequantize
 
 
@@ -457,9 +452,7 @@ OWNERLESS_REQUIRED = [f"Required.ZeroCopy.Ownerless.{name}" for name in (
 
 @pytest.mark.clause("PAY-OWNERLESS")
 def test_ownerless_borrows_retained_are_caught():
-    adapter = Patched(load=[(state_module, "_ownerless", lambda array: False)],
-                      calls=[(state_module, "_ownerless", lambda array: False)])
-    _expect_caught(adapter, ["Required.ZeroCopy.Ownerless"], *OWNERLESS_REQUIRED)
+    _expect_caught(CallerBuffersTakenAsOwned(), ["Required.ZeroCopy.Ownerless"], *OWNERLESS_REQUIRED)
 
 
 @pytest.mark.clause("PAY-OWNERLESS", "PAY-UNSUPPORTED-OWNERSHIP")
