@@ -168,20 +168,32 @@ class RetentionConvertsValues(Fault):
         return [wrap(state_module.State, "_initial_values", _casting_initial_values)]
 
 
-class _DropsUnknownFeeds(FaultState):
+class _ZeroFillsMissingFeeds(FaultState):
     def run(self, feeds):
-        known = set(self.state._executor.input_names) if self.state._executor is not None else set(feeds)
-        return super().run({name: value for name, value in feeds.items() if name in known})
+        executor = self.state._executor
+        if executor is not None:
+            feeds = dict(feeds)
+            for name in executor.required_inputs:
+                spec = executor.input_specs.get(name)
+                if name in feeds or name in self.state.values or not isinstance(spec, TensorSpec) \
+                        or spec.dims is None or not all(isinstance(d, int) for d in spec.dims):
+                    continue
+                try:
+                    feeds[name] = np.zeros(spec.dims, numpy_dtype(spec.elem_type))
+                except ContractError:
+                    continue
+        return super().run(feeds)
 
 
-class UnknownFeedsIgnored(Fault):
-    """Silently ignores feeds that name no graph input."""
+class MissingFeedsZeroFilled(Fault):
+    """Feeds zeros of the declared shape for a required input the call does not supply (and the state
+    does not retain) instead of failing the call."""
 
-    fault_id = "STATE-FEEDS.unknown-feeds-ignored"
+    fault_id = "STATE-FEEDS.missing-feeds-zero-filled"
     clauses = ("STATE-FEEDS",)
 
     def make_state(self, handle):
-        return _DropsUnknownFeeds(handle.state, self)
+        return _ZeroFillsMissingFeeds(handle.state, self)
 
 
 class _FeedsOverrideState(FaultState):
