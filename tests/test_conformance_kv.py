@@ -135,7 +135,7 @@ def test_affine_blocks_decode_as_onnx_dequantize_linear(fmt):
     from onnx.reference import ReferenceEvaluator
 
     builders()  # loads the builder package
-    from conformance_corpus_builders.kv_formats import AFFINE, dequantize_affine, encode
+    from corpus.builders.kv_formats import AFFINE, dequantize_affine, encode
 
     x = np.random.default_rng(3).standard_normal((3, 2, 8)).astype(np.float32) * 2
     value, decoded = encode(x, fmt)
@@ -160,7 +160,7 @@ def test_codebook_block_matches_the_spec_example():
     """The spec: indices 0, 1, 2, 3 pack as E4; 00 00 00 40 is the FLOAT scale 2.0; the block decodes to
     [-2.0, -0.5, 0.5, 2.0] repeated eight times."""
     builders()
-    from conformance_corpus_builders.kv_formats import encode
+    from corpus.builders.kv_formats import encode
 
     x = np.tile(np.array([-2.0, -0.5, 0.5, 2.0], np.float32), 8).reshape(4, 2, 4)
     value, decoded = encode(x, "codebook2")

@@ -134,7 +134,7 @@ def test_required_paged_rows_use_only_the_roles_own_signature():
 
 def test_large_logit_expectations_are_exact_and_checked_exactly():
     builders()
-    from conformance_corpus_builders.kv_semantics import SCENARIOS as DEFINED
+    from corpus.builders.kv_semantics import SCENARIOS as DEFINED
 
     for name in ("LargeLogits", "LargeLogitsLateBlocks", "LargeLogitsFirstBlock"):
         logits = np.asarray(DEFINED[name].logits)

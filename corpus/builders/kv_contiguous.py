@@ -8,8 +8,9 @@ writes for TensorScatter.
 from __future__ import annotations
 
 import numpy as np
-from conformance_corpus_builders import builder
-from conformance_corpus_builders.kv import _literal, _tensor_vi, attention_model, attention_numpy
+
+from . import builder
+from .kv import _literal, _tensor_vi, attention_model, attention_numpy
 
 
 class Cache:
@@ -118,7 +119,7 @@ def kv_contiguous_branches(heads: int = 1, head_size: int = 4, seed: int = 91):
 # ------------------------------------------------------------------------------ TensorScatter
 def scatter_model(capacity: int, heads: int, head_size: int, mode: str):
     """TensorScatter(past, update, write_indices) (opset 24) with ``past <- present``."""
-    from conformance_corpus_builders.common import model
+    from .common import model
 
     m = model("kv_scatter", opset=24)
     g = m.graph
@@ -217,7 +218,7 @@ def _grouped(step: dict, q_heads: int, rng) -> dict:
     k = np.asarray(step["feeds"]["k"]["data"], np.float32).reshape(step["feeds"]["k"]["shape"])
     if q_heads == k.shape[1]:
         return step
-    from conformance_corpus_builders.kv_semantics import attention_formula
+    from .kv_semantics import attention_formula
 
     keys = np.asarray(step["outputs"]["present_key"]["data"], np.float32).reshape(
         step["outputs"]["present_key"]["shape"])

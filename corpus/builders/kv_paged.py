@@ -9,13 +9,14 @@ decodes from each block (``kv_formats``), never the oracle's own output.
 from __future__ import annotations
 
 import numpy as np
-from conformance_corpus_builders import builder
-from conformance_corpus_builders.common import add_float_logical
-from conformance_corpus_builders.kv import _literal, attention_numpy, paged_model
-from conformance_corpus_builders.kv_formats import AFFINE, SCALED_CODEBOOK2_BLOCK_32, encode, float_tensor
 from google.protobuf import text_format
 
 from reference_impl import schema
+
+from . import builder
+from .common import add_float_logical
+from .kv import _literal, attention_numpy, paged_model
+from .kv_formats import AFFINE, SCALED_CODEBOOK2_BLOCK_32, encode, float_tensor
 
 KV_BLOCK, KV_PAGED_CACHE = 3100, 3101
 #: Float32 summation order only: Y over decoded blocks versus float64 NumPy over the same values.
@@ -369,7 +370,7 @@ def kv_paged_written(heads: int = 2, q_heads: int = 4, head_size: int = 8, block
     by exactly its token's K and V bytes (no block copied or rewritten). ``block``: by at most one whole
     block's K and V bytes per call, which a blockwise append that rewrites its open block stays within
     and a copy of the whole cache exceeds. Y is checked against the attention formula throughout."""
-    from conformance_corpus_builders.kv_semantics import attention_formula
+    from .kv_semantics import attention_formula
 
     rng = np.random.default_rng(seed)
     keys = values = np.zeros((1, heads, 0, head_size), np.float32)
@@ -397,7 +398,7 @@ def kv_paged_max_tokens(max_tokens: int = 6, heads: int = 2, head_size: int = 4,
     """``max_tokens`` bounds past plus new tokens: five one-token calls, then a two-token call that would
     hold seven fails whole (KV_CAPACITY_EXCEEDED) and the cache stays the previous one, then a one-token
     call reaches exactly ``max_tokens``, and one more fails again."""
-    from conformance_corpus_builders.kv_semantics import attention_formula
+    from .kv_semantics import attention_formula
 
     rng = np.random.default_rng(seed)
     keys = values = np.zeros((1, heads, 0, head_size), np.float32)

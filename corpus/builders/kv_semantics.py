@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from conformance_corpus_builders import builder
-from conformance_corpus_builders.kv import _literal, attention_model, paged_model
-from conformance_corpus_builders.kv_paged import EMPTY_CACHE
+
+from . import builder
+from .kv import _literal, attention_model, paged_model
+from .kv_paged import EMPTY_CACHE
 
 
 def attention_formula(q, k, v, past_length: int, scale: float | None = None, softcap: float = 0.0,
