@@ -226,6 +226,8 @@ class _PublishingState(FaultState):
         try:
             return super().run(feeds)
         except ContractError as error:
+            if error.code in (E.STATE_BUSY, E.STATE_CLOSED):
+                raise  # refused before it ran: nothing was computed to publish
             merged = {**{k: to_runtime(v) for k, v in feeds.items()}, **self.state.values}
             try:
                 outputs = self.executor.run(merged, check_feeds=False)
