@@ -74,7 +74,9 @@ sanitized="sh -c 'ulimit -S -v unlimited && exec \"\$0\"' $root/build/native/san
 status=0
 python3 -m conformance run --testee "$sanitized" --quiet --profile affine --profile external-data \
   --report-dir "$out/sanitizer-cases" 2> "$logs/cases.stderr" || status=1
-python3 -m fuzz run differential --testee "$sanitized" --time "${NATIVE_FUZZ_SECONDS:-20}" --jobs 1 --seed 1 \
+# A fixed number of executions from a fixed seed, not a time budget: the campaign CI runs is the one
+# that ran here, whatever the machine's speed.
+python3 -m fuzz run differential --testee "$sanitized" --runs "${NATIVE_FUZZ_RUNS:-10000}" --jobs 1 --seed 1 \
   --quiet --fail-on-finding --out "$out/fuzz" --corpus "$(mktemp -d)" || status=1
 unset ASAN_OPTIONS UBSAN_OPTIONS
 # UBSan prints to the testee's stderr even with a log_path when it shares the process with ASan: that is

@@ -20,6 +20,7 @@ import os
 import pathlib
 
 from fuzz.replay import ReplayWorker
+from reference_impl.errors import LIMIT_CODES
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 REGRESSIONS = pathlib.Path(os.environ.get("FUZZ_REGRESSIONS_DIR") or ROOT / "corpus" / "regressions")
@@ -29,12 +30,8 @@ _PROFILE_BY_PREFIX = (("AFFINE_", "affine"), ("EXTERNAL_", "external-data"), ("P
                       ("VALUE_NOT", "structured"), ("LOGICAL_SHAPE", "structured"))
 
 
-#: Codes a correct implementation reports because of its own limits, not a spec rule: a case expecting one
-#: is Recommended (another runtime may accept the input or have other limits).
-LIMIT_CODES = ("RESOURCE_LIMIT", "NESTING_TOO_DEEP")
-
-
 def case_level(code: str | None) -> str:
+    """A case expecting a limit code is Recommended: another runtime may accept the input."""
     return "Recommended" if code in LIMIT_CODES else "Required"
 
 

@@ -169,6 +169,11 @@ class ErrorCode(str, enum.Enum):
                                "Attention inputs have incompatible shapes or attributes")
 
 
+#: Codes a correct implementation reports because of its own limits, not because the spec forbids the input:
+#: another conforming runtime may accept the same input, or stop earlier with the same code.
+LIMIT_CODES = frozenset({ErrorCode.NESTING_TOO_DEEP, ErrorCode.RESOURCE_LIMIT})
+
+
 class ContractError(Exception):
     """The one exception every rejection raises: a stable ``code`` and the ``path`` of the object."""
 

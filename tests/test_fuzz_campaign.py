@@ -284,12 +284,13 @@ def test_promote_writes_a_regression_and_a_loadable_conformance_case(tmp_path):
 
 def test_protobuf_leniency_is_not_a_disagreement_but_everything_else_is():
     """A subject whose protobuf runtime parses bytes upb refuses (protobuf C++ truncates overlong tag
-    varints) is not judged on wire-format leniency; every other verdict difference still counts."""
+    varints) is not judged on wire-format leniency, whatever it then finds in the model it parsed; every
+    other verdict difference still counts."""
     from fuzz.subjects import Outcome, compare, observe
 
     parse_error = {"verify": Outcome("reject", "MODEL_PARSE_ERROR")}
     assert compare(parse_error, {"verify": Outcome("ok")}) == []
-    assert compare(parse_error, {"verify": Outcome("reject", "TYPE_ID_ZERO")})  # another code: disagreement
+    assert compare(parse_error, {"verify": Outcome("reject", "TENSOR_DATA_INVALID")}) == []
     assert compare({"verify": Outcome("reject", "TYPE_ID_ZERO")}, {"verify": Outcome("ok")})
     assert compare({"verify": Outcome("ok")}, {"verify": Outcome("reject", "MODEL_PARSE_ERROR")})
 
@@ -300,3 +301,93 @@ def test_protobuf_leniency_is_not_a_disagreement_but_everything_else_is():
             return None
 
     assert list(observe(Lenient(), b"\x0a\xff", None)) == ["verify"]  # unparsable: no values to read
+
+
+def test_codes_of_one_clause_agree_and_codes_of_two_clauses_do_not():
+    """An extent that overflows is also one no file covers (both PAY-EXTERNAL-EXTENT): a native runtime
+    that looks for the file first answered EXTERNAL_FILE_INVALID where the oracle said
+    EXTERNAL_EXTENT_OVERFLOW. Codes of different clauses, or codes the contract lacks, still disagree."""
+    from fuzz.subjects import Outcome, compare
+
+    def verdicts(oracle, subject):
+        return compare({"verify": Outcome("reject", oracle)}, {"verify": Outcome("reject", subject)})
+
+    assert verdicts("EXTERNAL_EXTENT_OVERFLOW", "EXTERNAL_FILE_INVALID") == []
+    assert verdicts("TYPE_ID_MISSING", "TYPE_ID_ZERO") == []
+    assert verdicts("PAYLOAD_PARTIAL_RECORD", "AFFINE_PAYLOAD_SIZE")
+    assert verdicts("TYPE_ID_ZERO", "NOT_A_CODE")
+
+
+def test_raw_inputs_are_judged_on_verdicts_and_values_but_not_codes():
+    """Mutated raw bytes broke two rules at once (an offset past INT64 and a length the affine layout
+    does not need): the oracle named one, a native runtime the other, and both are right. Raw inputs
+    are judged without codes, structure-aware ones (one broken rule by construction) with them."""
+    from fuzz.subjects import Outcome, compare
+    from fuzz.targets.differential import is_raw
+
+    oracle = {"verify": Outcome("reject", "EXTERNAL_EXTENT_OVERFLOW")}
+    assert compare(oracle, {"verify": Outcome("reject", "AFFINE_PAYLOAD_SIZE")}, codes=False) == []
+    assert compare(oracle, {"verify": Outcome("reject", "AFFINE_PAYLOAD_SIZE")}, codes=True)
+    assert compare(oracle, {"verify": Outcome("ok")}, codes=False)
+    assert compare(oracle, {"verify": Outcome("reject", "MODEL_PARSE_ERROR")}, codes=False)
+    decoded = {"verify": Outcome("ok"), "decode:w": Outcome("ok", value=[1.0])}
+    assert compare(decoded, {"verify": Outcome("ok"), "decode:w": Outcome("ok", value=[2.0])}, codes=False)
+    assert is_raw(b"\x01model") and not is_raw(b"\x00stream") and not is_raw(b"")
+
+
+class _StrictWireSubject:
+    """The reference, behind a parser that refuses every byte string but the canonical encoding (as
+    protobuf C++ refuses some unknown groups upb accepts); ``canonical_too`` refuses canonical bytes as
+    well, as a broken parser would."""
+
+    def __init__(self, canonical_too: bool = False):
+        from conformance.adapters.reference import ReferenceAdapter
+
+        self.inner, self.canonical_too, self.name = ReferenceAdapter(), canonical_too, "strict-wire"
+
+    def verify(self, model_bytes, base_dir):
+        from conformance.adapters import Rejected
+        from fuzz.subjects import canonical_bytes
+
+        if self.canonical_too or model_bytes != canonical_bytes(model_bytes):
+            raise Rejected("MODEL_PARSE_ERROR", "refused")
+        return self.inner.verify(model_bytes, base_dir)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_subject_refusing_bytes_upb_accepts_is_judged_on_their_canonical_encoding(monkeypatch):
+    """Found by the native example: upb parses a model whose first field is an unknown group, protobuf
+    C++ refuses it. The target compares again on the oracle's re-serialization, where both parse and
+    agree; a subject that refuses the canonical bytes too is still a finding."""
+    from conformance.adapters.reference import ReferenceAdapter
+    from fuzz.invariants import Finding
+    from fuzz.subjects import canonical_bytes
+    from fuzz.targets import differential
+
+    data = bytes.fromhex("0173010" "80a3a0b1209636174616c67756542040a001017c23e0912050a030a017850" "07")
+    model = data[1:]
+    assert canonical_bytes(model) not in (None, model)
+    monkeypatch.setattr(differential, "_ADAPTERS", {"oracle": ReferenceAdapter(), "subject": _StrictWireSubject()})
+    differential.one_input(data)
+    monkeypatch.setattr(differential, "_ADAPTERS", {"oracle": ReferenceAdapter(),
+                                                    "subject": _StrictWireSubject(canonical_too=True)})
+    with pytest.raises(Finding, match="MODEL_PARSE_ERROR"):
+        differential.one_input(data)
+
+
+def test_implementation_limits_are_not_disagreements_but_rule_codes_are():
+    """The spec leaves nesting depth and resource budgets to the implementation: a subject going deeper
+    than the oracle, or stopping earlier with a limit code, is not a finding (a native runtime without
+    the oracle's 64-level reference-chain limit was reported as one). A limit code where the other side
+    rejected for a rule, or a rule code where the other side accepted, still is."""
+    from fuzz.subjects import Outcome, compare
+
+    for code in ("NESTING_TOO_DEEP", "RESOURCE_LIMIT"):
+        for op in ("verify", "decode:x"):
+            assert compare({op: Outcome("reject", code)}, {op: Outcome("ok", value=1)}) == []
+            assert compare({op: Outcome("ok", value=1)}, {op: Outcome("reject", code)}) == []
+        assert compare({"verify": Outcome("reject", code)}, {"verify": Outcome("reject", "TYPE_REF_CYCLE")})
+        assert compare({"verify": Outcome("reject", "TYPE_REF_CYCLE")}, {"verify": Outcome("reject", code)})
+    assert compare({"verify": Outcome("reject", "DECLARATION_NOT_CONCRETE")}, {"verify": Outcome("ok")})
