@@ -94,13 +94,14 @@ def structured_streams(count: int = GENERATED_SEEDS, prefix: bytes = b"") -> lis
 
 def write_seeds() -> dict[str, int]:
     """Regenerate corpus/seeds/<target>/ for every target; returns file counts."""
-    from fuzz.targets import differential, load, state, structured, verify
+    from fuzz.targets import differential, load, state, statediff, structured, verify
 
     counts = {}
     counts["verify"] = _write_dir(SEEDS / "verify", conformance_models() + generated_models(), verify.MAX_LEN)
     counts["structured"] = _write_dir(SEEDS / "structured", structured_streams(), structured.MAX_LEN)
     counts["differential"] = _write_dir(SEEDS / "differential", differential.seeds(), differential.MAX_LEN)
     counts["state"] = _write_dir(SEEDS / "state", state.seeds(), state.MAX_LEN)
+    counts["statediff"] = _write_dir(SEEDS / "statediff", statediff.seeds(), statediff.MAX_LEN)
     properties = load("properties")
     counts["properties"] = _write_dir(SEEDS / "properties", properties.seeds(), properties.MAX_LEN)
     return counts
