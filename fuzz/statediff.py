@@ -356,6 +356,14 @@ def compare(scn: Scenario, want: Record, got: Record) -> list[tuple[str, str, st
     return _counter_problems(scn, want, got, cut) or _identity_problems(scn, want, got, cut)
 
 
+def where(scn: Scenario, key: str) -> str:
+    """``family:operation`` of a disagreement's step, for a finding's signature (the same bug gives the same
+    signature whichever step of a script it shows at)."""
+    step = _step(key)
+    operation = "open" if step < 0 or step >= len(scn.ops) else scn.ops[step].kind
+    return f"{scn.family.split('/')[0]}:{operation}"
+
+
 def _step(label: str) -> int:
     """The step a record label belongs to ("open..." is -1): ``3:run``, ``3.out|y``, ``3`` -> 3."""
     head = label.replace(":", ".").replace("|", ".").split(".")[0]

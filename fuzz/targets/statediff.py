@@ -57,10 +57,9 @@ def one_input(data: bytes) -> None:
                       f"{getattr(subject, 'name', 'subject')}:{scn.family}")
     problems = statediff.compare(scn, want, got)
     if problems:
-        key, kind, _ = problems[0]
-        operation = key.split(":")[1] if ":" in key else key.split("|")[0].split(".")[-1]
-        raise Finding("disagreement", f"{problems[0][2]} [{scn.describe()}]",
-                      f"{getattr(subject, 'name', 'subject')}:{scn.family.split('/')[0]}:{operation}:{kind}")
+        key, kind, message = problems[0]
+        raise Finding("disagreement", f"{message} [{scn.describe()}]",
+                      f"{getattr(subject, 'name', 'subject')}:{statediff.where(scn, key)}:{kind}")
 
 
 def seeds(count: int = 120) -> list[bytes]:
