@@ -1,8 +1,8 @@
 """State operation scripts: a small stateful model, a sequence of operations, and their known outcomes.
 
 The model has a fresh input ``x`` (FLOAT["n"]), retained inputs ``s0..`` (FLOAT[n]) bound to outputs
-``next0..`` computed by Add/Sub/Mul/Identity, unselected outputs ``y = x + s0`` and ``x_out = x``, and a ``Probe`` node
-(a registered kernel) through which an operation can re-enter the state during a call. Each
+``next0..`` computed by Add/Sub/Mul/Identity, unselected outputs ``y = x + s0`` and ``x_out = x``, and a
+``Probe`` node (a registered kernel) through which an operation can re-enter the state during a call. Each
 operation states its outcome by construction: a valid run, or one broken rule with its code.
 
 ``Runner`` applies operations to a ``State`` and checks every answer three ways: against NumPy, against
