@@ -5,8 +5,9 @@
 
 In process, each target replays its seed corpus round-robin against a peer doing only part of the
 work on the same inputs (protobuf parsing for raw models, case generation for structure-aware ones,
-the oracle side alone for the differential target), so the ratio is what verification, the invariant
-checks (every input runs twice) or the second implementation cost. The campaign figure is
+the oracle side alone for the differential targets), so the ratio is what verification, the invariant
+checks (every input runs twice) or the second implementation cost. ``FUZZ_SUBJECT``/``FUZZ_TESTEE`` pick
+the differential targets' subject (e.g. ``FUZZ_TESTEE="python -m conformance.testee"``). The campaign figure is
 libFuzzer's own rate on one core with atheris instrumentation and mutation: the number the
 acceptance criterion (>= 1,000 exec/s for the raw verify target) refers to.
 """
@@ -59,9 +60,17 @@ def _peers() -> dict:
         case = differential.case_for(data)
         observe(differential.adapters()[0], case.model_bytes(), scratch().populate(case.files))
 
+    def oracle_plays(data: bytes) -> None:
+        from fuzz import statediff as S
+        from fuzz.targets import statediff
+
+        oracle, subject = differential.adapters()
+        S.play(oracle, statediff.build(data, statediff._holds(subject)), statediff._by_value(subject))
+
     return {"verify": ("protobuf parse", parse), "structured": ("generation only", structured.build),
             "differential": ("oracle side only", oracle_only),
-            "state": ("script generation only", lambda d: gen_script(ByteSource(d)))}
+            "state": ("script generation only", lambda d: gen_script(ByteSource(d))),
+            "statediff": ("oracle side only", oracle_plays)}
 
 
 def in_process(seconds: float) -> None:

@@ -179,3 +179,213 @@ class KVRunner:
 def run_kv_script(src: Source, steps: int | None = None) -> list[str]:
     runner = KVRunner.create(src)
     return [runner.step(src) for _ in range(steps if steps is not None else src.integer(1, 12))]
+
+
+# ------------------------------------------------------------------- decode models carried by bindings
+#: Attention variants of a generated decode model: (is_causal, scale, softcap) choices and head groupings
+#: (query heads per key/value head: 1 is MHA, more is GQA, and with one key/value head MQA).
+SCALES = (None, None, 0.5, 0.125, 1.0)
+SOFTCAPS = (0.0, 0.0, 1.5, 30.0)
+GROUPS = (1, 1, 2, 4)
+MASKS = (None, None, "bool", "float")
+#: Paged block sizes; 0 is an invalid capacity (KV_CAPACITY_INVALID on every run).
+BLOCK_SIZES = (1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 0)
+#: Tokens a contiguous cache may hold in a script: within this, every runtime appends in place when
+#: ownership permits (Required.KV.CapacityReuse), so which presents share a buffer is forced.
+MAX_TOKENS = 16
+#: Values of a float mask: 0 and -inf (attend or not) and finite additive biases.
+MASK_VALUES = np.array([0.0, 0.0, -np.inf, -1.5, 2.0], np.float32)
+DECODE_KINDS = ("decode", "decode", "decode", "prefill", "values", "branch", "reset_empty", "bad_heads",
+                "bad_mask", "run_cancelled", "close")
+HELD_DECODE_KINDS = ("held_run", "held_cancel")
+
+
+@dataclass
+class DecodeModel:
+    """A decode step whose cache the graph's persistent bindings carry: contiguous (ONNX Attention,
+    ``past_key``/``past_value`` <- ``present_key``/``present_value``) or paged (the ``paged_attention``
+    role, ``cache`` <- ``next_cache``). ``q`` passes a Hold node first, so a run can be held."""
+
+    model: object
+    paged: bool
+    heads: int
+    q_heads: int
+    head_size: int
+    mask: str | None
+    mask_heads: int
+    attrs: dict
+
+    @property
+    def bound(self) -> dict[str, str]:
+        if self.paged:
+            return {"cache": "next_cache"}
+        return {"past_key": "present_key", "past_value": "present_value"}
+
+    def empty(self) -> dict:
+        """Initial values of an empty cache."""
+        if self.paged:
+            from conformance.values import Struct
+            from reference_impl.kv.formats import KV_PAGED_CACHE
+
+            return {"cache": Struct({"blocks": [], "length": np.array(0, np.int64)}, KV_PAGED_CACHE)}
+        empty = np.zeros((1, self.heads, 0, self.head_size), np.float32)
+        return {"past_key": empty, "past_value": empty.copy()}
+
+
+    def attend_over_cache(self, feeds: dict, outputs: dict) -> np.ndarray:
+        """Y of a paged step recomputed by dense attention over the K/V its returned ``next_cache`` decodes
+        to (the queries are its last tokens): what any encoding of the blocks must give, within rounding."""
+        from conformance.adapters.reference import to_runtime
+        from reference_impl.kv.attention import AttentionAttrs
+
+        settings = {name: self.attrs[name] for name in ("scale", "softcap") if name in self.attrs}
+        cache = paged.PagedKVCache.from_struct(to_runtime(outputs["next_cache"]), self.heads, self.head_size,
+                                               self.head_size, max(int(self.attrs["block_size"]), 1))
+        k, v = cache.dequantized()
+        sq = feeds["q"].shape[2]
+        return attention(feeds["q"], k[:, :, -sq:], v[:, :, -sq:], feeds.get("attn_mask"), k[:, :, :-sq],
+                         v[:, :, :-sq], attrs=AttentionAttrs(is_causal=bool(self.attrs["is_causal"]),
+                                                             **settings)).y
+
+
+def _tensor_io(graph, name: str, dims, elem: int = 1, output: bool = False) -> None:
+    from fuzz.layouts import tensor_type
+    from reference_impl import schema
+
+    info = schema.ValueInfoProto(name=name)
+    info.type.CopyFrom(tensor_type(elem, dims))
+    (graph.output if output else graph.input).append(info)
+
+
+def _attributes(node, attrs: dict) -> None:
+    for name, value in attrs.items():
+        if isinstance(value, str):
+            node.attribute.add(name=name, type=3, s=value.encode())
+        elif isinstance(value, float):
+            node.attribute.add(name=name, type=1, f=value)
+        else:
+            node.attribute.add(name=name, type=2, i=int(value))
+
+
+def gen_decode_model(src: Source) -> DecodeModel:
+    from reference_impl import schema
+    from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
+
+    paged = src.boolean()
+    heads = src.choice((1, 1, 2))
+    q_heads = heads * src.choice(GROUPS)
+    head_size = src.choice((2, 4, 8, 32) if paged else (2, 4, 8))
+    mask = src.choice(MASKS)
+    mask_heads = src.choice((1, q_heads))
+    attrs = {"is_causal": src.integer(0, 1)}
+    scale, softcap = src.choice(SCALES), src.choice(SOFTCAPS)
+    if scale is not None:
+        attrs["scale"] = scale
+    if softcap:
+        attrs["softcap"] = softcap
+    model = schema.ModelProto(ir_version=10, producer_name="fuzz-decode")
+    model.opset_import.add(domain="", version=23)
+    model.opset_import.add(domain="onnx_light.conformance", version=1)
+    graph = model.graph
+    graph.name = "decode"
+    graph.node.add(op_type="Hold", domain="onnx_light.conformance", input=["q"], output=["q_held"])
+    _tensor_io(graph, "q", (1, q_heads, "s", head_size))
+    _tensor_io(graph, "k", (1, heads, "s", head_size))
+    _tensor_io(graph, "v", (1, heads, "s", head_size))
+    if mask:
+        _tensor_io(graph, "attn_mask", (1, mask_heads, "s", "t"), elem=9 if mask == "bool" else 1)
+    _tensor_io(graph, "y", (1, q_heads, "s", head_size), output=True)
+    if paged:
+        model.opset_import.add(domain="ai.rt", version=1)
+        model.struct_types.extend(kv_struct_types())
+        attrs["block_size"] = src.choice(BLOCK_SIZES)
+        formats = FORMATS if head_size == 32 else FORMATS[:-1]
+        if src.chance(1, 3):
+            attrs["key_format"], attrs["value_format"] = src.choice(formats), src.choice(formats)
+        if src.chance(1, 4):
+            attrs["max_tokens"] = src.integer(1, MAX_TOKENS)
+        inputs = ["q_held", "k", "v", "cache"] + (["attn_mask"] if mask else [])
+        node = graph.node.add(op_type="PagedAttention", domain="ai.rt", input=inputs, output=["y", "next_cache"])
+        graph.input.add(name="cache").type.struct_type.type_ref = KV_PAGED_CACHE
+        graph.output.add(name="next_cache").type.struct_type.type_ref = KV_PAGED_CACHE
+    else:
+        node = graph.node.add(op_type="Attention", input=["q_held", "k", "v", "attn_mask" if mask else "",
+                                                          "past_key", "past_value"],
+                              output=["y", "present_key", "present_value"])
+        for name in ("past_key", "past_value"):
+            _tensor_io(graph, name, (1, heads, "p", head_size))
+        for name in ("present_key", "present_value"):
+            _tensor_io(graph, name, (1, heads, "t", head_size), output=True)
+    _attributes(node, attrs)
+    dm = DecodeModel(model, paged, heads, q_heads, head_size, mask, mask_heads, attrs)
+    for input_name, output_name in dm.bound.items():
+        graph.persistent_bindings.add(input_name=input_name, output_name=output_name)
+    return dm
+
+
+def gen_decode_ops(src: Source, dm: DecodeModel, held: bool = False, max_ops: int = 10) -> list:
+    """Decode calls (one token, or a chunk of prefill) that grow the cache, branches back to an earlier
+    cache (``reset`` to values a run returned), resets to an empty cache, broken calls (wrong head count,
+    a mask of the wrong type or length), cancelled and held runs. Token counts stay within ``MAX_TOKENS``
+    per branch, so a contiguous cache never needs to grow its allocation."""
+    from fuzz.statescript import Earlier, Op
+
+    kinds = DECODE_KINDS + (HELD_DECODE_KINDS if held else ())
+    ops: list = []
+    length = 0
+    lengths = {None: 0}  # op index (None: the initial values) -> cache length after it
+    for _ in range(src.integer(1, max_ops)):
+        kind = src.choice(kinds)
+        if kind in ("decode", "prefill", "bad_heads", "bad_mask", "run_cancelled", "held_run", "held_cancel"):
+            count = 1 if kind != "prefill" else src.integer(2, 4)
+            if length + count > MAX_TOKENS:
+                kind, count = "branch", 0
+        if kind == "values" or kind == "close":
+            ops.append(Op(kind))
+        elif kind == "reset_empty":
+            ops.append(Op("reset", initial=dm.empty()))
+            length = 0
+        elif kind == "branch":
+            index = src.choice(list(lengths))
+            ops.append(Op("reset", initial={name: Earlier(index, output if index is not None else name)
+                                            for name, output in dm.bound.items()}))
+            length = lengths[index]
+        else:
+            feeds = _decode_feeds(src, dm, count, length, broken=kind[4:] if kind.startswith("bad_") else "")
+            if kind == "held_run":
+                ops.append(Op(kind, feeds, second=Op("run", _decode_feeds(src, dm, 1, length)),
+                              inner=E.STATE_BUSY.value))
+            else:
+                ops.append(Op("run" if kind in ("decode", "prefill", "bad_heads", "bad_mask") else kind, feeds))
+            if kind in ("decode", "prefill", "held_run"):
+                length += count
+                lengths[len(ops) - 1] = length
+    return ops
+
+
+def _varied(src: Source, shape: tuple) -> np.ndarray:
+    """Float32 multiples of 1/32 that differ from head to head and token to token even when the input has
+    few bytes left (a head mapping or a causal frontier is invisible over equal values): mostly a pattern
+    drawn from one seed choice, sometimes the input's bytes themselves."""
+    if src.chance(1, 4):
+        return _floats(src, shape)
+    rng = np.random.default_rng(src.integer(0, 65535))
+    return ((rng.integers(0, 256, shape) - 128) / 32).astype(np.float32)
+
+
+def _decode_feeds(src: Source, dm: DecodeModel, count: int, past: int, broken: str = "") -> dict:
+    heads = dm.heads + (1 if broken == "heads" else 0)
+    feeds = {"q": _varied(src, (1, dm.q_heads, count, dm.head_size)),
+             "k": _varied(src, (1, heads, count, dm.head_size)),
+             "v": _varied(src, (1, heads, count, dm.head_size))}
+    if dm.mask:
+        total = past + count + (src.choice((-1, 1)) if broken == "mask" else 0)
+        shape = (1, dm.mask_heads, count, max(total, 1))
+        if dm.mask == "bool":
+            mask = src.byte_array(int(np.prod(shape))).reshape(shape) % 4 != 0
+        else:
+            mask = MASK_VALUES[src.byte_array(int(np.prod(shape))).reshape(shape) % len(MASK_VALUES)]
+        if broken == "mask" and src.boolean():
+            mask = mask.astype(np.float64 if dm.mask == "float" else np.float32)
+        feeds["attn_mask"] = mask
+    return feeds

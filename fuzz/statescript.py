@@ -1,8 +1,8 @@
 """State operation scripts: a small stateful model, a sequence of operations, and their known outcomes.
 
 The model has a fresh input ``x`` (FLOAT["n"]), retained inputs ``s0..`` (FLOAT[n]) bound to outputs
-``next0..`` computed by Add/Sub/Mul/Identity, an unselected output ``y = x + s0`` and a ``Probe`` node
-(a registered kernel) through which an operation can re-enter the state during a call. Each
+``next0..`` computed by Add/Sub/Mul/Identity, unselected outputs ``y = x + s0`` and ``x_out = x``, and a
+``Probe`` node (a registered kernel) through which an operation can re-enter the state during a call. Each
 operation states its outcome by construction: a valid run, or one broken rule with its code.
 
 ``Runner`` applies operations to a ``State`` and checks every answer three ways: against NumPy, against
@@ -27,6 +27,9 @@ from reference_impl.values import InvocationBorrow
 
 UPDATES = ("Add", "Sub", "Mul", "Identity", "AddState")
 PROBE = ("fuzz", "Probe")
+#: The conformance suite's ``Hold`` operator (conformance/hold.py): an identity every adapter runs, on which
+#: a held run parks. It takes the Probe's place when a script runs through adapters.
+HOLD = ("onnx_light.conformance", "Hold")
 
 
 class Mismatch(AssertionError):
@@ -46,7 +49,7 @@ class StateModel:
     def step(self, values: dict[str, np.ndarray], x: np.ndarray) -> tuple[dict, dict]:
         """NumPy outputs and next retained values of one call."""
         with np.errstate(all="ignore"):
-            outputs = {"y": (x + values["s0"]).astype(np.float32), "probe_out": values["s0"]}
+            outputs = {"y": (x + values["s0"]).astype(np.float32), "probe_out": values["s0"], "x_out": x}
             nxt = {}
             for index, (op, partner) in enumerate(self.updates):
                 s = values[f"s{index}"]
@@ -64,19 +67,21 @@ def _vi(name: str, dims) -> object:
     return info
 
 
-def gen_state_model(src: Source) -> StateModel:
+def gen_state_model(src: Source, transport: tuple[str, str] = PROBE) -> StateModel:
+    """``transport`` is the identity node between ``s0`` and ``probe_out``: the in-process ``Probe`` (a
+    re-entry point) or ``HOLD`` (a park point any adapter supports)."""
     n = src.integer(1, 4)
     count = src.integer(1, 3)
     updates = [(src.choice(UPDATES), src.integer(0, count - 1)) for _ in range(count)]
     model = schema.ModelProto(ir_version=10, producer_name="fuzz-state")
     model.opset_import.add(domain="", version=23)
-    model.opset_import.add(domain="fuzz", version=1)
+    model.opset_import.add(domain=transport[0], version=1)
     graph = model.graph
     graph.name = "state"
     graph.input.append(_vi("x", ("n",)))
     graph.output.extend([_vi("y", ("n",)), _vi("probe_out", (n,))])
     graph.node.add(op_type="Add", input=["x", "s0"], output=["y"])
-    graph.node.add(op_type="Probe", domain="fuzz", input=["s0"], output=["probe_out"])
+    graph.node.add(op_type=transport[1], domain=transport[0], input=["s0"], output=["probe_out"])
     for index, (op, partner) in enumerate(updates):
         graph.input.append(_vi(f"s{index}", (n,)))
         graph.output.append(_vi(f"next{index}", (n,)))
@@ -87,6 +92,8 @@ def gen_state_model(src: Source) -> StateModel:
         else:
             graph.node.add(op_type=op, input=[f"s{index}", "x"], output=[f"next{index}"])
         graph.persistent_bindings.add(input_name=f"s{index}", output_name=f"next{index}")
+    graph.output.append(_vi("x_out", ("n",)))
+    graph.node.add(op_type="Identity", input=["x"], output=["x_out"])  # a fresh feed passed on by reference
     return StateModel(model, n, updates)
 
 
@@ -101,10 +108,20 @@ class Op:
     feeds: dict = field(default_factory=dict)
     initial: dict = field(default_factory=dict)
     expected: str | None = None  # the code the operation must fail with (None: it succeeds)
-    inner: str | None = None  # for re-entrant operations: the code the inner call must get
+    inner: str | None = None  # for re-entrant and held operations: the code the inner call must get
+    second: Op | None = None  # for held operations: the call made while the run is parked
 
     def __str__(self) -> str:
         return f"{self.kind}({', '.join(sorted(self.feeds or self.initial))}) -> {self.expected or 'ok'}"
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """A value an earlier operation of the script produced, passed back by reference: output ``name`` of
+    operation ``index`` (``index`` None: the initial value ``name`` the state was opened with)."""
+
+    index: int | None
+    name: str
 
 
 RUNS = ("run", "reenter_run", "reenter_reset", "reenter_close")
@@ -113,6 +130,13 @@ GRAPH_OPS = ("graph_export", "graph_export_structured", "graph_export_lowered", 
 OP_KINDS = ("run", "run", "run", "values", "reset", "close", "run_bad_shape", "run_override", "run_unknown",
             "run_missing", "run_wrong_dtype", "run_cancelled", "reenter_run", "reenter_reset", "reenter_close",
             "reset_missing", "reset_unknown", "reset_incompatible", "reset_noncontiguous", "reset_borrow") + GRAPH_OPS
+#: Operations any adapter can run through its state handle: the Probe's re-entry and the graph operations need
+#: the executor itself.
+ADAPTER_KINDS = tuple(kind for kind in OP_KINDS if kind not in GRAPH_OPS and not kind.startswith("reenter"))
+#: Operations on a run held at the model's Hold node (``HOLD`` transport, adapters with ``supports_hold``): a
+#: second call on the same state while it is parked (rejected with STATE_BUSY; a reset or close may instead
+#: wait for the run), cancellation requested while it is parked, or a run on another, independent state.
+HELD_KINDS = ("held_run", "held_reset", "held_close", "held_cancel", "held_other")
 
 
 def initial_values(src: Source, sm: StateModel) -> dict:
@@ -131,6 +155,8 @@ def gen_op(src: Source, sm: StateModel, kind: str | None = None) -> Op:
         return Op(kind)
     if kind in GRAPH_OPS:
         return gen_graph_op(src, sm, kind, x)
+    if kind in HELD_KINDS:
+        return gen_held_op(src, sm, kind, x)
     if kind == "reset":
         return Op(kind, initial=initial_values(src, sm))
     if kind == "run_bad_shape" and sm.n == 1:
@@ -198,6 +224,17 @@ def gen_graph_op(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
         feeds = {"x": _floats(src, (sm.n + src.integer(1, 3),))} if sm.n > 1 else \
             {"x": _floats(src, (2,)), "s0": np.zeros(3, np.float32)}
     return Op(kind, feeds, expected=expected.value if expected else None)
+
+
+def gen_held_op(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    """A run of ``x`` parked at the Hold node, and what happens meanwhile (see ``HELD_KINDS``)."""
+    if kind == "held_cancel":
+        return Op(kind, {"x": x}, expected=E.STATE_CANCELLED.value)
+    second = {"held_run": lambda: Op("run", {"x": _floats(src, (sm.n,))}),
+              "held_other": lambda: Op("run", {"x": _floats(src, (sm.n,))}),
+              "held_reset": lambda: Op("reset", initial=initial_values(src, sm)),
+              "held_close": lambda: Op("close")}[kind]()
+    return Op(kind, {"x": x}, second=second, inner=None if kind == "held_other" else E.STATE_BUSY.value)
 
 
 @dataclass

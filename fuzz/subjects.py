@@ -11,6 +11,7 @@ differential target finds a disagreement.
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ class Outcome:
     kind: str  # "ok" | "reject" | "unsupported"
     code: str | None = None
     value: Any = None
+    causes: tuple[str, ...] = ()  # the codes a rejection names as its causes (Rejected.causes)
 
     def __str__(self) -> str:
         return {"ok": "accept", "reject": f"reject {self.code}"}.get(self.kind, "unsupported")
@@ -44,7 +46,7 @@ def _call(adapter, fn, *args) -> Outcome:
     try:
         return Outcome("ok", value=fn(*args))
     except Rejected as rejected:
-        return Outcome("reject", code=rejected.code)
+        return Outcome("reject", code=rejected.code, causes=tuple(rejected.causes))
     except NotSupported:
         return Outcome("unsupported")
     except Finding:
@@ -57,7 +59,7 @@ def _call(adapter, fn, *args) -> Outcome:
         classify = getattr(adapter, "classify", None)
         mapped = classify(error) if classify else None
         if isinstance(mapped, Rejected):
-            return Outcome("reject", code=mapped.code)
+            return Outcome("reject", code=mapped.code, causes=tuple(mapped.causes))
         if isinstance(mapped, NotSupported):
             return Outcome("unsupported")
         raise Finding("unclassified", f"{getattr(adapter, 'name', adapter)}: {type(error).__name__}: {error}",
@@ -219,8 +221,9 @@ class FaultyReference:
 
         self.inner = ReferenceAdapter()
         self.fault = fault or os.environ.get("FUZZ_FAULT", "blocked-tail-scale")
-        if self.fault not in FAULTS:
-            raise ValueError(f"unknown fault {self.fault!r}; faults are {', '.join(FAULTS)}")
+        if self.fault not in FAULTS or self.fault in STATE_FAULTS:
+            known = ", ".join(name for name in FAULTS if name not in STATE_FAULTS)
+            raise ValueError(f"unknown fault {self.fault!r}; faults are {known} (state faults: faulty_reference())")
         self.name = f"reference+{self.fault}"
         self.version = self.inner.version
 
@@ -295,6 +298,103 @@ def _previous_scale_on_tail(model_bytes: bytes, name: str, decoded: np.ndarray) 
     return wrong.astype(decoded.dtype)
 
 
-def faulty_reference() -> FaultyReference:
-    """Factory for ``load_adapter("fuzz.subjects:faulty_reference")``."""
-    return FaultyReference()
+# ------------------------------------------------------------------------------ state and KV faults
+# Faults in state, binding and KV code that the audit catalogue (``python -m conformance audit --list``)
+# lacks, written on its ``Fault`` seam; the catalogue's own faults are subjects as they are
+# (``--subject conformance.audit.faults_state:PublishesAfterFailure``).
+STATE_FAULTS = {
+    "binding-rank-only": "compares bound input and output types by rank only: dimensions that differ at the same "
+                         "rank, also inside sequences, optionals and inline structs, are accepted",
+    "gqa-interleaved-heads": "maps query head h to key/value head h % kv_heads instead of h // (q_heads / kv_heads) "
+                             "under grouped-query attention",
+    "causal-top-left": "aligns the causal mask top-left (query i sees keys 0..i) instead of bottom-right, so a "
+                       "decode step over a cached past sees only the first keys",
+    "kv-copy-per-append": "copies the whole contiguous cache into a fresh allocation on every append instead of "
+                          "writing the new tokens behind it (values stay right; buffers and bytes written do not)",
+}
+FAULTS.update(STATE_FAULTS)
+
+#: One injected fault per fault class the ``statediff`` target must find (tests/test_fuzz_statediff.py,
+#: benchmarks/bench_statediff_find.py): class -> (subject adapter, FUZZ_FAULT or None, finding origin part).
+STATE_FAULT_CLASSES = {
+    "atomic publication": ("conformance.audit.faults_state:PublishesAfterFailure", None, ":state:"),
+    "binding dims": ("fuzz.subjects:faulty_reference", "binding-rank-only", ":bindings:open:verdict"),
+    "strings in containers": ("conformance.audit.faults_bindings:NestedStringsMissed", None,
+                              ":bindings:open:verdict"),
+    "GQA head mapping": ("fuzz.subjects:faulty_reference", "gqa-interleaved-heads", ":values"),
+    "causal alignment": ("fuzz.subjects:faulty_reference", "causal-top-left", ":values"),
+    "cache copying": ("fuzz.subjects:faulty_reference", "kv-copy-per-append", ":contiguous:"),
+}
+
+
+def _rank_only(original):
+    from reference_impl.values import TensorSpec
+
+    def incompatibility(a, b):
+        if isinstance(a, TensorSpec) and isinstance(b, TensorSpec) and a.dims is not None and b.dims is not None \
+                and len(a.dims) == len(b.dims):
+            b = TensorSpec(b.elem_type, a.dims)
+        return original(a, b)
+    return incompatibility
+
+
+def _interleaved(original):
+    """A grouped product whose query head h reads key/value head h % kv_heads (np.tile instead of a
+    grouping by consecutive query heads)."""
+    def grouped(x, kv):
+        groups = x.shape[1] // kv.shape[1]
+        return original(x, np.tile(kv, (1, groups, 1, 1)) if groups > 1 else kv)
+    return grouped
+
+
+def _top_left(original):
+    def position_bias(q_len, start, stop, offset, attrs, dtype):
+        return original(q_len, start, stop, 0, attrs, dtype)
+    return position_bias
+
+
+def _state_fault_classes() -> dict:
+    from conformance.audit.fault import Fault, Patch, wrap
+    from reference_impl import bindings
+    from reference_impl.kv import contiguous
+
+    attention = importlib.import_module("reference_impl.kv.attention")
+
+    class BindingRankOnly(Fault):
+        fault_id = "fuzz.binding-rank-only"
+        clauses = ("BIND-COMPATIBLE",)
+
+        def patches(self):
+            return [wrap(bindings, "incompatibility", _rank_only)]
+
+    class GroupedHeadsInterleaved(Fault):
+        fault_id = "fuzz.gqa-interleaved-heads"
+        clauses = ("KV-ATTENTION",)
+
+        def patches(self):
+            return [wrap(attention, "grouped_scores", _interleaved), wrap(attention, "grouped_values", _interleaved)]
+
+    class CausalTopLeft(Fault):
+        fault_id = "fuzz.causal-top-left"
+        clauses = ("KV-ATTENTION",)
+
+        def patches(self):
+            return [wrap(attention, "position_bias", _top_left)]
+
+    class CacheCopiedPerAppend(Fault):
+        fault_id = "fuzz.kv-copy-per-append"
+        clauses = ("KV-APPEND-INPLACE", "KV-CAPACITY-REUSE")
+
+        def patches(self):
+            return [Patch(contiguous, "_claim_in_place", lambda storage, past, needed: False)]
+
+    return {"binding-rank-only": BindingRankOnly, "gqa-interleaved-heads": GroupedHeadsInterleaved,
+            "causal-top-left": CausalTopLeft, "kv-copy-per-append": CacheCopiedPerAppend}
+
+
+def faulty_reference():
+    """Factory for ``load_adapter("fuzz.subjects:faulty_reference")``: the fault named by ``FUZZ_FAULT``."""
+    fault = os.environ.get("FUZZ_FAULT", "blocked-tail-scale")
+    if fault in STATE_FAULTS:
+        return _state_fault_classes()[fault]()
+    return FaultyReference(fault)

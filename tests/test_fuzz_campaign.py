@@ -146,7 +146,7 @@ def test_known_issues_match_by_function_and_strict_mode_disables_them(monkeypatc
 
 
 # ---------------------------------------------------------------------------------- targets in process
-@pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties"])
+@pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties", "statediff"])
 def test_seeds_run_clean_through_their_target(target):
     from fuzz.targets import load
 
@@ -157,7 +157,7 @@ def test_seeds_run_clean_through_their_target(target):
         module.one_input(path.read_bytes())
 
 
-@pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties"])
+@pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties", "statediff"])
 def test_the_harness_reads_what_to_instrument_through_the_import_system(target):
     from fuzz.harness import _instrument
     from fuzz.targets import load
@@ -165,7 +165,7 @@ def test_the_harness_reads_what_to_instrument_through_the_import_system(target):
     assert _instrument(target) == load(target).INSTRUMENT
 
 
-@pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties"])
+@pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties", "statediff"])
 def test_a_dictionary_a_target_names_exists(target):
     from fuzz.targets import load
 

@@ -4,7 +4,7 @@
 cd "$SRC/onnx-light-conformance"
 pip3 install ".[fuzz]"
 
-# Targets import their modules dynamically (fuzz.targets.load) and the differential target loads
+# Targets import their modules dynamically (fuzz.targets.load) and the differential targets load
 # adapters by name, so PyInstaller is told to bundle the packages whole. The harness reads a target's
 # INSTRUMENT list from its source before importing it, so the targets' sources go in as data too.
 # Left out: what only the campaign driver, the test plugin or an optional peer subject imports (the

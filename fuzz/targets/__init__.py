@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-TARGETS = ("verify", "structured", "differential", "state", "properties")
+TARGETS = ("verify", "structured", "differential", "state", "properties", "statediff")
 
 
 def load(name: str) -> ModuleType:
