@@ -28,10 +28,11 @@ def _packed(codes: np.ndarray, storage_type: int) -> bytes:
 
 def _onnx_dequantize(payload: bytes, storage_type: int, shape, scale, zero_point, axis, block, output_dtype):
     """onnx's reference DequantizeLinear (opset 25, output_dtype) on the same codes and parameters."""
-    inputs = [helper.make_tensor("x", storage_type, list(shape), payload, raw=True), numpy_helper.from_array(scale, "s")]
+    inputs = [helper.make_tensor("x", storage_type, list(shape), payload, raw=True),
+              numpy_helper.from_array(scale, "s")]
     if zero_point is not None:
-        inputs.append(helper.make_tensor("z", storage_type, list(np.shape(zero_point)), _packed(zero_point, storage_type),
-                                         raw=True))
+        inputs.append(helper.make_tensor("z", storage_type, list(np.shape(zero_point)),
+                                         _packed(zero_point, storage_type), raw=True))
     attributes = {"output_dtype": helper.np_dtype_to_tensor_dtype(np.dtype(output_dtype))}
     if axis is not None:
         attributes["axis"] = axis
