@@ -10,6 +10,6 @@ from __future__ import annotations
 from reference_impl.clauses import SPEC_NAME, SPEC_REVISION
 
 SUITE_NAME = "onnx-light-conformance"
-SUITE_VERSION = "1.1.0"
+SUITE_VERSION = "2.0.0"  # 2.0: changed expectations and renamed case IDs (the soundness review)
 
 __all__ = ["SPEC_NAME", "SPEC_REVISION", "SUITE_NAME", "SUITE_VERSION"]

@@ -4,21 +4,21 @@
 A manifest holds ``[[case]]`` tables and ``[[family]]`` tables (a case template expanded over a small
 parameter matrix, ``$name`` placeholders). Text models may come from a ``.txtpb`` file (``model``),
 inline text (``model_text``), a named template (``template`` + ``vars``) or a builder (``builder`` +
-``args``); ``merge`` text is merged onto the model afterwards. See docs/conformance.md.
+``args``); ``merge`` text is merged onto the model afterwards. See docs/conformance.md. Templating lives in
+``conformance/templates.py``, family expansion in ``conformance/families.py``; this module loads and
+validates cases and materializes their models.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import hashlib
+import importlib
 import importlib.util
-import itertools
 import json
 import os
 import pathlib
 import re
-import string
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +29,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from conformance.adapters import PROFILES, SuiteError
+from conformance.families import expand_family
+from conformance.templates import expand_template, substitute
 
 LEVELS = ("Required", "Recommended")
 OPERATIONS = ("verify", "decode", "fields", "roundtrip", "state", "export", "rewrite")
@@ -153,7 +155,7 @@ def load_cases(corpus: str | None = None) -> tuple[Case, ...]:
         for entry in data.get("case", []):
             cases.append(_make_case({**defaults, **entry}, templates, manifest.parent, relative, root))
         for family in data.get("family", []):
-            for entry in _expand_family(family):
+            for entry in expand_family(family):
                 cases.append(_make_case({**defaults, **entry}, templates, manifest.parent, relative, root))
     _check_unique(cases)
     return tuple(sorted(cases, key=lambda c: c.id))
@@ -165,50 +167,6 @@ def _load_toml(path: pathlib.Path) -> dict:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as error:
         raise SuiteError(f"{path}: {error}") from None
-
-
-def _substitute(obj: Any, variables: dict) -> Any:
-    if isinstance(obj, str):
-        return string.Template(obj).safe_substitute({k: str(v) for k, v in variables.items()})
-    if isinstance(obj, list):
-        return [_substitute(item, variables) for item in obj]
-    if isinstance(obj, dict):
-        return {key: _substitute(item, variables) for key, item in obj.items()}
-    return obj
-
-
-def _expand_family(family: dict) -> list[dict]:
-    """A family is a case template plus ``matrix`` (cartesian) or ``rows`` (explicit) of variables."""
-    body = {k: v for k, v in family.items() if k not in ("matrix", "rows")}
-    rows = list(family.get("rows", []))
-    if "matrix" in family:
-        names = list(family["matrix"])
-        rows += [dict(zip(names, combo)) for combo in itertools.product(*(family["matrix"][n] for n in names))]
-    entries = []
-    for row in rows:
-        entry = _substitute(copy.deepcopy(body), row)
-        entry["vars"] = {**_substitute(body.get("vars", {}), row), **row}
-        # args/expect keep their native TOML types where a row supplies a whole value
-        for key in ("args", "expect", "step", "rewrite", "clause", "quote"):
-            if key in body:
-                entry[key] = _typed_substitute(body[key], row)
-        entries.append(entry)
-    return entries
-
-
-def _typed_substitute(obj: Any, row: dict) -> Any:
-    if isinstance(obj, str):
-        match = re.fullmatch(r"\$(\w+)|\$\{(\w+)\}", obj)
-        if match:
-            name = match.group(1) or match.group(2)
-            if name in row:
-                return row[name]
-        return _substitute(obj, row)
-    if isinstance(obj, list):
-        return [_typed_substitute(item, row) for item in obj]
-    if isinstance(obj, dict):
-        return {key: _typed_substitute(item, row) for key, item in obj.items()}
-    return obj
 
 
 def _make_case(entry: dict, templates: dict, directory: pathlib.Path, source: str, root: pathlib.Path) -> Case:
@@ -239,9 +197,9 @@ def _make_case(entry: dict, templates: dict, directory: pathlib.Path, source: st
     text = None
     variables = entry.get("vars", {})
     if "model" in entry:
-        text = _substitute((directory / entry["model"]).read_text(), variables)
+        text = substitute((directory / entry["model"]).read_text(), variables)
     elif "model_text" in entry:
-        text = _expand_template(entry["model_text"], variables, templates, where)
+        text = expand_template(entry["model_text"], variables, templates, where)
     elif "template" in entry:
         template = templates.get(entry["template"])
         if template is None:
@@ -249,12 +207,12 @@ def _make_case(entry: dict, templates: dict, directory: pathlib.Path, source: st
         if isinstance(template, dict):
             variables = {**template.get("vars", {}), **variables}
             template = template["text"]
-        text = _expand_template(template, variables, templates, where)
+        text = expand_template(template, variables, templates, where)
     elif "builder" not in entry:
         raise SuiteError(f"{where}: a case needs model, model_text, template or builder")
     merge = entry.get("merge")
     if merge is not None:
-        merge = _expand_template(merge, variables, templates, where)
+        merge = expand_template(merge, variables, templates, where)
     expect = dict(entry.get("expect", {}))
     if expect.get("error") == "":  # a family row with an empty code expects acceptance
         expect = {k: v for k, v in expect.items() if k != "error"} or {"accepted": True}
@@ -269,33 +227,6 @@ def _make_case(entry: dict, templates: dict, directory: pathlib.Path, source: st
                 builder=entry.get("builder"), args=entry.get("args", {}), merge=merge,
                 value=entry.get("value"), files=entry.get("files", {}), steps=entry.get("step", []),
                 target=entry.get("target"), rewrite=entry.get("rewrite"), raw=raw, corpus=root)
-
-
-def _expand_template(template: str, variables: dict, templates: dict, where: str, depth: int = 0) -> str:
-    """``$name`` from vars, then ``@{template}`` includes (in templates or in variable values)."""
-    if depth > 8:
-        raise SuiteError(f"{where}: templates include each other too deeply")
-    try:
-        text = string.Template(template).substitute({k: render_var(v) for k, v in variables.items()})
-    except (KeyError, ValueError) as error:
-        raise SuiteError(f"{where}: template variable {error} is not set") from None
-
-    def include(match: re.Match) -> str:
-        inner = templates.get(match.group(1))
-        if inner is None:
-            raise SuiteError(f"{where}: unknown included template {match.group(1)!r}")
-        if isinstance(inner, dict):
-            inner = inner["text"]
-        return _expand_template(inner, variables, templates, where, depth + 1)
-
-    return re.sub(r"@\{(\w+)\}", include, text)
-
-
-def render_var(value: Any) -> str:
-    """Template values: a list of integers renders as tensor shape dims, anything else as text."""
-    if isinstance(value, list) and all(isinstance(d, int) for d in value):
-        return " ".join(f"dim {{ dim_value: {d} }}" for d in value)
-    return str(value)
 
 
 def _check_unique(cases: list[Case]) -> None:
@@ -352,15 +283,23 @@ def file_bytes(spec: Any, case_id: str = "") -> bytes:
 
 @functools.lru_cache(maxsize=4)
 def _load_builders(corpus: str) -> dict:
-    path = pathlib.Path(corpus) / "builders" / "__init__.py"
+    """The ``builders`` package of a corpus: ``corpus.builders`` for the suite's own corpus, else the
+    corpus directory's ``builders`` package imported from its path (its modules import each other
+    relatively, so a copied corpus brings its own builders)."""
+    path = pathlib.Path(corpus).resolve() / "builders" / "__init__.py"
     if not path.exists():
         return {}
-    name = "conformance_corpus_builders"
+    if path.parent == _OWN_BUILDERS:
+        return dict(importlib.import_module("corpus.builders").BUILDERS)
+    name = f"corpus_builders_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=[str(path.parent)])
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
+    sys.modules[name] = module  # a package must be importable by its name for its relative imports
     spec.loader.exec_module(module)
     return dict(module.BUILDERS)
+
+
+_OWN_BUILDERS = pathlib.Path(__file__).resolve().parents[1] / "corpus" / "builders"
 
 
 def builders(corpus: pathlib.Path | None = None) -> dict:

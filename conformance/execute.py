@@ -23,8 +23,10 @@ import numpy as np
 
 from conformance import operators
 from conformance import values as V
-from conformance.adapters import NotSupported, Rejected, SuiteError
+from conformance.adapters import NotSupported, SuiteError
 from conformance.cases import Case
+from conformance.judging import CaseFailure, call, compare, judge_rejection, one_line
+from conformance.trace import run_trace
 
 PASSED, FAILED, NOT_SUPPORTED = "passed", "failed", "not supported"
 #: Every expectation held, but a rejection carried no error code, so the suite cannot tell it was for the
@@ -56,53 +58,6 @@ class Result:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-class CaseFailure(Exception):
-    """The adapter's behaviour departs from the case's expectation."""
-
-    def __init__(self, message: str, expected: str = "", actual: str = "", detail: str = ""):
-        super().__init__(message)
-        self.message, self.expected, self.actual, self.detail = message, expected, actual, detail
-
-
-class Outcome:
-    """What one adapter call did: returned a value, was rejected, or was not supported."""
-
-    def __init__(self, value: Any = None, rejected: Rejected | None = None):
-        self.value = value
-        self.rejected = rejected
-
-
-def call(adapter: Any, method: str, *args: Any) -> Outcome:
-    """Call an adapter method, classifying exceptions. NotSupported and unclassified exceptions
-    propagate (the first becomes the verdict, the second a failure with traceback)."""
-    fn = getattr(adapter, method, None)
-    if fn is None:
-        raise NotSupported(f"the adapter has no {method}()")
-    try:
-        return Outcome(value=fn(*args))
-    except Rejected as rejected:
-        return Outcome(rejected=rejected)
-    except NotSupported:
-        raise
-    except Exception as exc:
-        classified = classify(adapter, exc)
-        if isinstance(classified, Rejected):
-            return Outcome(rejected=classified)
-        if isinstance(classified, NotSupported):
-            raise classified from exc
-        raise
-
-
-def classify(adapter: Any, exc: BaseException):
-    classifier = getattr(adapter, "classify", None)
-    if classifier is None:
-        return None
-    try:
-        return classifier(exc)
-    except Exception:  # noqa: BLE001 - a broken classifier must not hide the original exception
-        return None
 
 
 def run_case(case: Case, adapter: Any, require_codes: bool = False, timeout: float | None = None) -> Result:
@@ -158,7 +113,7 @@ def _run_case(case: Case, adapter: Any, require_codes: bool) -> Result:
     except SuiteError as exc:
         result.message = f"suite error: {exc}"
     except Exception as exc:  # noqa: BLE001 - the runner never crashes on an adapter exception
-        result.message = f"unclassified {type(exc).__name__}: {_one_line(str(exc))}"
+        result.message = f"unclassified {type(exc).__name__}: {one_line(str(exc))}"
         result.actual = f"raised {type(exc).__name__}"
         result.traceback = traceback.format_exc()
     finally:
@@ -172,48 +127,6 @@ def _claimed(adapter: Any) -> set[str] | None:
     if profiles is None:
         return None
     return set(profiles() if callable(profiles) else profiles)
-
-
-def _one_line(text: str) -> str:
-    """On one line and whole: reports keep the full message (summaries clip it, conformance.text)."""
-    return " ".join(text.split())
-
-
-# ---------------------------------------------------------------------------- judging outcomes
-def judge_rejection(outcome: Outcome, expect: dict, what: str, require_codes: bool) -> bool | None:
-    """Check an outcome against ``expect`` ({error = CODE} or acceptance). Returns whether an error
-    code was checked (None when no rejection was expected).
-
-    ``may_reject = [CODES]`` on an acceptance expectation: the spec equally allows rejecting the input
-    with one of these codes (the caller then skips the checks on the accepted result)."""
-    wanted = expect.get("error")
-    if wanted is None and outcome.rejected is not None and expect.get("may_reject"):
-        return _judge_code(outcome, list(expect["may_reject"]), what, require_codes)
-    if wanted is None:
-        if outcome.rejected is not None:
-            raise CaseFailure(f"{what} was rejected but should be accepted: {_one_line(str(outcome.rejected))}",
-                              actual=f"rejected {outcome.rejected.code or '(no code)'}",
-                              detail=outcome.rejected.message)
-        return None
-    if outcome.rejected is None:
-        raise CaseFailure(f"{what} was accepted but should be rejected with {wanted}",
-                          expected=f"rejected with {wanted}",
-                          actual="accepted")
-    return _judge_code(outcome, [wanted] + list(expect.get("also", [])), what, require_codes)
-
-
-def _judge_code(outcome: Outcome, allowed: list[str], what: str, require_codes: bool) -> bool:
-    wanted = allowed[0]
-    code = outcome.rejected.code
-    if code is None:
-        if require_codes:
-            raise CaseFailure(f"{what} was rejected without an error code; expected {wanted}",
-                              actual="rejected (no code)")
-        return False
-    if code not in allowed:
-        raise CaseFailure(f"{what} was rejected with {code}, expected {wanted}", expected=f"rejected with {wanted}",
-                          actual=f"rejected with {code}", detail=outcome.rejected.message)
-    return True
 
 
 def _verify(case: Case, adapter: Any, workdir: str, require_codes: bool):
@@ -237,17 +150,6 @@ def expected_values(case: Case) -> Any:
     if "expected" in case.extras():
         return case.extras()["expected"]
     raise SuiteError(f"{case.id}: no expected values")
-
-
-def compare(expected: Any, actual: Any, expect: dict, what: str, path: str = "value") -> None:
-    """``any_shape = true``: only the elements in row-major order count, not the dimensions they are
-    exposed in (a struct value without logical_type has decoder-exposed dimensions)."""
-    if expect.get("any_shape") and isinstance(expected, np.ndarray) and isinstance(actual, np.ndarray):
-        expected, actual = expected.reshape(-1), actual.reshape(-1)
-    reason = V.mismatch(expected, actual, expect.get("atol", 0.0), expect.get("rtol", 0.0), path)
-    if reason:
-        raise CaseFailure(f"{what}: {reason}", expected=V.describe(expected), actual=V.describe(actual),
-                          detail=reason)
 
 
 def _fields(case: Case, adapter: Any, workdir: str, require_codes: bool):
@@ -366,7 +268,7 @@ def _check_standard(model) -> None:
     try:
         onnx.checker.check_model(plain)
     except Exception as exc:  # noqa: BLE001 - the checker's verdict is the point
-        raise CaseFailure(f"the standard export fails onnx.checker: {_one_line(str(exc))}") from None
+        raise CaseFailure(f"the standard export fails onnx.checker: {one_line(str(exc))}") from None
 
 
 def _first_diff(a: bytes, b: bytes) -> str:
@@ -377,8 +279,6 @@ def _first_diff(a: bytes, b: bytes) -> str:
 
 
 def _state(case: Case, adapter: Any, workdir: str, require_codes: bool):
-    from conformance.trace import run_trace
-
     return run_trace(case, adapter, workdir, require_codes)
 
 

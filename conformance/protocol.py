@@ -1,6 +1,7 @@
-"""The testee protocol in Python: message classes built from a descriptor that mirrors
-``conformance/testee.proto`` (a test compiles the .proto with protoc and checks they agree), the
-4-byte little-endian length framing, and conversion between protocol values and neutral values.
+"""The testee protocol in Python: message classes built from the protocol's one definition
+(``conformance/protocol_schema.py``, which also renders ``conformance/testee.proto``; a test compiles the
+.proto with protoc and checks the descriptors agree), the 4-byte little-endian length framing, and
+conversion between protocol values and neutral values.
 
 Building the descriptor here needs no protoc at install time and no generated code pinned to one
 protobuf release.
@@ -15,9 +16,9 @@ import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+from conformance.protocol_schema import PACKAGE, SCHEMA
 from conformance.values import Encoded, Struct, borrow, default_buffer_id, dtype_of, is_ownerless
 
-PACKAGE = "onnx_light.conformance"
 PROTOCOL_VERSION = 4  # 2: Run.cancelled; 3: names as bytes, Rejection.causes, Counters; 4: Run.hold, Hold
 #: Default cap on one frame's length (bytes). A longer length prefix is a framing error before anything
 #: is read; ``read_frame`` takes another cap, the testee adapter reads it from CONFORMANCE_MAX_FRAME.
@@ -29,69 +30,14 @@ _SCALARS = {"string": _F.TYPE_STRING, "bytes": _F.TYPE_BYTES, "int64": _F.TYPE_I
             "uint32": _F.TYPE_UINT32, "bool": _F.TYPE_BOOL}
 
 # name -> [(field, number, type (trailing * = repeated), oneof or None)], in .proto order
-_MESSAGES: list[tuple[str, list]] = [
-    ("Tensor", [("dtype", 1, "string"), ("shape", 2, "int64*"), ("data", 3, "bytes"), ("strings", 4, "string*"),
-                ("buffer_id", 5, "uint64"), ("read_only", 6, "bool"), ("strides", 7, "int64*"),
-                ("byte_strings", 8, "bytes*"), ("ownerless", 9, "bool")]),
-    ("StructField", [("name", 1, "bytes"), ("value", 2, "Value")]),
-    ("Struct", [("fields", 1, "StructField*"), ("type_id", 2, "uint64"), ("has_type_id", 3, "bool")]),
-    ("Sequence", [("items", 1, "Value*")]),
-    ("Encoded", [("header", 1, "bytes"), ("payload", 2, "bytes"), ("buffer_id", 3, "uint64"),
-                 ("read_only", 4, "bool")]),
-    ("Value", [("tensor", 1, "Tensor", "kind"), ("struct", 2, "Struct", "kind"), ("sequence", 3, "Sequence", "kind"),
-               ("encoded", 4, "Encoded", "kind"), ("none", 5, "bool", "kind")]),
-    ("NamedValue", [("name", 1, "bytes"), ("value", 2, "Value")]),
-    ("Hello", []),
-    ("Verify", [("model", 1, "bytes"), ("base_dir", 2, "string")]),
-    ("Decode", [("model", 1, "bytes"), ("value_name", 2, "bytes"), ("base_dir", 3, "string")]),
-    ("ReadFields", [("model", 1, "bytes"), ("value_name", 2, "bytes"), ("base_dir", 3, "string")]),
-    ("RoundTrip", [("model", 1, "bytes")]),
-    ("OpenState", [("model", 1, "bytes"), ("initial", 2, "NamedValue*"), ("base_dir", 3, "string")]),
-    ("Run", [("state", 1, "uint64"), ("feeds", 2, "NamedValue*"), ("cancelled", 3, "bool"), ("hold", 4, "bool")]),
-    ("Values", [("state", 1, "uint64")]),
-    ("Reset", [("state", 1, "uint64"), ("initial", 2, "NamedValue*")]),
-    ("Close", [("state", 1, "uint64")]),
-    ("Export", [("model", 1, "bytes"), ("target", 2, "string")]),
-    ("Rewrite", [("model", 1, "bytes"), ("rewrite_json", 2, "string")]),
-    ("Shutdown", []),
-    ("Counters", [("state", 1, "uint64")]),
-    ("Hold", [("state", 1, "uint64"), ("release", 2, "bool"), ("cancel", 3, "bool")]),
-    ("Request", [("id", 1, "uint64")] + [(name, number, cls, "op") for name, number, cls in (
-        ("hello", 2, "Hello"), ("verify", 3, "Verify"), ("decode", 4, "Decode"), ("read_fields", 5, "ReadFields"),
-        ("roundtrip", 6, "RoundTrip"), ("open_state", 7, "OpenState"), ("run", 8, "Run"), ("values", 9, "Values"),
-        ("reset", 10, "Reset"), ("close", 11, "Close"), ("export", 12, "Export"), ("rewrite", 13, "Rewrite"),
-        ("shutdown", 14, "Shutdown"), ("counters", 15, "Counters"), ("hold", 16, "Hold"))]),
-    ("OperatorRole", [("role", 1, "string"), ("domain", 2, "string"), ("op_type", 3, "string")]),
-    ("HelloResult", [("name", 1, "string"), ("version", 2, "string"), ("profiles", 3, "string*"),
-                     ("protocol_version", 4, "uint32"), ("operators", 5, "OperatorRole*")]),
-    ("Ok", []),
-    ("ValueResult", [("value", 1, "Value")]),
-    ("NamedValues", [("values", 1, "NamedValue*"), ("received", 2, "NamedValue*")]),
-    ("FeedbackPair", [("input_name", 1, "bytes"), ("output_name", 2, "bytes")]),
-    ("ModelResult", [("model", 1, "bytes"), ("feedback", 2, "FeedbackPair*"), ("has_feedback", 3, "bool")]),
-    ("StateOpened", [("state", 1, "uint64"), ("received", 2, "NamedValue*")]),
-    ("Rejection", [("code", 1, "string"), ("message", 2, "string"), ("causes", 3, "string*")]),
-    ("NotSupported", [("reason", 1, "string")]),
-    ("InternalError", [("message", 1, "string"), ("traceback", 2, "string")]),
-    ("Counter", [("name", 1, "string"), ("value", 2, "int64")]),
-    ("CounterValues", [("counters", 1, "Counter*")]),
-    ("Response", [("id", 1, "uint64")] + [(name, number, cls, "result") for name, number, cls in (
-        ("hello", 2, "HelloResult"), ("ok", 3, "Ok"), ("value", 4, "ValueResult"), ("values", 5, "NamedValues"),
-        ("model", 6, "ModelResult"), ("state", 7, "StateOpened"), ("rejected", 8, "Rejection"),
-        ("not_supported", 9, "NotSupported"), ("error", 10, "InternalError"),
-        ("counters", 11, "CounterValues"))]),
-]
-
-
 def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
-    """The protocol's descriptor, field for field as in testee.proto."""
+    """The protocol's descriptor, built from the schema (testee.proto is rendered from the same)."""
     fdp = descriptor_pb2.FileDescriptorProto(name="conformance/testee.proto", package=PACKAGE, syntax="proto3")
-    for name, fields in _MESSAGES:
-        msg = fdp.message_type.add(name=name)
+    for message in SCHEMA:
+        msg = fdp.message_type.add(name=message.name)
         oneofs: list[str] = []
-        for entry in fields:
-            field_name, number, kind = entry[:3]
-            oneof = entry[3] if len(entry) > 3 else None
+        for entry in message.fields:
+            field_name, number, kind, oneof = entry.name, entry.number, entry.kind, entry.oneof
             repeated = kind.endswith("*")
             kind = kind.rstrip("*")
             field = msg.field.add(name=field_name, number=number, json_name=_camel(field_name),
@@ -116,8 +62,8 @@ def _camel(name: str) -> str:
 
 _POOL = descriptor_pool.DescriptorPool()
 _POOL.Add(file_descriptor())
-MESSAGES = {name: message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{PACKAGE}.{name}"))
-            for name, _ in _MESSAGES}
+MESSAGES = {message.name: message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{PACKAGE}.{message.name}"))
+            for message in SCHEMA}
 Request = MESSAGES["Request"]
 Response = MESSAGES["Response"]
 

@@ -23,8 +23,8 @@ from typing import Any
 from conformance import operators
 from conformance import protocol as P
 from conformance.adapters import NotSupported, Rejected, load_adapter
-from conformance.execute import classify
 from conformance.hold import Hold
+from conformance.judging import classify
 from conformance.values import default_buffer_id
 
 

@@ -69,8 +69,8 @@ import numpy as np
 from conformance import operators
 from conformance import values as V
 from conformance.adapters import NotSupported, SuiteError
-from conformance.execute import CaseFailure, Outcome, call, classify, compare, judge_rejection
 from conformance.hold import Hold
+from conformance.judging import CaseFailure, Outcome, call, classify, compare, judge_rejection
 
 #: How long a second call may take to come back while the first run is parked before the runner releases
 #: the run. It only decides which branch is observed (a rejection or a call that waits for the run); no

@@ -14,14 +14,12 @@ import pathlib
 import shutil
 
 from conformance.wire import tag, varint
-from fuzz import gen, mutators
-from fuzz.source import RandomSource, RecordingSource
+from fuzz import gen
 from reference_impl.dtypes import UINT64_MAX
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SEEDS = ROOT / "corpus" / "seeds"
 DICTS = ROOT / "corpus" / "dict"
-GENERATED_SEEDS = 120
 
 
 def _write_dir(directory: pathlib.Path, blobs: list[bytes], max_len: int) -> int:
@@ -39,70 +37,14 @@ def _write_dir(directory: pathlib.Path, blobs: list[bytes], max_len: int) -> int
     return len(written)
 
 
-def conformance_models(corpus: str | None = None) -> list[bytes]:
-    """Model bytes of every conformance case. A case that cannot be built is a defect of the suite, not
-    a seed to leave out: every such case is reported in one ``SuiteError``."""
-    from conformance.adapters import SuiteError
-    from conformance.cases import load_cases
-
-    models, problems = [], []
-    for case in load_cases(corpus):
-        try:
-            models.append(case.model_bytes())
-        except Exception as error:  # noqa: BLE001 - any builder error is reported below, with its case
-            problems.append(f"{case.id}: {type(error).__name__}: {error}")
-    if problems:
-        raise SuiteError(f"{len(problems)} conformance case(s) cannot be built as seeds:\n  "
-                         + "\n  ".join(problems))
-    return models
-
-
-def generated_models(count: int = GENERATED_SEEDS) -> list[bytes]:
-    """Valid models and one near-valid model per error code, serialized."""
-    from reference_impl import examples
-
-    blobs = [examples.spec_example_model().SerializeToString()]
-    for seed in range(count):
-        blobs.append(gen.gen_model(RandomSource(f"valid-{seed}")).model.SerializeToString())
-    for code in sorted(mutators.MUTATORS, key=lambda c: c.value):
-        src = RandomSource(f"near-{code.value}")
-        case = mutators.near_valid(src, gen.gen_model(src), code)
-        blobs.append(case.model_bytes())
-    return blobs
-
-
-def structured_streams(count: int = GENERATED_SEEDS, prefix: bytes = b"") -> list[bytes]:
-    """Choice streams that replay (through ByteSource) into valid and near-valid cases."""
-    streams = []
-    for seed in range(count):
-        recorder = RecordingSource(RandomSource(f"structured-{seed}"))
-        mode = recorder.integer(0, 3)
-        generated = gen.gen_model(recorder, max_values=4)
-        if mode:
-            mutators.near_valid(recorder, generated)
-        streams.append(prefix + bytes(recorder.recorded))
-    codes = sorted(mutators.MUTATORS, key=lambda c: c.value)
-    for index, code in enumerate(codes):  # one stream per code: mode byte, model, code index, mutation
-        recorder = RecordingSource(RandomSource(f"structured-{code.value}"))
-        recorder.recorded += b"\x01"
-        generated = gen.gen_model(recorder, max_values=4)
-        recorder.recorded += index.to_bytes(((len(codes) - 1).bit_length() + 7) // 8, "little")
-        mutators.MUTATORS[code](recorder, generated)
-        streams.append(prefix + bytes(recorder.recorded))
-    return streams
-
-
 def write_seeds() -> dict[str, int]:
-    """Regenerate corpus/seeds/<target>/ for every target; returns file counts."""
-    from fuzz.targets import differential, load, state, structured, verify
+    """Regenerate corpus/seeds/<target>/ from every target's own ``seeds()``; returns file counts."""
+    from fuzz.targets import TARGETS, load
 
     counts = {}
-    counts["verify"] = _write_dir(SEEDS / "verify", conformance_models() + generated_models(), verify.MAX_LEN)
-    counts["structured"] = _write_dir(SEEDS / "structured", structured_streams(), structured.MAX_LEN)
-    counts["differential"] = _write_dir(SEEDS / "differential", differential.seeds(), differential.MAX_LEN)
-    counts["state"] = _write_dir(SEEDS / "state", state.seeds(), state.MAX_LEN)
-    properties = load("properties")
-    counts["properties"] = _write_dir(SEEDS / "properties", properties.seeds(), properties.MAX_LEN)
+    for name in TARGETS:
+        target = load(name)
+        counts[name] = _write_dir(SEEDS / name, target.seeds(), target.MAX_LEN)
     return counts
 
 

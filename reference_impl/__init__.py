@@ -1,7 +1,11 @@
 """The compact reference oracle for onnx-light's custom, quantized and persistent values contract.
 
-The public names below are imported on first use (PEP 562): importing a light submodule, such as the
-command lines' shared ``broken_pipe`` manners, does not import NumPy, onnx and the whole oracle.
+The public API is what this module exports (``__all__``), plus ``reference_impl.kv`` for the KV caches and
+``reference_impl.schema`` for the extended protobuf messages. docs/ and the README use exactly these
+names; tests/test_public_api.py checks every name they show imports.
+
+The names are imported on first use (PEP 562): importing a light submodule, such as the command lines'
+shared ``broken_pipe`` manners, does not import NumPy, onnx and the whole oracle.
 """
 
 from __future__ import annotations
@@ -17,12 +21,16 @@ _EXPORTS = {
     "decode_value": "decode", "read_fields": "decode", "DecoderRegistry": "decoders",
     "default_registry": "decoders", "ContractError": "errors", "ErrorCode": "errors",
     "LOCAL_DOMAIN": "executor", "CancelToken": "executor", "Executor": "executor", "run_model": "executor",
-    "export_standard": "graph_utils", "State": "state", "make_state": "state", "EncodedValue": "values",
-    "InvocationBorrow": "values", "StructValue": "values", "VerifiedModel": "verifier",
-    "verify_model": "verifier",
+    "apply_rewrite": "graph_utils", "copy_model": "graph_utils", "deduplicate_initializers": "graph_utils",
+    "export_standard": "graph_utils", "feedback_loop": "graph_utils", "load_model": "graph_utils",
+    "rename_value": "graph_utils", "save_model": "graph_utils", "unbind": "graph_utils", "State": "state",
+    "make_state": "state", "EncodedValue": "values", "InvocationBorrow": "values", "StructValue": "values",
+    "VerifiedModel": "verifier", "verify_model": "verifier",
 }
+#: public submodules
+_SUBMODULES = ("schema",)
 
-__all__ = sorted(_EXPORTS, key=lambda name: (name[0].islower(), name))
+__all__ = sorted([*_EXPORTS, *_SUBMODULES], key=lambda name: (name[0].islower(), name))
 
 
 def __getattr__(name: str):
@@ -37,7 +45,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(__all__))
 
 
 class _Package(types.ModuleType):

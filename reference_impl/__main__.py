@@ -14,8 +14,11 @@ import sys
 
 import numpy as np
 
-from reference_impl import ContractError, decode, examples, payload, verify_model
+from reference_impl import examples, payload
 from reference_impl.broken_pipe import quiet_broken_pipe
+from reference_impl.decode import decode
+from reference_impl.errors import ContractError
+from reference_impl.verifier import verify_model
 
 #: Largest model file ``verify`` reads: protobuf cannot parse a message of 2 GiB or more anyway.
 MAX_MODEL_BYTES = (1 << 31) - 1

@@ -325,7 +325,7 @@ def test_scale_expectations_equal_onnx_dequantize_linear(scale_type, granularity
     from onnx.reference import ReferenceEvaluator
 
     built = builders()["affine_scale"](scale_type, granularity)
-    from conformance_corpus_builders.affine_scales import SCALE_TYPES  # importable once builders() loaded them
+    from corpus.builders.affine_scales import SCALE_TYPES
     value = built["model"].graph.encoded_initializer[0]
     layout = value.affine
     dims = list(built["codes"].shape)

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from conformance.adapters import load_adapter
+from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.cases import builders, load_cases, select
 from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, run_case
@@ -90,14 +90,22 @@ def test_in_place_append_behind_a_shared_prefix_is_caught(monkeypatch):
         "Required.KV.Contiguous.BranchesFromASharedPrefix", "Required.KV.PagedOwnership.BranchesFromAHeldCache"]
 
 
-def test_ignored_cancellation_is_caught():
-    class IgnoresCancel(ReferenceAdapter):
+def test_a_cancellation_that_keeps_the_new_values_is_caught():
+    """The run completes and publishes its values, then reports STATE_CANCELLED: the caller is told nothing
+    changed while the state moved on. (Completing the run and saying so is allowed:
+    tests/test_conformance_kv_alternatives.py.)"""
+    class CancelledButPublished(ReferenceAdapter):
         def open_state(self, *args):
             handle = super().open_state(*args)
-            handle.run_cancelled = handle.run
+
+            def run_cancelled(feeds):
+                handle.run(feeds)
+                raise Rejected("STATE_CANCELLED", "cancelled")
+
+            handle.run_cancelled = run_cancelled
             return handle
 
-    assert _failed(_verdicts(IgnoresCancel(), ["*.KV.*.Cancelled*"])) == [
+    assert _failed(_verdicts(CancelledButPublished(), ["*.KV.*.Cancelled*"])) == [
         "Required.KV.Contiguous.CancelledAppendLeavesCache", "Required.KV.PagedOwnership.CancelledAppendLeavesCache"]
 
 
@@ -127,7 +135,7 @@ def test_affine_blocks_decode_as_onnx_dequantize_linear(fmt):
     from onnx.reference import ReferenceEvaluator
 
     builders()  # loads the builder package
-    from conformance_corpus_builders.kv_formats import AFFINE, dequantize_affine, encode
+    from corpus.builders.kv_formats import AFFINE, dequantize_affine, encode
 
     x = np.random.default_rng(3).standard_normal((3, 2, 8)).astype(np.float32) * 2
     value, decoded = encode(x, fmt)
@@ -152,7 +160,7 @@ def test_codebook_block_matches_the_spec_example():
     """The spec: indices 0, 1, 2, 3 pack as E4; 00 00 00 40 is the FLOAT scale 2.0; the block decodes to
     [-2.0, -0.5, 0.5, 2.0] repeated eight times."""
     builders()
-    from conformance_corpus_builders.kv_formats import encode
+    from corpus.builders.kv_formats import encode
 
     x = np.tile(np.array([-2.0, -0.5, 0.5, 2.0], np.float32), 8).reshape(4, 2, 4)
     value, decoded = encode(x, "codebook2")

@@ -16,7 +16,7 @@ from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, run_case
 from conformance.runner import RunConfig, run
 from reference_impl import ContractError
 
-GAP = "Required.KV.PagedBlockTable.GapBetweenBlocks"
+INVALID = "Required.KV.PagedBlockTable.ValidBeyondSlots"
 
 
 def _case(case_id: str):
@@ -61,15 +61,15 @@ class RejectsAtOpen(ReferenceAdapter):
 
 
 def test_a_failed_run_that_names_a_cause_must_name_the_right_one():
-    result = run_case(_case(GAP), NamesWrongCause())
+    result = run_case(_case(INVALID), NamesWrongCause())
     assert result.verdict == FAILED and "because of ATTENTION_INPUT_INVALID, not KV_BLOCK_INVALID" in result.message
-    assert run_case(_case(GAP), ReportsCause()).verdict == PASSED
-    assert run_case(_case(GAP), HidesCause()).verdict == PASSED  # message text is never searched
+    assert run_case(_case(INVALID), ReportsCause()).verdict == PASSED
+    assert run_case(_case(INVALID), HidesCause()).verdict == PASSED  # message text is never searched
 
 
 def test_errors_may_come_when_the_state_opens():
-    assert run_case(_case(GAP), RejectsAtOpen("KV_BLOCK_INVALID")).verdict == PASSED
-    assert run_case(_case(GAP), RejectsAtOpen("STATE_VALUE_INCOMPATIBLE")).verdict == FAILED
+    assert run_case(_case(INVALID), RejectsAtOpen("KV_BLOCK_INVALID")).verdict == PASSED
+    assert run_case(_case(INVALID), RejectsAtOpen("STATE_VALUE_INCOMPATIBLE")).verdict == FAILED
     valid = run_case(_case("Required.KV.PagedFormats.Int8KeysUint8Values"), RejectsAtOpen("KV_BLOCK_INVALID"))
     assert valid.verdict == FAILED and "should be accepted" in valid.message
 

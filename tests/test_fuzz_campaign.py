@@ -175,7 +175,7 @@ def test_a_dictionary_a_target_names_exists(target):
 
 def test_a_conformance_case_that_cannot_be_built_is_reported_not_dropped(tmp_path):
     from conformance.adapters import SuiteError
-    from fuzz.corpus import conformance_models
+    from fuzz.seedgen import conformance_models
 
     (tmp_path / "cases").mkdir()
     (tmp_path / "cases" / "seeds.toml").write_text(
@@ -238,8 +238,8 @@ def test_a_crashing_subprocess_testee_is_a_finding_not_a_dead_fuzzer(tmp_path):
 
 
 def _partial_record_stream() -> bytes:
-    from fuzz.corpus import structured_streams
     from fuzz.mutators import MUTATORS
+    from fuzz.seedgen import structured_streams
 
     codes = sorted(MUTATORS, key=lambda c: c.value)
     return structured_streams(0)[codes.index(ErrorCode.PAYLOAD_PARTIAL_RECORD)]

@@ -133,3 +133,11 @@ def test_counters_cross_the_protocol(testee):
     handle.close()
     assert counters["payload_bytes_copied"] == 0 and counters["binding_resolutions"] == 1
     assert counters["model_serializations"] == 0 and counters["adopted_leaves"] >= 2
+
+
+def test_the_shipped_proto_is_rendered_from_the_schema():
+    """One definition: conformance/testee.proto is what conformance/protocol_schema.py renders."""
+    from conformance import protocol_schema
+
+    assert protocol_schema.PROTO.read_text() == protocol_schema.render(), \
+        "conformance/testee.proto is stale: python -m conformance.protocol_schema --write"

@@ -9,10 +9,13 @@ from typing import Any
 import numpy as np
 
 import reference_impl
-from conformance.adapters import NotSupported, Rejected
+from conformance.adapters import PROFILES, NotSupported, Rejected
 from conformance.hold import HOLD_DOMAIN, HOLD_OP, Hold
 from conformance.values import Encoded, Struct
-from reference_impl import ContractError
+from reference_impl import ContractError, graph_utils
+from reference_impl import state as state_module
+from reference_impl.kv import kv_kernels
+from reference_impl.kv.storage import KVCounters, counting
 
 
 def _rejected(error: ContractError) -> Rejected:
@@ -30,16 +33,8 @@ class ReferenceAdapter:
         self.version = f"reference_impl (spec {reference_impl.SPEC_REVISION})"
 
     def profiles(self) -> set[str]:
-        from conformance.adapters import PROFILES
-
-        claimed = {"representation", "affine", "structured", "external-data", "bindings"}
-        if _state_module() is not None:
-            claimed |= {"state", "zero-copy"}
-        if _graph_utils() is not None:
-            claimed.add("export")
-        if _kv_module() is not None:
-            claimed |= {"kv-contiguous", "kv-paged", "decode-e2e"}
-        return claimed & set(PROFILES)
+        """The oracle implements the whole contract: every profile."""
+        return set(PROFILES)
 
     def classify(self, exc: BaseException):
         if isinstance(exc, ContractError):
@@ -68,9 +63,6 @@ class ReferenceAdapter:
 
     # ---------------------------------------------------------------------------------- state
     def open_state(self, model_bytes: bytes, initial: dict[str, Any], base_dir: str | None = None):
-        state_module = _state_module()
-        if state_module is None:
-            raise NotSupported("reference_impl.state is not available")
         model = reference_impl.schema.parse_model(model_bytes)
         options = {"base_dir": base_dir}
         kernels = dict(self.executor_kernels())
@@ -85,15 +77,13 @@ class ReferenceAdapter:
     def executor_kernels(self) -> dict:
         """Executor kernels by (domain, op_type): the KV kernels, i.e. Attention with in-place appends and
         the paged_attention role's default operator (docs/testee-protocol.md, "Operator roles")."""
-        return _kv_kernels() or {}
+        return kv_kernels()
 
     # --------------------------------------------------------------------------- export/rewrite
     def export(self, model_bytes: bytes, target: str):
         """``onnx-light``: explicit save/load; ``onnx``: standard export; ``onnx-lowered``: standard
         export lowered to a stateless model plus its feedback mapping."""
-        utils = _graph_utils()
-        if utils is None:
-            raise NotSupported("reference_impl.graph_utils is not available")
+        utils = graph_utils
         model = reference_impl.schema.parse_model(model_bytes)
         if target == "onnx-light":
             return utils.copy_model(model).SerializeToString()
@@ -105,9 +95,7 @@ class ReferenceAdapter:
 
     def rewrite(self, model_bytes: bytes, rewrite: dict) -> bytes:
         """The rewrites cases ask for, done the way the graph builder does them (bindings checked)."""
-        utils = _graph_utils()
-        if utils is None:
-            raise NotSupported("reference_impl.graph_utils is not available")
+        utils = graph_utils
         model = reference_impl.schema.parse_model(model_bytes)
         kind = rewrite.get("kind")
         if kind == "rename":
@@ -173,7 +161,7 @@ class ReferenceState:
     def __init__(self, state, slot: _HoldSlot | None = None) -> None:
         self.state = state
         self.slot = slot or _HoldSlot()
-        self._kv = _kv_counters()
+        self._kv = KVCounters()
 
     def run(self, feeds: dict[str, Any]) -> dict[str, Any]:
         with self._counting():
@@ -208,10 +196,6 @@ class ReferenceState:
     @contextlib.contextmanager
     def _counting(self):
         """Accumulate what the KV kernels report during one call into this state's KV counters."""
-        if self._kv is None:
-            yield
-            return
-        from reference_impl.kv.storage import counting
 
         with counting() as call:
             try:
@@ -231,9 +215,8 @@ class ReferenceState:
     def counters(self) -> dict[str, int]:
         """The state's own counters and the KV kernels' under the suite's names (docs/testee-protocol.md)."""
         found = dict(self.state.counters.snapshot())
-        if self._kv is not None:
-            found["kv_bytes_written"] = self._kv.written_bytes
-            found["attention_peak_workspace_bytes"] = self._kv.workspace_peak
+        found["kv_bytes_written"] = self._kv.written_bytes
+        found["attention_peak_workspace_bytes"] = self._kv.workspace_peak
         return found
 
 
@@ -261,43 +244,3 @@ def to_neutral(value: Any) -> Any:
     if isinstance(value, list):
         return [to_neutral(v) for v in value]
     return value
-
-
-def _state_module():
-    try:
-        from reference_impl import state
-    except ImportError:
-        return None
-    return state if hasattr(state, "make_state") else None
-
-
-def _graph_utils():
-    try:
-        from reference_impl import graph_utils
-    except ImportError:
-        return None
-    return graph_utils
-
-
-def _kv_kernels():
-    try:
-        from reference_impl.kv.kernels import kv_kernels
-    except ImportError:
-        return None
-    return kv_kernels()
-
-
-def _kv_counters():
-    try:
-        from reference_impl.kv.storage import KVCounters
-    except ImportError:
-        return None
-    return KVCounters()
-
-
-def _kv_module():
-    try:
-        from reference_impl import kv
-    except ImportError:
-        return None
-    return kv

@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from conformance import protocol as P
-from conformance.adapters import NotSupported, Rejected, SuiteError
+from conformance.adapters.base import NotSupported, Rejected, SuiteError
 from conformance.hold import Hold
 
 

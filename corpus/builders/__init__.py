@@ -7,11 +7,12 @@ evaluator, never by running the oracle under test).
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
+import importlib
 
 BUILDERS: dict = {}
+#: The builder modules, imported (so their builders register) when the package is.
+MODULES = ("representation", "affine_sweep", "affine_scales", "wire", "kv", "kv_formats", "kv_paged",
+           "kv_contiguous", "kv_semantics", "coverage_models", "limits")
 
 
 def builder(fn):
@@ -20,15 +21,5 @@ def builder(fn):
     return fn
 
 
-def _load(name: str) -> None:
-    path = pathlib.Path(__file__).with_name(f"{name}.py")
-    module_name = f"{__name__}.{name}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-
-
-for _name in ("representation", "affine_sweep", "affine_scales", "wire", "kv", "kv_formats", "kv_paged",
-              "kv_contiguous", "kv_semantics", "coverage_models", "limits"):
-    _load(_name)
+for _name in MODULES:
+    importlib.import_module(f"{__name__}.{_name}")

@@ -16,9 +16,10 @@ different product.
 from __future__ import annotations
 
 import numpy as np
-from conformance_corpus_builders import builder
-from conformance_corpus_builders.affine_sweep import packed
-from conformance_corpus_builders.common import model
+
+from . import builder
+from .affine_sweep import packed
+from .common import model
 
 #: scale element type name -> (TensorProto data type, NumPy dtype name)
 SCALE_TYPES = {"float": (1, "float32"), "float16": (10, "float16"), "bfloat16": (16, "bfloat16"),

@@ -4,8 +4,9 @@ evaluator running DequantizeLinear on the same codes (an independent implementat
 from __future__ import annotations
 
 import numpy as np
-from conformance_corpus_builders import builder
-from conformance_corpus_builders.common import add_float_logical, model, pack_crumbs, pack_nibbles
+
+from . import builder
+from .common import add_float_logical, model, pack_crumbs, pack_nibbles
 
 RANGES = {3: (-128, 127), 2: (0, 255), 22: (-8, 7), 21: (0, 15), 26: (-2, 1), 25: (0, 3)}
 WIDTH = {3: 8, 2: 8, 22: 4, 21: 4, 26: 2, 25: 2}

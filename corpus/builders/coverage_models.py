@@ -6,12 +6,13 @@ formulas."""
 from __future__ import annotations
 
 import numpy as np
-from conformance_corpus_builders import builder
-from conformance_corpus_builders.affine_scales import expected_values
-from conformance_corpus_builders.common import pack_nibbles
-from conformance_corpus_builders.wire import _float_tensor_type, string
 
 from conformance.wire import field, field_varint
+
+from . import builder
+from .affine_scales import expected_values
+from .common import pack_nibbles
+from .wire import _float_tensor_type, string
 
 
 def _tensor(data_type: int, dims, payload: bytes) -> bytes:

@@ -4,7 +4,8 @@ softmax(Q K^T / sqrt(head_size)) V over the concatenated cache, with present = C
 from __future__ import annotations
 
 import numpy as np
-from conformance_corpus_builders import builder
+
+from . import builder
 
 
 def _tensor_vi(g, name, dims, elem=1, output=False):
@@ -57,7 +58,7 @@ def attention_model(heads: int, head_size: int, free_tokens: bool = False, name:
     """Attention(q, k, v[, attn_mask], past_key, past_value) with ``past_* <- present_*``; ``q_heads``
     query heads over ``heads`` key/value heads; ``attrs`` are Attention attributes (is_causal, scale,
     softcap)."""
-    from conformance_corpus_builders.common import model
+    from .common import model
 
     q_heads = heads if q_heads is None else q_heads
     m = model(name)
@@ -84,10 +85,13 @@ def paged_model(heads: int, head_size: int, block_size, key_format: str = "dense
     """The paged_attention role's default operator, ai.rt::PagedAttention(q, k, v, cache[, attn_mask]) ->
     (y, next_cache), with ``cache <- next_cache``. ``tokens`` is the declared token count of q, k and v
     (a name for any); ``free_tokens`` declares k and v with independent symbolic token counts (so a
-    mismatch reaches the kernel); ``attrs`` are further attributes (is_causal, scale, softcap, max_tokens)."""
-    from conformance_corpus_builders.common import model
-
+    mismatch reaches the kernel); ``attrs`` are further attributes (is_causal, max_tokens, or the suite's
+    extensions scale and softcap). The model carries a suite extension only when the case asks for it:
+    ``key_format``/``value_format`` only when not dense (the format blocks stay in without them), the
+    ``attn_mask`` input only with ``mask``, so a case without them runs on the role's own signature."""
     from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
+
+    from .common import model
 
     q_heads = heads if q_heads is None else q_heads
     m = model("kv_paged")
@@ -99,7 +103,9 @@ def paged_model(heads: int, head_size: int, block_size, key_format: str = "dense
     if masked:
         inputs.append(masked)
     node = g.node.add(op_type="PagedAttention", domain="ai.rt", input=inputs, output=["y", "next_cache"])
-    _attributes(node, {"block_size": block_size, "key_format": key_format, "value_format": value_format, **attrs})
+    formats = {name: fmt for name, fmt in (("key_format", key_format), ("value_format", value_format))
+               if fmt != "dense"}
+    _attributes(node, {"block_size": block_size, **formats, **attrs})
     _tensor_vi(g, "q", [1, q_heads, tokens, head_size])
     _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else tokens, head_size])
     _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else tokens, head_size])
@@ -151,7 +157,7 @@ def kv_decode(steps: int = 4, heads: int = 2, head_size: int = 4, prefill: int =
 @builder
 def kv_scatter(capacity: int = 4, heads: int = 1, head_size: int = 2):
     """A fixed-capacity cache updated with TensorScatter (opset 24) at caller-given write indices."""
-    from conformance_corpus_builders.common import model
+    from .common import model
 
     m = model("kv_scatter", opset=24)
     g = m.graph

@@ -8,8 +8,9 @@ writes for TensorScatter.
 from __future__ import annotations
 
 import numpy as np
-from conformance_corpus_builders import builder
-from conformance_corpus_builders.kv import _literal, _tensor_vi, attention_model, attention_numpy
+
+from . import builder
+from .kv import _literal, _tensor_vi, attention_model, attention_numpy
 
 
 class Cache:
@@ -24,15 +25,23 @@ class Cache:
         other.rng, other.k, other.v = self.rng, self.k, self.v
         return other
 
-    def step(self, label: str, count: int = 1, state: str = "main") -> dict:
+    def draw(self, count: int = 1) -> tuple[np.ndarray, ...]:
         shape = self.k.shape[:2] + (count, self.k.shape[3])
-        q, k, v = (self.rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+        return tuple(self.rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+
+    def step(self, label: str | None, count: int = 1, state: str = "main", tokens=None) -> dict:
+        """A run appending ``count`` new tokens (or the given ``tokens`` (q, k, v)), labelled ``label``
+        (None: unlabelled, so the caller keeps none of its outputs)."""
+        q, k, v = tokens if tokens is not None else self.draw(count)
         self.k, self.v = np.concatenate([self.k, k], 2), np.concatenate([self.v, v], 2)
         y = attention_numpy(q.astype(np.float64), self.k.astype(np.float64), self.v.astype(np.float64))
-        return {"op": "run", "state": state, "as": label,
+        step = {"op": "run", "state": state,
                 "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v)},
                 "outputs": {"y": _literal(y.astype(np.float32)), "present_key": _literal(self.k),
                             "present_value": _literal(self.v)}, "atol": 1e-5, "rtol": 1e-5}
+        if label:
+            step["as"] = label
+        return step
 
 
 def _held(label: str, cache: Cache) -> list[dict]:
@@ -41,11 +50,21 @@ def _held(label: str, cache: Cache) -> list[dict]:
             {"op": "check", "ref": f"{label}|present_value", "equals": _literal(cache.v)}]
 
 
+def _kept(cache: Cache) -> list[dict]:
+    """After a failed or cancelled run: the retained past is still r1's present, the same buffers."""
+    kept = {"past_key": _literal(cache.k), "past_value": _literal(cache.v)}
+    same = [["r1|present_key", "after|past_key"], ["r1|present_value", "after|past_value"]]
+    return [{"op": "values", "as": "after", "values": kept}, {"op": "identity", "same": same}]
+
+
 @builder
 def kv_contiguous_atomic(scenario: str, heads: int = 1, head_size: int = 4, seed: int = 81):
-    """A prefill of three tokens and one decode step, then a run that is cancelled (``cancel``) or fails
-    (``mismatch``: K has one token, V two). The retained past is still the previous present (same
-    buffers), decoding continues from it, and earlier outputs are unchanged."""
+    """A prefill of three tokens and one decode step, then a run that fails (``mismatch``: K has one token,
+    V two) or is issued with its cancellation already requested (``cancel``). A failed run leaves the
+    retained past as the previous present (same buffers), decoding continues from it, and earlier
+    outputs are unchanged. The spec says what a cancelled run leaves, not that a cancellation requested
+    before the run must win: the run may end with STATE_CANCELLED (then as a failed run) or complete
+    (then with all its new values, and decoding continues from them)."""
     rng = np.random.default_rng(seed)
     cache = Cache(rng, heads, head_size)
     empty = _literal(cache.k)
@@ -53,21 +72,19 @@ def kv_contiguous_atomic(scenario: str, heads: int = 1, head_size: int = 4, seed
     held_r0 = cache.branch()
     trace.append(cache.step("r1"))
     held_r1 = cache.branch()
-    shape = (1, heads, 1, head_size)
-    q, k, v = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+    q, k, v = cache.draw()
     if scenario == "cancel":
-        trace.append({"op": "run", "cancel": True, "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v)},
-                      "error": "STATE_CANCELLED"})
+        completed = cache.branch()
+        run = completed.step("rc", tokens=(q, k, v))
+        trace.append({**run, "cancel": True, "error": "STATE_CANCELLED", "optional": True,
+                      "if_rejected": _kept(cache) + [cache.step("r2"), cache.step("r3")],
+                      "if_accepted": [completed.step("r2"), completed.step("r3")]})
     else:
         v2 = np.concatenate([v, v], axis=2)
         trace.append({"op": "run", "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v2)},
                       "error": "STATE_RUN_FAILED", "also": ["EXECUTION_FAILED"],
                       "cause": ["ATTENTION_INPUT_INVALID", "KV_SHAPE_MISMATCH"]})
-    trace.append({"op": "values", "as": "after", "values": {"past_key": _literal(cache.k),
-                                                             "past_value": _literal(cache.v)}})
-    trace.append({"op": "identity", "same": [["r1|present_key", "after|past_key"],
-                                             ["r1|present_value", "after|past_value"]]})
-    trace += [cache.step("r2"), cache.step("r3")]
+        trace += _kept(cache) + [cache.step("r2"), cache.step("r3")]
     trace += _held("r0", held_r0) + _held("r1", held_r1)
     model = attention_model(heads, head_size, free_tokens=scenario != "cancel")
     return {"model": model, "steps": trace}
@@ -102,7 +119,7 @@ def kv_contiguous_branches(heads: int = 1, head_size: int = 4, seed: int = 91):
 # ------------------------------------------------------------------------------ TensorScatter
 def scatter_model(capacity: int, heads: int, head_size: int, mode: str):
     """TensorScatter(past, update, write_indices) (opset 24) with ``past <- present``."""
-    from conformance_corpus_builders.common import model
+    from .common import model
 
     m = model("kv_scatter", opset=24)
     g = m.graph
@@ -161,25 +178,32 @@ def kv_scatter_capacity(scenario: str, capacity: int = 4, heads: int = 1, head_s
 @builder
 def kv_capacity_reuse(scenario: str, heads: int = 1, q_heads: int | None = None, head_size: int = 4,
                       prefill: int = 4, steps: int = 6, chunk: int = 1, seed: int = 101):
-    """A prefill then ``steps`` appends of ``chunk`` tokens, well within any cache capacity (at most 16
-    tokens). ``identity``: every present shares the first present's allocation (one buffer) and the first
-    present still holds its values, so appends reused the allocation instead of copying the cache.
-    ``counters``: the runtime's ``kv_bytes_written`` grows by exactly the new tokens' K and V bytes per
-    append. A runtime that copies the whole cache on each append fails both."""
+    """A prefill then ``steps`` appends of ``chunk`` tokens.
+
+    ``identity`` (labelled runs: the caller keeps every present): every present shares the first
+    present's allocation and the first present still holds its values. ``counters`` and ``no_whole_copy``
+    (unlabelled runs: the caller keeps no present, so only the state refers to the cache and ownership
+    permits reusing it): the runtime's ``kv_bytes_written`` grows by exactly the new tokens' K and V bytes
+    (``counters``), or by less than copying the whole present at every append writes (``no_whole_copy``).
+    """
     rng = np.random.default_rng(seed)
     q_heads = heads if q_heads is None else q_heads
     cache = Cache(rng, heads, head_size)
     empty = _literal(cache.k)
-    trace = [{"op": "open", "initial": {"past_key": empty, "past_value": empty}}, _grouped(cache.step("r0", prefill),
-                                                                                            q_heads, rng)]
+    labelled = scenario == "identity"
+    trace = [{"op": "open", "initial": {"past_key": empty, "past_value": empty}},
+             _grouped(cache.step("r0" if labelled else None, prefill), q_heads, rng)]
     first = cache.branch()
-    if scenario == "counters":
+    if not labelled:
         trace.append({"op": "counters", "as": "c0"})
     for index in range(1, steps + 1):
-        trace.append(_grouped(cache.step(f"r{index}", chunk), q_heads, rng))
+        trace.append(_grouped(cache.step(f"r{index}" if labelled else None, chunk), q_heads, rng))
+    token = 2 * heads * head_size * 4  # K and V bytes of one token, float32
     if scenario == "counters":
-        new_bytes = 2 * steps * chunk * heads * head_size * 4  # K and V, float32
-        trace.append({"op": "counters", "since": "c0", "equals": {"kv_bytes_written": new_bytes}})
+        trace.append({"op": "counters", "since": "c0", "equals": {"kv_bytes_written": steps * chunk * token}})
+    elif scenario == "no_whole_copy":
+        whole = sum(prefill + index * chunk for index in range(1, steps + 1)) * token
+        trace.append({"op": "counters", "since": "c0", "at_most": {"kv_bytes_written": whole - 1}})
     else:
         labels = [f"r{index}" for index in range(steps + 1)]
         trace.append({"op": "identity", "same": [[f"{label}|present_{kind}" for label in labels]
@@ -194,7 +218,7 @@ def _grouped(step: dict, q_heads: int, rng) -> dict:
     k = np.asarray(step["feeds"]["k"]["data"], np.float32).reshape(step["feeds"]["k"]["shape"])
     if q_heads == k.shape[1]:
         return step
-    from conformance_corpus_builders.kv_semantics import attention_formula
+    from .kv_semantics import attention_formula
 
     keys = np.asarray(step["outputs"]["present_key"]["data"], np.float32).reshape(
         step["outputs"]["present_key"]["shape"])

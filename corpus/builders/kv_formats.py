@@ -15,9 +15,10 @@ values a correct consumer decodes from it.
 from __future__ import annotations
 
 import numpy as np
-from conformance_corpus_builders.common import add_float_logical, pack_crumbs, pack_nibbles
 
 from reference_impl import schema
+
+from .common import add_float_logical, pack_crumbs, pack_nibbles
 
 SCALED_CODEBOOK2_BLOCK_32 = 1102
 CODEBOOK = np.array([-1.0, -0.25, 0.25, 1.0], np.float32)

@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from conformance_corpus_builders import builder
-from conformance_corpus_builders.kv import _literal, attention_model, paged_model
-from conformance_corpus_builders.kv_paged import EMPTY_CACHE
+
+from . import builder
+from .kv import _literal, attention_model, paged_model
+from .kv_paged import EMPTY_CACHE
 
 
 def attention_formula(q, k, v, past_length: int, scale: float | None = None, softcap: float = 0.0,
@@ -70,12 +71,13 @@ SCENARIOS = {
     "FloatMask": Scenario((3, 1, 2), attrs={"is_causal": 0}, mask="float"),
     "BoolMask": Scenario((3, 2, 1), attrs={"is_causal": 0}, mask="bool"),
     "BoolMaskCausal": Scenario((4, 1, 1), q_heads=4, attrs={"is_causal": 1}, mask="bool"),
-    # q = 40 e0 and k = (score / 40) e0 with scale 1: every score is exact; ties average exactly.
-    "LargeLogits": Scenario((1,) * 10, attrs={"is_causal": 0, "scale": 1.0},
+    # head_size 4 and the default scale 1/2: q = 40 e0 and k = (score / 20) e0 give the score. Only the
+    # default scale is used, so the paged rows need no suite extension of the role.
+    "LargeLogits": Scenario((1,) * 10, head_size=4, attrs={"is_causal": 0},
                             logits=(0, -1000, 1000, 0, -1000, 0, 0, 0, 1000, 0)),
-    "LargeLogitsLateBlocks": Scenario((1,) * 12, attrs={"is_causal": 0, "scale": 1.0},
+    "LargeLogitsLateBlocks": Scenario((1,) * 12, head_size=4, attrs={"is_causal": 0},
                                       logits=(0, 0, 3, 0, -5, 0, 0, 0, 1000, -1000, 1000, 10000)),
-    "LargeLogitsFirstBlock": Scenario((1,) * 12, attrs={"is_causal": 0, "scale": 1.0},
+    "LargeLogitsFirstBlock": Scenario((1,) * 12, head_size=4, attrs={"is_causal": 0},
                                       logits=(5000, -5000, 0, 5000, 0, 0, 0, 1, 0, 0, -2, 0)),
 }
 
@@ -90,9 +92,9 @@ def _tokens(rng, scenario: Scenario, position: int, count: int):
         v = rng.standard_normal(shapes[1])
         return q.astype(np.float32), k.astype(np.float32), v.astype(np.float32)
     q = np.zeros(shapes[0], np.float32)
-    q[..., 0] = 40.0
+    q[..., 0] = 20.0 * np.sqrt(s.head_size)  # times the default scale 1/sqrt(head_size): 20
     k = np.zeros(shapes[1], np.float32)
-    k[..., 0] = np.asarray(s.logits[position:position + count], np.float32)[None, None, :] / 40.0
+    k[..., 0] = np.asarray(s.logits[position:position + count], np.float32)[None, None, :] / 20.0
     v = rng.integers(-4, 5, shapes[1]).astype(np.float32)  # small integers: tie averages are exact
     return q, k, v
 

@@ -6,10 +6,10 @@ every TypeProto and every type_ref expansion is one level (onnx-light's kMaxStru
 
 from __future__ import annotations
 
-from conformance_corpus_builders import builder
-from conformance_corpus_builders.common import model
-
 from conformance.wire import field
+
+from . import builder
+from .common import model
 
 
 def _chain(m, first_id: int, depth: int) -> None:

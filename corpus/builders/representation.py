@@ -8,8 +8,9 @@ scale * codebook[index].
 from __future__ import annotations
 
 import numpy as np
-from conformance_corpus_builders import builder
-from conformance_corpus_builders.common import encoded, model, pack_crumbs, pack_nibbles, spec_catalogue
+
+from . import builder
+from .common import encoded, model, pack_crumbs, pack_nibbles, spec_catalogue
 
 
 @builder

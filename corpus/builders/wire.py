@@ -4,9 +4,10 @@ the frozen numbering (1000, 1001) and the survival of unknown fields independent
 from __future__ import annotations
 
 import numpy as np
-from conformance_corpus_builders import builder
 
 from conformance.wire import field, field_varint, varint
+
+from . import builder
 
 
 def string(number: int, text: str) -> bytes:
@@ -68,9 +69,9 @@ def hand_encoded_bindings_model():
 def unknown_fields(where: str):
     """The spec example catalogue model with unknown fields spliced in at ``where``: model (field 1099),
     graph (field 1098), encoded value (field 99), struct declaration (field 99) or all of them."""
-    from conformance_corpus_builders.common import encoded, model, spec_catalogue
-
     from reference_impl import schema
+
+    from .common import encoded, model, spec_catalogue
 
     m = model("unknown")
     m.struct_types.extend(spec_catalogue())

@@ -61,7 +61,7 @@ def one_input(data: bytes) -> None:
 def seeds() -> list[bytes]:
     """Structured streams (even first byte) and raw models (odd first byte): generated ones and the
     models of the conformance cases."""
-    from fuzz.corpus import conformance_models, generated_models, structured_streams
+    from fuzz.seedgen import conformance_models, generated_models, structured_streams
 
     raw = generated_models(30) + conformance_models()
     return structured_streams(60, prefix=b"\x00") + [b"\x01" + m for m in raw]

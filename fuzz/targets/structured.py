@@ -49,3 +49,10 @@ def one_input(data: bytes) -> None:
     if verdict.code != case.expected:
         raise Finding("wrong-verdict", f"{case.rule}: expected {case.expected}, oracle says {verdict}",
                       f"near-valid:{case.expected}")
+
+
+def seeds() -> list[bytes]:
+    """Recorded choice streams that replay into valid and near-valid cases."""
+    from fuzz.seedgen import structured_streams
+
+    return structured_streams()

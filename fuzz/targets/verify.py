@@ -21,3 +21,10 @@ def verify_bytes(data: bytes) -> tuple[Verdict, dict]:
 
 def one_input(data: bytes) -> None:
     twice(lambda: verify_bytes(data), what="verify")
+
+
+def seeds() -> list[bytes]:
+    """The conformance cases' models and generated valid and near-valid models."""
+    from fuzz.seedgen import conformance_models, generated_models
+
+    return conformance_models() + generated_models()

@@ -15,6 +15,7 @@ import numpy as np
 from onnx import helper as onnx_helper
 from onnx import numpy_helper
 
+from reference_impl.decode import decode_value
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
 from reference_impl.values import EncodedValue, StructSpec, StructValue, check_value, compile_struct
@@ -119,10 +120,6 @@ def make_decode(node, session) -> Kernel:
         if not isinstance(value, EncodedValue):
             raise fail(E.CONSUMER_MISSING if isinstance(value, StructValue) else E.EXECUTION_FAILED,
                        ctx.path, f"Decode needs an encoded value, got {type(value).__name__}")
-        try:
-            from reference_impl import decode_value
-        except ImportError as err:  # the decoder module is an optional part of the oracle
-            raise fail(E.CONSUMER_MISSING, ctx.path, "no decoder is available") from err
         return [decode_value(value.to_proto(), session.catalogue, base_dir=value.base_dir or session.base_dir,
                              registry=session.registry)]
     return decode

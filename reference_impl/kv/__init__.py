@@ -17,6 +17,7 @@ from reference_impl.kv.contiguous import (
     tensor_scatter,
 )
 from reference_impl.kv.formats import BlockFormat, encode_block, kv_catalogue, kv_registry, kv_struct_types
+from reference_impl.kv.kernels import kv_kernels
 from reference_impl.kv.paged import KVBlock, PagedKVCache
 from reference_impl.kv.paged_attention import paged_attention
 from reference_impl.kv.storage import KVCounters, KVStorage, counting
@@ -24,6 +25,6 @@ from reference_impl.kv.storage import KVCounters, KVStorage, counting
 __all__ = [
     "AttentionAttrs", "AttentionOutputs", "BlockFormat", "CapacityPolicy", "ContiguousKVCache", "KVBlock",
     "KVCounters", "KVStorage", "PagedKVCache", "append", "capacity_policy", "counting",
-    "empty_cache", "encode_block", "kv_catalogue", "kv_registry", "kv_struct_types", "paged_attention",
+    "empty_cache", "encode_block", "kv_catalogue", "kv_kernels", "kv_registry", "kv_struct_types", "paged_attention",
     "tensor_scatter",
 ]
