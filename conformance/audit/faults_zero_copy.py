@@ -413,8 +413,9 @@ class StridedBuffersCopied(Fault):
 
 
 def _all_owned(original):
-    def adopt(value, path, counters, *, persistent, owned=False, caller_objects=frozenset()):
-        return original(value, path, counters, persistent=persistent, owned=owned, caller_objects=frozenset())
+    def adopt(value, path, counters, *, persistent, owned=False, caller_objects=frozenset(), **rest):
+        return original(value, path, counters, persistent=persistent, owned=owned, caller_objects=frozenset(),
+                        **rest)
     return adopt
 
 
