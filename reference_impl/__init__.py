@@ -38,7 +38,8 @@ def __getattr__(name: str):
     Nothing is cached here, so a name always is its submodule's current attribute."""
     module = _EXPORTS.get(name)
     if module is not None:
-        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        loaded = sys.modules.get(f"{__name__}.{module}")  # function-local imports ask on every call
+        return getattr(loaded if loaded is not None else importlib.import_module(f"{__name__}.{module}"), name)
     if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

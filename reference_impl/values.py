@@ -8,6 +8,7 @@ touches the model again (clause STATE-RESOLVE-ONCE).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -181,12 +182,15 @@ class TensorSpec:
     dims: tuple | None  # None = unknown rank; entries are ints, symbol strings or None
 
     def __post_init__(self) -> None:
-        # Precomputed for the per-call check: the NumPy scalar type and the fixed dimensions.
+        # Precomputed for the per-call check: the NumPy scalar type, the fixed dimensions, and the whole
+        # shape when every dimension is fixed (then one tuple comparison checks it).
         np_type = None if self.elem_type == dtypes.STRING else numpy_dtype(self.elem_type).type
         fixed = None if self.dims is None else tuple(
             (i, d) for i, d in enumerate(self.dims) if isinstance(d, int))
+        exact = self.dims if fixed is not None and len(fixed) == len(self.dims) else None
         object.__setattr__(self, "_np_type", np_type)
         object.__setattr__(self, "_fixed", fixed)
+        object.__setattr__(self, "_exact", exact)
 
 
 @dataclass(frozen=True, repr=False)
@@ -246,7 +250,7 @@ def compile_type(tp, catalogue: Catalogue, path: str = "type", depth: int = 0) -
         dims = None
         if tensor.HasField("shape"):
             dims = tuple(_dim(d) for d in tensor.shape.dim)
-        return TensorSpec(tensor.elem_type, dims)
+        return _tensor_spec(tensor.elem_type, dims)
     if which == "sequence_type":
         return SequenceSpec(compile_type(tp.sequence_type.elem_type, catalogue, f"{path}.sequence_type", level))
     if which == "optional_type":
@@ -257,6 +261,13 @@ def compile_type(tp, catalogue: Catalogue, path: str = "type", depth: int = 0) -
     if which == "struct_type":
         return compile_struct(tp.struct_type, catalogue, f"{path}.struct_type", level)
     return AnySpec()
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_spec(elem_type: int, dims: tuple | None) -> TensorSpec:
+    """Tensor specs are immutable values: one object per element type and dimensions serves every model
+    (executors compile every input and output, and the fuzz targets load thousands of small models)."""
+    return TensorSpec(elem_type, dims)
 
 
 def _dim(d):
@@ -405,7 +416,7 @@ def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOM
     unchanged retained structs); the walk adds the ones it checks."""
     if type(spec) is TensorSpec and type(value) is np.ndarray and spec._np_type is not None:
         # The per-call fast path; anything unusual falls through to the full check below.
-        if value.dtype.type is spec._np_type and (spec.dims is None or (
+        if value.dtype.type is spec._np_type and (spec.dims is None or value.shape == spec._exact or (
                 value.ndim == len(spec.dims) and all(value.shape[i] == d for i, d in spec._fixed))):
             return
     if isinstance(spec, AnySpec):

@@ -31,7 +31,8 @@ def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    loaded = sys.modules.get(f"{__name__}.{module}")
+    return getattr(loaded if loaded is not None else importlib.import_module(f"{__name__}.{module}"), name)
 
 
 def __dir__() -> list[str]:

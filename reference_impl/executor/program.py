@@ -27,7 +27,7 @@ from reference_impl.executor.kernels import (
     convert_attribute,
 )
 from reference_impl.structs import MAX_DEPTH
-from reference_impl.values import EncodedValue, InvocationBorrow, StructValue
+from reference_impl.values import EncodedValue, InvocationBorrow, is_struct
 
 
 class CancelToken:
@@ -193,7 +193,9 @@ def _standard(node, opsets: Mapping[str, int], path: str) -> Kernel:
 
 def _tensor_operand(value: Any, op_type: str, path: str) -> Any:
     """Refuse structured values at a tensor operator; unwrap invocation borrows (valid here)."""
-    if isinstance(value, (StructValue, EncodedValue)):
+    if type(value) is np.ndarray:  # the common case, before the checks for anything else
+        return value
+    if is_struct(value) or isinstance(value, EncodedValue):
         raise fail(E.CONSUMER_MISSING, path,
                    f"{type(value).__name__} reaches tensor operator {op_type} without an explicit "
                    "decoder or registered consumer")
