@@ -8,6 +8,7 @@ bodies as nested programs over the same values, so payloads cross those boundari
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,20 +157,25 @@ def _custom(fn, node) -> Kernel:
     return lambda args, ctx, values: fn(args, attrs, ctx)
 
 
+@functools.lru_cache(maxsize=1024)
+def _operator_class(domain: str, op_type: str, version: int | None) -> type:
+    """onnx's reference implementation of an operator (looked up once per operator and version)."""
+    if domain == "":
+        from onnx.reference.ops import load_op
+
+        return load_op("", op_type, version, evaluator_cls=ReferenceEvaluator)
+    if domain == "ai.onnx.ml":
+        from onnx.reference.ops.aionnxml import load_op as load_ml
+
+        return load_ml(domain, op_type, version)
+    raise NotImplementedError(f"domain {domain!r} has no reference implementation")
+
+
 def _standard(node, opsets: Mapping[str, int], path: str) -> Kernel:
     domain = "" if node.domain == "ai.onnx" else node.domain
     version = opsets.get(domain, opsets.get("ai.onnx"))
     try:
-        if domain == "":
-            from onnx.reference.ops import load_op
-
-            cls = load_op("", node.op_type, version, evaluator_cls=ReferenceEvaluator)
-        elif domain == "ai.onnx.ml":
-            from onnx.reference.ops.aionnxml import load_op as load_ml
-
-            cls = load_ml(domain, node.op_type, version)
-        else:
-            raise NotImplementedError(f"domain {domain!r} has no reference implementation")
+        cls = _operator_class(domain, node.op_type, version)
         run_params = {"log": _no_log, "opsets": dict(opsets), "verbose": 0, "new_ops": {},
                       "existing_functions": {}, "evaluator_cls": ReferenceEvaluator}
         op: OpRun = cls(node, run_params)
