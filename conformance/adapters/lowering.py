@@ -1,14 +1,16 @@
 """What a standard ONNX runtime can do with the contract: affine values through DequantizeLinear and
 state by lowering bindings to a stateless model with caller-managed feedback (the spec's explicit
-lowering). Structured values, catalogues and verification are not supported by such runtimes.
+lowering). An inline affine initializer read through an explicit ``Decode`` is lowered to DequantizeLinear
+too; structured values, catalogues and verification are not supported by such runtimes.
 
 The feedback loop here is the caller's side of that lowering, and it enforces every rule a caller can
 enforce: initial values and feeds checked against the model's declared inputs (at open, reset and every
 run), outputs checked against the inputs they will feed before they are retained, a failed call leaving
 the state as it was (STATE_RUN_FAILED), no concurrent calls on one state, retained and returned views
-handed out read-only. What is left
-for a case to find is the runtime's own behaviour (copies, strides, kernels, types), whose errors carry
-no code. A runtime joins by implementing ``LoweredSession`` (see docs/adapters.md).
+handed out read-only, an ownerless borrow never becoming retained state or an output (OWNERLESS_BORROW),
+and a fresh feed the runtime cannot share copied for its call only, never retained (STATE_UNRETAINABLE).
+What is left for a case to find is the runtime's own behaviour (copies, strides, kernels, types), whose
+errors carry no code. A runtime joins by implementing ``LoweredSession`` (see docs/adapters.md).
 """
 
 from __future__ import annotations
@@ -19,13 +21,18 @@ from typing import Any, Protocol
 import numpy as np
 
 from conformance.adapters import NotSupported, Rejected, required
-from conformance.values import Encoded
+from conformance.values import Encoded, is_ownerless
 
 #: Floating scale types the spec allows that ONNX's DequantizeLinear does not admit (its T2 is FLOAT,
 #: FLOAT16, BFLOAT16): DOUBLE is lowered to Cast/Sub/Mul in double instead of an invalid model. Any
 #: other scale type goes to DequantizeLinear as it is, for the runtime to accept or reject.
 LOWERED_SCALE_TYPES = {11}  # DOUBLE
+#: The opset of lowered DequantizeLinear models: INT2 and UINT2 codes need opset 25; output_dtype needs 23.
 OPSET = 25
+DEQUANTIZE_OUTPUT_OPSET = 23
+INT2_TYPES = {25, 26}  # UINT2, INT2
+#: The domain of onnx-light's explicit decoder node, ``Decode(encoded) -> logical tensor``.
+DECODE_DOMAIN = "onnx_light"
 
 
 class LoweredSession(Protocol):
@@ -105,8 +112,9 @@ class LoweredAdapter:
 
         model = schema.parse_model(model_bytes)
         # A missing type inside a claimed profile is a failure, not "not supported" (docs/adapters.md).
-        if len(model.struct_types) or len(model.graph.encoded_initializer):
+        if len(model.struct_types):
             raise Rejected(None, "structured and encoded values have no standard ONNX form")
+        lower_affine_initializers(model)
         if any(_is_struct(vi) for vi in list(model.graph.input) + list(model.graph.output)):
             raise Rejected(None, "struct-typed graph inputs and outputs have no standard ONNX form")
         bindings = [(b.input_name, b.output_name) for b in model.graph.persistent_bindings]
@@ -114,6 +122,73 @@ class LoweredAdapter:
         declared = declared_inputs(model)
         session = self.stateless(schema.to_onnx(model).SerializeToString())
         return LoweredState(session, bindings, initial, declared)
+
+
+def lower_affine_initializers(model) -> None:
+    """Lower every encoded initializer of a state model in place, or reject the model: an inline affine
+    value read only by explicit ``onnx_light`` ``Decode`` nodes of the root graph becomes its codes, scale
+    and zero point as standard initializers and each of those nodes the DequantizeLinear of them (the
+    affine branch follows DequantizeLinear). Structured layouts have no standard form; a tensor operator
+    reading encoded bytes directly is an error the lowering reports; external payloads are not lowered,
+    since the lowered model reaches the runtime as bytes, with no directory to resolve external data in."""
+    from reference_impl import schema
+
+    graph = model.graph
+    encoded = {value.name: value for value in graph.encoded_initializer}
+    if not encoded:
+        return
+    for value in encoded.values():
+        if value.WhichOneof("layout") != "affine":
+            raise Rejected(None, "structured and encoded values have no standard ONNX form")
+        if value.data_location == 1:
+            raise Rejected(None, f"{value.name!r}: external payloads are not lowered (the lowered model reaches "
+                           "the runtime as bytes)")
+    decodes = {index for index, node in enumerate(graph.node)
+               if _is_decode(node) and len(node.input) == 1 and node.input[0] in encoded}
+    readers = [node for index, node in enumerate(graph.node) if index not in decodes]
+    readers += [inner for node in graph.node for inner in _subgraph_nodes(node)]
+    other_readers = {name for node in readers for name in node.input if name in encoded}
+    named_io = {vi.name for vi in list(graph.input) + list(graph.output)} & set(encoded)
+    if other_readers or named_io:
+        raise Rejected(None, f"encoded values {sorted(other_readers | named_io)} are read as tensors without an "
+                       "explicit Decode: a standard operator cannot take encoded bytes")
+    lowered_nodes = []
+    for index, node in enumerate(graph.node):
+        if index not in decodes:
+            lowered_nodes.append(node)
+            continue
+        nodes, initializers = dequantize_nodes(encoded[node.input[0]], f"{node.input[0]}/{node.output[0]}/",
+                                               node.output[0])
+        lowered_nodes += [schema.from_onnx(lowered) for lowered in nodes]
+        graph.initializer.extend(schema.from_onnx(tensor) for tensor in initializers)
+    kept = [type(node)() for node in lowered_nodes]
+    for copy, node in zip(kept, lowered_nodes):
+        copy.CopyFrom(node)
+    graph.ClearField("node")
+    graph.node.extend(kept)
+    graph.ClearField("encoded_initializer")
+    # DequantizeLinear needs opset 23 (output_dtype) or 25 (INT2/UINT2 codes) in the default domain.
+    needed = OPSET if any(v.affine.storage_type in INT2_TYPES for v in encoded.values()) else DEQUANTIZE_OUTPUT_OPSET
+    opsets = {entry.domain: entry for entry in model.opset_import}
+    if "" in opsets and opsets[""].version < needed:
+        opsets[""].version = needed
+    still_used = any(_is_decode(node) or any(_is_decode(inner) for inner in _subgraph_nodes(node))
+                     for node in graph.node)
+    if DECODE_DOMAIN in opsets and not still_used:
+        model.opset_import.remove(opsets[DECODE_DOMAIN])
+
+
+def _is_decode(node) -> bool:
+    return node.domain == DECODE_DOMAIN and node.op_type == "Decode"
+
+
+def _subgraph_nodes(node):
+    """Every node of ``node``'s subgraphs (If branches, loop bodies), depth first."""
+    for attribute in node.attribute:
+        for subgraph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+            for inner in subgraph.node:
+                yield inner
+                yield from _subgraph_nodes(inner)
 
 
 def _is_struct(vi) -> bool:
@@ -169,29 +244,36 @@ def dequantize_model(value) -> bytes:
     exactly the same way in that type: (Cast(x) - Cast(zero_point)) * scale, one rounding per element."""
     from onnx import helper
 
+    nodes, initializers = dequantize_nodes(value, "", "y")
+    output = helper.make_tensor_value_info("y", value.logical_type.tensor_type.elem_type, _concrete_dims(value))
+    graph = helper.make_graph(nodes, "dq", [], [output], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=11).SerializeToString()
+
+
+def dequantize_nodes(value, prefix: str, output: str) -> tuple[list, list]:
+    """The nodes and initializers decoding the inline affine value into ``output``: codes ``{prefix}x``,
+    scale ``{prefix}s`` and zero point ``{prefix}z`` as initializers, every other name also prefixed."""
+    from onnx import helper
+
     from reference_impl import schema
 
     layout = value.affine
     dims = _concrete_dims(value)
-    codes = helper.make_tensor("x", layout.storage_type, dims, vals=value.raw_data, raw=True)
-    scale = schema.to_onnx(_named(layout.scale, "s"))
-    zero_point = schema.to_onnx(_named(layout.zero_point, "z")) if layout.HasField("zero_point") else None
+    codes = helper.make_tensor(prefix + "x", layout.storage_type, dims, vals=value.raw_data, raw=True)
+    scale = schema.to_onnx(_named(layout.scale, prefix + "s"))
+    zero_point = schema.to_onnx(_named(layout.zero_point, prefix + "z")) if layout.HasField("zero_point") else None
     elem = value.logical_type.tensor_type.elem_type
-    output = helper.make_tensor_value_info("y", elem, dims)
-    if layout.scale.data_type not in LOWERED_SCALE_TYPES:
-        initializers = [codes, scale] + ([zero_point] if zero_point is not None else [])
-        attrs = {}
-        if layout.HasField("axis"):
-            attrs["axis"] = layout.axis
-        if layout.HasField("block_size"):
-            attrs["block_size"] = layout.block_size
-        if elem != layout.scale.data_type:
-            attrs["output_dtype"] = elem  # DequantizeLinear-23 onwards
-        nodes = [helper.make_node("DequantizeLinear", [t.name for t in initializers], ["y"], **attrs)]
-    else:
-        nodes, initializers = _arithmetic_dequantize(layout, codes, scale, zero_point, dims)
-    graph = helper.make_graph(nodes, "dq", [], [output], initializers)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=11).SerializeToString()
+    if layout.scale.data_type in LOWERED_SCALE_TYPES:
+        return _arithmetic_dequantize(layout, codes, scale, zero_point, dims, prefix, output)
+    initializers = [codes, scale] + ([zero_point] if zero_point is not None else [])
+    attrs = {}
+    if layout.HasField("axis"):
+        attrs["axis"] = layout.axis
+    if layout.HasField("block_size"):
+        attrs["block_size"] = layout.block_size
+    if elem != layout.scale.data_type:
+        attrs["output_dtype"] = elem  # DequantizeLinear-23 onwards
+    return [helper.make_node("DequantizeLinear", [t.name for t in initializers], [output], **attrs)], initializers
 
 
 def _concrete_dims(value) -> list[int]:
@@ -204,7 +286,7 @@ def _concrete_dims(value) -> list[int]:
     return [d.dim_value for d in logical.tensor_type.shape.dim]
 
 
-def _arithmetic_dequantize(layout, codes, scale, zero_point, dims: list[int]):
+def _arithmetic_dequantize(layout, codes, scale, zero_point, dims: list[int], prefix: str, output: str):
     """(Cast(x) - Cast(z)) * s in the scale's type, with per-axis and blocked parameters laid out to
     broadcast against x (a constant reshape or repeat of the parameter tensors, no arithmetic)."""
     from onnx import helper, numpy_helper
@@ -220,17 +302,15 @@ def _arithmetic_dequantize(layout, codes, scale, zero_point, dims: list[int]):
             shape = [1] * len(dims)
             shape[axis] = dims[axis]
             params = [p.reshape(shape) for p in params]
-    s = numpy_helper.from_array(params[0], "s")
-    initializers = [codes, s]
-    nodes = [helper.make_node("Cast", ["x"], ["xf"], to=target)]
-    centred = "xf"
-    if zero_point is not None:
-        z = numpy_helper.from_array(params[1], "z")
-        initializers.append(z)
-        nodes += [helper.make_node("Cast", ["z"], ["zf"], to=target),
-                  helper.make_node("Sub", ["xf", "zf"], ["centred"])]
-        centred = "centred"
-    nodes.append(helper.make_node("Mul", [centred, "s"], ["y"]))
+    x, s, z, xf, zf, centred = (prefix + name for name in ("x", "s", "z", "xf", "zf", "centred"))
+    initializers = [codes, numpy_helper.from_array(params[0], s)]
+    nodes = [helper.make_node("Cast", [x], [xf], to=target)]
+    if zero_point is None:
+        centred = xf
+    else:
+        initializers.append(numpy_helper.from_array(params[1], z))
+        nodes += [helper.make_node("Cast", [z], [zf], to=target), helper.make_node("Sub", [xf, zf], [centred])]
+    nodes.append(helper.make_node("Mul", [centred, s], [output]))
     return nodes, initializers
 
 
@@ -264,6 +344,10 @@ class LoweredState:
         if missing:
             raise Rejected("STATE_INITIAL_MISSING", f"no initial value for {sorted(missing)}")
         self._check_types(initial)
+        for name, value in initial.items():
+            if is_ownerless(value):
+                raise Rejected("OWNERLESS_BORROW", f"{name!r}: a borrow lent for one call cannot become retained "
+                               "state")
         return {name: self.session.adopt(value) for name, value in initial.items()}
 
     def _check_types(self, values: dict) -> None:
@@ -284,7 +368,8 @@ class LoweredState:
         self._enter()
         try:
             self._check_feeds(feeds)
-            merged = {name: self.session.adopt(value) for name, value in feeds.items()}
+            copies: dict[str, np.ndarray] = {}
+            merged = {name: self._adopt_feed(name, value, copies) for name, value in feeds.items()}
             merged.update(self.retained)
             try:
                 outputs = self.session.run_handles(merged)
@@ -292,13 +377,49 @@ class LoweredState:
                 raise
             except Exception as exc:  # the runtime's own failure: the call failed, the state is unchanged
                 raise Rejected("STATE_RUN_FAILED", f"{type(exc).__name__}: {exc}") from exc
-            arrays = {name: _read_only(self.session.to_numpy(handle)) for name, handle in outputs.items()}
+            raw = {name: self.session.to_numpy(handle) for name, handle in outputs.items()}
+            self._refuse_escapes(raw, {name: value for name, value in feeds.items() if is_ownerless(value)}, copies)
+            arrays = {name: _read_only(array) for name, array in raw.items()}
             # Validate what will be retained against the bound inputs' declared types before publishing.
             self._check_types({input_name: arrays[output_name] for input_name, output_name in self.bindings})
             self.retained = {input_name: outputs[output_name] for input_name, output_name in self.bindings}
             return arrays
         finally:
             self._busy.release()
+
+    def _adopt_feed(self, name: str, value: Any, copies: dict[str, np.ndarray]) -> Any:
+        """A feed as the session's input handle. A fresh feed the runtime cannot share (strided, or
+        read-only memory it would write-protect) is copied for this call only; ``_refuse_escapes`` then
+        rejects the call if the copy would become retained state."""
+        try:
+            return self.session.adopt(value)
+        except Rejected as exc:
+            if exc.code != "STATE_UNRETAINABLE" or not isinstance(value, np.ndarray) or is_ownerless(value):
+                raise
+        copies[name] = np.array(value, order="C", copy=True)
+        return self.session.adopt(copies[name])
+
+    def _refuse_escapes(self, outputs: dict[str, np.ndarray], lent: dict[str, np.ndarray],
+                        copies: dict[str, np.ndarray]) -> None:
+        """No output may be an ownerless borrow (PAY-OWNERLESS), and no retained output a copy made of a
+        feed (it would be a hidden repair): such a call fails and the state is unchanged."""
+        for output, array in outputs.items():
+            for fed, borrowed in lent.items():
+                if self._shares(array, borrowed):
+                    raise Rejected("OWNERLESS_BORROW", f"output {output!r} is the ownerless borrow fed as {fed!r}")
+        for _, output in self.bindings:
+            for fed, copy in copies.items():
+                if self._shares(outputs[output], copy):
+                    raise Rejected("STATE_UNRETAINABLE", f"{output!r} would retain a copy of the feed {fed!r} "
+                                   "(the runtime cannot hold the caller's buffer itself)")
+
+    def _shares(self, output: np.ndarray, fed: np.ndarray) -> bool:
+        """Whether the runtime buffer behind ``output`` overlaps the memory of the array ``fed``."""
+        start = self.session.buffer_id(output)
+        if start is None or not getattr(output, "size", 0) or not fed.size:
+            return False
+        begin = int(fed.__array_interface__["data"][0])
+        return start < begin + fed.nbytes and begin < start + output.nbytes
 
     def _check_feeds(self, feeds: dict) -> None:
         for name in feeds:

@@ -4,7 +4,10 @@ memory; every call gets a fresh infer request, so an earlier call's output tenso
 overwritten and can be fed back as they are. An array over a tensor OpenVINO handed out (in any state
 of this adapter, so a state can start from another's output) is fed as that tensor: ``ov.Tensor`` does
 not share read-only memory, and the suite hands views out read-only. Buffer identity is the tensor's
-data address (every tensor handed out is kept alive, so addresses are never reused).
+data address (every tensor handed out is kept alive, so addresses are never reused). NumPy has no
+bfloat16, and the binding labels bf16 memory float16: bf16 tensors are read and fed as ``ml_dtypes``
+bfloat16 views of the same bits. String tensors are not handed over: OpenVINO takes them, but freeing a
+request that ran Identity over one aborts the process (docs/peer-deviations.md, OV-STRING).
 
 Precision is pinned: OpenVINO's CPU plugin computes in bfloat16 or float16 by default on CPUs that
 have them (``INFERENCE_PRECISION_HINT``), which would change decoded values; the adapter compiles
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from conformance.adapters import Rejected
@@ -22,6 +26,7 @@ from conformance.adapters.lowering import LoweredAdapter
 
 #: Compile options: f32 inference precision instead of the CPU's reduced-precision default.
 COMPILE_CONFIG = {"INFERENCE_PRECISION_HINT": "f32"}
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
 
 class OpenVinoSession:
@@ -44,13 +49,19 @@ class OpenVinoSession:
         known = self.handed_out.get(_key(array))
         if known is not None:
             return known
+        if array.dtype.kind in "OUS":
+            raise Rejected(None, "string tensors are not handed to OpenVINO: freeing a request that ran Identity "
+                           "over one aborts the process (docs/peer-deviations.md, OV-STRING)")
         if not array.flags.writeable:
             raise Rejected("STATE_UNRETAINABLE", "OpenVINO shares only writable memory; holding this buffer "
                            "would need a copy")
         if not array.flags.c_contiguous:
             raise Rejected("STATE_UNRETAINABLE", "OpenVINO shares only contiguous buffers; holding this one "
                            "would need a copy")
-        tensor = self.ov.Tensor(array, shared_memory=True)
+        if array.dtype == BFLOAT16:  # NumPy has no bfloat16: share the bits, typed as OpenVINO's bf16
+            tensor = self.ov.Tensor(array.view(np.uint16), list(array.shape), self.ov.Type.bf16)
+        else:
+            tensor = self.ov.Tensor(array, shared_memory=True)
         self._keep.append((array, tensor))
         return tensor
 
@@ -65,6 +76,8 @@ class OpenVinoSession:
 
     def to_numpy(self, handle) -> np.ndarray:
         array = handle.data
+        if handle.get_element_type() == self.ov.Type.bf16:
+            array = array.view(BFLOAT16)  # the binding labels bf16 memory float16; the bits are bfloat16
         self.ids[id(array)] = _address(array)
         self._keep.append((array, handle))
         if array.size:

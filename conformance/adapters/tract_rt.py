@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance.adapters import Rejected
 from conformance.adapters.lowering import LoweredAdapter
 
 
@@ -44,6 +45,8 @@ class TractSession:
         if isinstance(value, self.tract.Tensor):
             return value
         array = np.asarray(value)
+        if array.dtype.kind in "OUS":
+            raise Rejected(None, "tract's binding has no string tensors (docs/peer-deviations.md, T-STRINGS)")
         tensor = self.tract.Tensor.from_numpy(array)
         self._keep.append(tensor)
         return tensor

@@ -1,0 +1,176 @@
+"""The lowered peer adapters honour every rule they can with the runtime's public API: an explicit Decode of
+an inline affine initializer runs as DequantizeLinear, ownerless borrows never become state or outputs, a
+fresh feed the runtime cannot share is copied for its call only, OpenVINO's bf16 memory is read as
+bfloat16, and string tensors a runtime cannot take safely are refused with the finding that says why."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+
+from conformance.adapters import Rejected
+from conformance.adapters.lowering import LoweredState, dequantize_model, lower_affine_initializers
+from conformance.adapters.onnx_reference import OnnxReferenceAdapter
+from conformance.cases import load_cases, select
+from conformance.execute import PASSED, PASSED_WITHOUT_CODE, run_case
+from conformance.values import borrow
+from reference_impl import schema
+
+CASES = {case.id: case for case in load_cases()}
+
+
+def _verdict(case_id: str, adapter) -> tuple[str, str]:
+    result = run_case(select(CASES.values(), [case_id])[0], adapter, timeout=120)
+    return result.verdict, result.message
+
+
+# ------------------------------------------------------------------- explicit Decode of affine values
+@pytest.mark.parametrize("case_id", ["Required.State.Consumers.ExplicitDecodeAccepted",
+                                     "Required.State.Parameters.ChangedScaleUnchangedCodes",
+                                     "Required.ZeroCopy.ReadOnlyInputs.EncodedInitializerNeverWritten"])
+def test_an_explicit_decode_of_an_inline_affine_initializer_runs_on_the_runtime(case_id):
+    assert _verdict(case_id, OnnxReferenceAdapter()) == (PASSED, "passed")
+
+
+def test_the_lowered_decode_is_standard_dequantize_linear():
+    model = schema.parse_model(CASES["Required.State.Parameters.ChangedScaleUnchangedCodes"].model_bytes())
+    lower_affine_initializers(model)
+    plain = schema.to_onnx(model)
+    onnx.checker.check_model(plain, full_check=True)
+    assert [node.op_type for node in plain.graph.node] == ["DequantizeLinear"] * 3
+    assert [node.output[0] for node in plain.graph.node] == ["ya", "yb", "yc"]
+    assert not len(model.graph.encoded_initializer)
+    assert {entry.domain for entry in plain.opset_import} == {""}
+
+
+@pytest.mark.parametrize("case_id", ["Required.State.Consumers.TensorOpRejectsEncodedBytes",
+                                     "Required.State.Consumers.EightCodeAffineToMul"])
+def test_a_tensor_operator_reading_encoded_bytes_is_still_refused(case_id):
+    verdict, message = _verdict(case_id, OnnxReferenceAdapter())
+    assert verdict == PASSED_WITHOUT_CODE, message
+
+
+def test_an_external_affine_payload_is_refused_not_read_by_the_adapter():
+    case = CASES["Required.ZeroCopy.External.InitializerSurvivesFileRemoval"]
+    with pytest.raises(Rejected, match="external payloads are not lowered"):
+        OnnxReferenceAdapter().open_state(case.model_bytes(), {"past": np.zeros(4, np.float32)})
+
+
+# --------------------------------------------------------------------------------- ownerless borrows
+OWNERLESS = ["Required.ZeroCopy.Ownerless.InitialValueRejected", "Required.ZeroCopy.Ownerless.ResetValueRejected",
+             "Required.ZeroCopy.Ownerless.ForwardedFeedNotRetained",
+             "Required.ZeroCopy.Ownerless.ReturnedOutputRejected",
+             "Recommended.ZeroCopy.Ownerless.ConsumedFeedAccepted"]
+
+
+@pytest.mark.parametrize("case_id", OWNERLESS)
+def test_an_ownerless_borrow_never_outlives_its_call(case_id):
+    assert _verdict(case_id, OnnxReferenceAdapter()) == (PASSED, "passed")
+
+
+@pytest.mark.parametrize("case_id", OWNERLESS)
+def test_an_ownerless_borrow_never_outlives_its_call_on_onnxruntime(case_id):
+    pytest.importorskip("onnxruntime")
+    from conformance.adapters.ort import OnnxRuntimeAdapter
+
+    assert _verdict(case_id, OnnxRuntimeAdapter()) == (PASSED, "passed")
+
+
+class ForwardingSession:
+    """A session over NumPy arrays whose graph returns its input ``x`` as output ``x`` (no copy); it shares
+    only contiguous memory, like onnxruntime's and OpenVINO's bindings."""
+
+    def adopt(self, value):
+        if not value.flags.c_contiguous:
+            raise Rejected("STATE_UNRETAINABLE", "contiguous buffers only")
+        return value
+
+    def run_handles(self, feeds):
+        return {"x": feeds["x"], "sum": feeds["past"] + feeds["x"]}
+
+    def to_numpy(self, handle):
+        return handle
+
+    def buffer_id(self, value):
+        return int(value.__array_interface__["data"][0]) if value.size else None
+
+
+def test_a_forwarded_ownerless_feed_fails_the_call_and_keeps_the_state():
+    state = LoweredState(ForwardingSession(), [("past", "x")], {"past": np.zeros(2, np.float32)})
+    with pytest.raises(Rejected) as refused:
+        state.run({"x": borrow(np.array([3, 4], np.float32))})
+    assert refused.value.code == "OWNERLESS_BORROW"
+    np.testing.assert_array_equal(state.values()["past"], [0, 0])
+
+
+def test_an_ownerless_initial_value_is_refused():
+    with pytest.raises(Rejected) as refused:
+        LoweredState(ForwardingSession(), [("past", "x")], {"past": borrow(np.array([1, 2], np.float32))})
+    assert refused.value.code == "OWNERLESS_BORROW"
+
+
+# --------------------------------------------------------------------------- unsharable fresh feeds
+def test_a_strided_fresh_feed_is_copied_for_its_call_only():
+    state = LoweredState(ForwardingSession(), [("past", "sum")], {"past": np.zeros(2, np.float32)})
+    strided = np.array([1, 9, 2, 9], np.float32)[::2]
+    outputs = state.run({"x": strided})
+    np.testing.assert_array_equal(outputs["sum"], [1, 2])
+
+
+def test_a_copy_of_a_strided_feed_never_becomes_state():
+    state = LoweredState(ForwardingSession(), [("past", "x")], {"past": np.zeros(2, np.float32)})
+    with pytest.raises(Rejected) as refused:
+        state.run({"x": np.array([1, 9, 2, 9], np.float32)[::2]})
+    assert refused.value.code == "STATE_UNRETAINABLE"
+    np.testing.assert_array_equal(state.values()["past"], [0, 0])
+
+
+@pytest.mark.parametrize("case_id", ["Recommended.ZeroCopy.Ownership.NonContiguousFreshFeedAccepted",
+                                     "Required.ZeroCopy.Ownership.NonContiguousFeedForwardedRetainedOrRejected",
+                                     "Required.ZeroCopy.Ownership.NonContiguousInitialRetainedOrRejected"])
+def test_strided_values_on_onnxruntime(case_id):
+    pytest.importorskip("onnxruntime")
+    from conformance.adapters.ort import OnnxRuntimeAdapter
+
+    assert _verdict(case_id, OnnxRuntimeAdapter()) == (PASSED, "passed")
+
+
+# ------------------------------------------------------------------------------------- OpenVINO
+def test_openvino_bfloat16_results_are_bfloat16():
+    pytest.importorskip("openvino")
+    from conformance.adapters.ov import OpenVinoAdapter
+
+    assert _verdict("Recommended.Affine.Scale.OutputDtype_Bfloat16FromFloatScale", OpenVinoAdapter()) \
+        == (PASSED, "passed")
+
+
+def test_openvino_shares_a_bfloat16_feed():
+    pytest.importorskip("openvino")
+    from conformance.adapters.ov import OpenVinoAdapter
+
+    model = CASES["Recommended.Affine.Scale.OutputDtype_Bfloat16FromFloatScale"].model_bytes()
+    value = schema.parse_model(model).graph.encoded_initializer[0]
+    session = OpenVinoAdapter().stateless(dequantize_model(value))
+    feed = np.array([1.5, -2], dtype=ml_dtypes.bfloat16)
+    tensor = session.adopt(feed)
+    assert str(tensor.get_element_type()) == "<Type: 'bfloat16'>"
+    assert session.to_numpy(tensor).__array_interface__["data"][0] == feed.__array_interface__["data"][0]
+    np.testing.assert_array_equal(session.to_numpy(tensor).astype(np.float32), [1.5, -2])
+
+
+def test_openvino_refuses_string_tensors_naming_the_finding():
+    pytest.importorskip("openvino")
+    from conformance.adapters.ov import OpenVinoAdapter
+
+    _, message = _verdict("Required.ZeroCopy.Strings.NonPersistentStringFeedAndOutput", OpenVinoAdapter())
+    assert "OV-STRING" in message
+
+
+def test_tract_refuses_string_tensors_naming_the_finding():
+    pytest.importorskip("tract")
+    from conformance.adapters.tract_rt import TractAdapter
+
+    _, message = _verdict("Required.ZeroCopy.Strings.NonPersistentStringFeedAndOutput", TractAdapter())
+    assert "T-STRINGS" in message
