@@ -7,11 +7,11 @@ chunks' scratch whatever the output's size; large values use every core.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
-from functools import partial
 from queue import Empty, SimpleQueue
 
 import numpy as np
@@ -97,13 +97,20 @@ def codes_as_float(raw: np.ndarray, storage_type: int, count: int, dtype: np.dty
         codes = unpack_sub_byte(raw, dtypes.BIT_WIDTH[storage_type], count,
                                 storage_type in dtypes.SIGNED_INTEGERS).view(np.int8)  # codes fit in int8
         return codes if codes.dtype == dtype else codes.astype(dtype)
-    lut = _LUTS[storage_type].astype(dtype)
+    lut = _typed_lut(storage_type, np.dtype(dtype))
     # One gather per payload byte: each table row (all codes of one byte) is viewed as a single wide
     # scalar, so the gather allocates exactly the output once.
     row = _ROW_TYPES.get(per_byte * lut.itemsize)
     if row is None:
         return lut.take(raw[:nbytes], axis=0).reshape(-1)[:count]
     return lut.view(row).reshape(256).take(raw[:nbytes]).view(dtype)[:count]  # take: faster than indexing
+
+
+@functools.lru_cache(maxsize=64)
+def _typed_lut(storage_type: int, dtype: np.dtype) -> np.ndarray:
+    lut = np.ascontiguousarray(_LUTS[storage_type].astype(dtype))
+    lut.flags.writeable = False
+    return lut
 
 
 # ----------------------------------------------------------------------------------------- decoding
@@ -248,7 +255,7 @@ def dequantize(codes, storage_type: int, scale: np.ndarray, zero_point: np.ndarr
     if not count:
         return out
     plan = _Plan(storage_type, scale, zero_point, axis, block_size, shape, work, out)
-    _run_chunks(partial(plan.decode, raw), plan.chunks(CHUNK_ELEMENTS), parallel=count >= PARALLEL_ELEMENTS)
+    _run_chunks(functools.partial(plan.decode, raw), plan.chunks(CHUNK_ELEMENTS), parallel=count >= PARALLEL_ELEMENTS)
     return out
 
 
