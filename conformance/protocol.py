@@ -10,7 +10,7 @@ protobuf release.
 from __future__ import annotations
 
 import struct
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -73,13 +73,13 @@ class FramingError(Exception):
     """The peer closed the stream or sent a malformed frame."""
 
 
-def write_frame(stream: BinaryIO, message) -> None:
+def write_frame(stream: IO[bytes], message) -> None:
     data = message.SerializeToString()
     stream.write(struct.pack("<I", len(data)) + data)
     stream.flush()
 
 
-def read_exact(stream: BinaryIO, count: int) -> bytes:
+def read_exact(stream: IO[bytes], count: int) -> bytes:
     """Exactly ``count`` bytes, read in chunks (never asking the stream for more than one chunk, so a
     claimed length reserves nothing until the bytes arrive)."""
     buffer = bytearray()
@@ -91,7 +91,7 @@ def read_exact(stream: BinaryIO, count: int) -> bytes:
     return bytes(buffer)
 
 
-def read_frame(stream: BinaryIO, cls, max_frame: int = MAX_FRAME):
+def read_frame(stream: IO[bytes], cls, max_frame: int = MAX_FRAME):
     """One length-prefixed message; FramingError on a closed stream, an over-long length prefix or
     bytes that do not parse as ``cls``."""
     (length,) = struct.unpack("<I", read_exact(stream, 4))

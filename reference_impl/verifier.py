@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -40,7 +41,7 @@ class EncodedInfo:
 
 @dataclass
 class VerifiedModel:
-    model: object
+    model: Any  # the extended ModelProto (a message class built at import time)
     catalogue: Catalogue
     base_dir: str | None = None
     encoded: dict[str, EncodedInfo] = field(default_factory=dict)

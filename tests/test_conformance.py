@@ -3,6 +3,7 @@ certification bundles, the testee protocol and the pytest plugin."""
 
 from __future__ import annotations
 
+import copy
 import json
 import pathlib
 import subprocess
@@ -237,21 +238,29 @@ def test_crashed_or_hung_testee_fails_the_case_and_the_run_goes_on(tmp_path):
     adapter = load_adapter(testee=command, timeout=30.0)  # generous: a loaded CI machine starts slowly
     try:
         good = select(CASES, ["Required.Catalogue.Accepts.EmptyCatalogue"])[0]
-        crash = select(CASES, ["Required.Catalogue.Accepts.SpecCatalogue"])[0]
+        # copies: the cached cases are shared with other tests, and a run caches each case's bound model
+        crash = _fresh_copy(select(CASES, ["Required.Catalogue.Accepts.SpecCatalogue"])[0])
         assert run_case(good, adapter).verdict == PASSED
         crash.model_bytes()
         crash._built = (crash.model_bytes() + b"\x12\x05crash", {}, {})  # producer_name = "crash"
         result = run_case(crash, adapter)
         assert result.verdict == FAILED and "restarted" in result.message
         assert run_case(good, adapter).verdict == PASSED
-        hang = select(CASES, ["Required.Catalogue.Accepts.DiamondIsNotACycle"])[0]
+        hang = _fresh_copy(select(CASES, ["Required.Catalogue.Accepts.DiamondIsNotACycle"])[0])
         hang._built = (hang.model_bytes() + b"\x12\x04hang", {}, {})
         result = run_case(hang, adapter)
         assert result.verdict == FAILED and "did not answer" in result.message
         assert run_case(good, adapter).verdict == PASSED
     finally:
         adapter.shutdown()
-        crash._built = hang._built = None
+
+
+def _fresh_copy(case):
+    """A copy of a case with nothing cached (its built and bound model), for a test to alter."""
+    fresh = copy.copy(case)
+    fresh.__dict__.pop("_bound", None)
+    fresh._built = None
+    return fresh
 
 
 # ---------------------------------------------------------------------------------- pytest plugin

@@ -12,6 +12,7 @@ import pytest
 
 from conformance.adapters import Rejected
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState, _HoldSlot, to_neutral, to_runtime
+from conformance.audit.faults_representation import DecoderIgnoresConstants
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
 from conformance.hold import HOLD_DOMAIN, HOLD_OP
@@ -282,23 +283,17 @@ def test_a_value_without_logical_type_may_expose_decoder_dimensions():
     _fails(FlatOrBlocks(), "Recommended.Structured.Logical.OmittedGivesFlatValues")
 
 
-class LinearDecoders(ReferenceAdapter):
-    """DecodeLinearInt4 bound without comparing the declaration to a registration: ``declared`` reads
-    the model's constants (allowed: type_id is model-scoped), otherwise the constants 0.25 and -2 the
-    spec's 1003 has (misreading a changed declaration: forbidden)."""
-
-    def __init__(self, declared: bool):
-        super().__init__()
-        self.declared = declared
+class DeclaredConstants(ReferenceAdapter):
+    """DecodeLinearInt4 bound without comparing the declaration to a registration, reading the model's
+    constants (allowed: type_id is model-scoped). Misreading a changed declaration with the registered
+    constants (forbidden) is the audit's fault CAT-ID-CHANGE.constants-not-checked."""
 
     def decode(self, model_bytes, value_name, base_dir):
         import reference_impl
         from reference_impl.decoders import Decoder, decode_linear_int4, default_registry
 
         registry = default_registry()
-        fixed = lambda layout, payload: (layout.read(payload, "values").astype(np.float32) + 2) * 0.25  # noqa: E731
-        decode = decode_linear_int4 if self.declared else fixed
-        registry.bind = lambda type_id, layout, path, declaration=None: Decoder("any", (), decode) \
+        registry.bind = lambda type_id, layout, path, declaration=None: Decoder("any", (), decode_linear_int4) \
             if type_id == 1003 else default_registry().bind(type_id, layout, path, declaration)
         return reference_impl.decode(model_bytes, value_name, base_dir=base_dir, registry=registry)
 
@@ -308,9 +303,9 @@ def test_a_decoder_may_read_the_declared_constants_but_not_ignore_them():
     changed = ["Required.Structured.Consumers.ChangedConstantReadOrRefused",
                "Required.Fuzz.Oracle.decoder_constant_values"]
     _passes(ReferenceAdapter(), *changed)  # refuses the changed declaration
-    _passes(LinearDecoders(declared=True), *changed, "Required.Structured.SpecExamples")
+    _passes(DeclaredConstants(), *changed, "Required.Structured.SpecExamples")
     for case_id in changed:
-        _fails(LinearDecoders(declared=False), case_id)
+        _fails(DecoderIgnoresConstants(), case_id)
 
 
 # --------------------------------------------------------------------------------------- read-only

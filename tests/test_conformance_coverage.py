@@ -25,6 +25,14 @@ from test_conformance_faults import _caught
 from conformance import values as V
 from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState, to_runtime
+from conformance.audit.faults_affine import DecodesToFloat32
+from conformance.audit.faults_zero_copy import (
+    CallerBuffersTakenAsOwned,
+    DecodeScratchesInput,
+    FieldTransportCopies,
+    FunctionInputsDetached,
+    IfOutputsDetached,
+)
 from conformance.cases import builders, load_cases, select
 from conformance.execute import PASSED, run_case
 from reference_impl import ContractError, ErrorCode, affine, graph_utils, schema
@@ -273,13 +281,6 @@ class Bfloat16ReadAsFloat16(ReferenceAdapter):
         return result.astype(ml_dtypes.bfloat16) if confused else result
 
 
-class DecodesToFloat32(ReferenceAdapter):
-    """Decodes every affine value to FLOAT, whatever its scale type."""
-
-    def decode(self, model_bytes, value_name, base_dir):
-        return np.asarray(super().decode(model_bytes, value_name, base_dir)).astype(np.float32)
-
-
 _DEQUANTIZE = affine.dequantize
 
 
@@ -357,22 +358,12 @@ def _named(tensor, name):
 _FUNCTION_CALL, _IF = program_module._function_call, program_module._if
 
 
-def _copying_function_call(node, session, function, path):
-    run = _FUNCTION_CALL(node, session, function, path)
-    return lambda args, ctx, values: [_detach(v) for v in run([_detach(a) for a in args], ctx, values)]
-
-
-def _copying_if(node, session, opsets, path):
-    run = _IF(node, session, opsets, path)
-    return lambda args, ctx, values: [_detach(v) for v in run(args, ctx, values)]
-
-
 TRANSPORT = ["Required.ZeroCopy.Transport", "Recommended.ZeroCopy.Transport", "Required.ZeroCopy.Structured"]
 
 
 @pytest.mark.clause("ZC-TRANSPORT")
 def test_function_boundary_copies_are_caught():
-    _expect_caught(Patched(load=[(program_module, "_function_call", _copying_function_call)]), TRANSPORT,
+    _expect_caught(FunctionInputsDetached(), TRANSPORT,
                    "Required.ZeroCopy.Transport.ThroughFunction",
                    "Required.ZeroCopy.Transport.WholeStructThroughIfAndFunction",
                    "Required.ZeroCopy.Transport.EncodedThroughFunctionAndIf")
@@ -380,7 +371,7 @@ def test_function_boundary_copies_are_caught():
 
 @pytest.mark.clause("ZC-TRANSPORT")
 def test_if_branch_copies_are_caught():
-    _expect_caught(Patched(load=[(program_module, "_if", _copying_if)]), TRANSPORT,
+    _expect_caught(IfOutputsDetached(), TRANSPORT,
                    "Recommended.ZeroCopy.Transport.ThroughIfBranches",
                    "Required.ZeroCopy.Transport.WholeStructThroughIfAndFunction",
                    "Required.ZeroCopy.Transport.EncodedThroughFunctionAndIf")
@@ -388,10 +379,8 @@ def test_if_branch_copies_are_caught():
 
 @pytest.mark.clause("ZC-TRANSPORT", "PAY-FIELD-OWNERS")
 def test_field_transport_copies_are_caught():
-    local = kernels_module.LOCAL_KERNELS
-    adapter = Patched(load=[(local, "GetField", _copying(local["GetField"])),
-                            (local, "MakeStruct", _copying(local["MakeStruct"]))])
-    _expect_caught(adapter, TRANSPORT, "Required.ZeroCopy.Transport.StructFieldsThroughGetFieldMakeStruct",
+    _expect_caught(FieldTransportCopies(), TRANSPORT,
+                   "Required.ZeroCopy.Transport.StructFieldsThroughGetFieldMakeStruct",
                    "Required.ZeroCopy.Structured.ResetStructRetainedByBuffer",
                    "Required.ZeroCopy.Structured.NextCallReceivesStructBuffers")
 
@@ -457,9 +446,7 @@ OWNERLESS_REQUIRED = [f"Required.ZeroCopy.Ownerless.{name}" for name in (
 
 @pytest.mark.clause("PAY-OWNERLESS")
 def test_ownerless_borrows_retained_are_caught():
-    adapter = Patched(load=[(state_module, "_ownerless", lambda array: False)],
-                      calls=[(state_module, "_ownerless", lambda array: False)])
-    _expect_caught(adapter, ["Required.ZeroCopy.Ownerless"], *OWNERLESS_REQUIRED)
+    _expect_caught(CallerBuffersTakenAsOwned(), ["Required.ZeroCopy.Ownerless"], *OWNERLESS_REQUIRED)
 
 
 @pytest.mark.clause("PAY-OWNERLESS", "PAY-UNSUPPORTED-OWNERSHIP")
@@ -503,36 +490,12 @@ def test_ownerless_literal_crosses_the_protocol_as_a_borrow():
 # -------------------------------------------------------------------------- B. read-only inputs
 _DECODE_FACTORY = kernels_module.LOCAL_KERNELS["Decode"]
 
-
-def _scribble(value):
-    """Overwrite an encoded value's bytes in place: its owner's buffer when it is writable, else the value."""
-    root = value.payload
-    while isinstance(root.base, np.ndarray):
-        root = root.base
-    if root.flags.writeable:
-        root[...] = 0
-    else:
-        value.payload = np.zeros_like(value.payload)
-        value.source = None
-
-
-def _decodes_in_place(node, session):
-    kernel = _DECODE_FACTORY(node, session)
-
-    def decode(inputs, ctx):
-        result = kernel(inputs, ctx)
-        _scribble(inputs[0])  # the encoded input used as scratch after decoding
-        return result
-    return decode
-
-
 READ_ONLY = ["Required.ZeroCopy.ReadOnlyInputs", "Recommended.ZeroCopy.ReadOnlyInputs"]
 
 
 @pytest.mark.clause("PAY-READ-ONLY")
 def test_encoded_inputs_written_are_caught():
-    adapter = Patched(load=[(kernels_module.LOCAL_KERNELS, "Decode", _decodes_in_place)])
-    _expect_caught(adapter, READ_ONLY, "Required.ZeroCopy.ReadOnlyInputs.RetainedEncodedNeverWritten",
+    _expect_caught(DecodeScratchesInput(), READ_ONLY, "Required.ZeroCopy.ReadOnlyInputs.RetainedEncodedNeverWritten",
                    "Required.ZeroCopy.ReadOnlyInputs.EncodedFeedNeverWritten",
                    "Required.ZeroCopy.ReadOnlyInputs.EncodedInitializerNeverWritten")
 

@@ -11,6 +11,7 @@ import pytest
 
 from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.reference import ReferenceAdapter
+from conformance.audit.faults_kv import KVZeroPointsDropped
 from conformance.cases import builders, load_cases, select
 from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, run_case
 from reference_impl.clauses import CLAUSES
@@ -110,19 +111,11 @@ def test_a_cancellation_that_keeps_the_new_values_is_caught():
 
 
 def test_dropped_zero_points_and_skipped_conversion_are_caught(monkeypatch):
-    from reference_impl import affine
-    from reference_impl.kv import formats, paged
+    from reference_impl.kv import paged
 
-    dequantize, heads = affine.dequantize, formats._dequantize_heads
-    monkeypatch.setattr(affine, "dequantize", lambda codes, st, scale, zp, *rest: dequantize(codes, st, scale,
-                                                                                              None, *rest))
-    monkeypatch.setattr(formats, "_dequantize_heads", lambda codes, st, scale, zp, *rest: heads(codes, st, scale,
-                                                                                                 None, *rest))
     decoding = ["Required.KV.PagedFormats", "Recommended.KV.PagedFormats"]
-    caught = _failed(_verdicts(ReferenceAdapter(), decoding))
+    caught = _failed(_verdicts(KVZeroPointsDropped(), decoding))
     assert caught == sorted(c.id for c in select(load_cases(), decoding))  # all use uint*
-    monkeypatch.setattr(affine, "dequantize", dequantize)
-    monkeypatch.setattr(formats, "_dequantize_heads", heads)
     monkeypatch.setattr(paged, "seal", lambda block, *args: block)  # full blocks stay dense
     results = _verdicts(ReferenceAdapter(), ["Recommended.KV.PagedConversion"])
     assert all(r.verdict == FAILED and "expected an encoded value" in r.message for r in results.values())

@@ -13,6 +13,7 @@ import pytest
 
 from conformance.adapters import load_adapter
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState
+from conformance.audit.faults_kv import CopiesEveryAppend, MaxTokensPerCall, WholeCacheDequantized
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, run_case
 from reference_impl.kv import contiguous, kernels, paged
@@ -47,13 +48,12 @@ def test_the_reference_passes_the_capacity_and_bounded_cases():
 
 
 @pytest.mark.clause("KV-CAPACITY-REUSE", "KV-APPEND-INPLACE")
-def test_a_whole_cache_copy_per_append_is_caught(monkeypatch):
+def test_a_whole_cache_copy_per_append_is_caught():
     """Every append relocates: a fresh allocation holding past and new tokens, as a copying runtime does,
     although nothing but the state refers to the cache."""
-    monkeypatch.setattr(contiguous, "_claim_in_place", lambda storage, past, needed: False)
-    assert _failed(ReferenceAdapter(), REUSE) == {f"{REUSE}.NoWholeCacheCopyPerAppend",
-                                                  f"{REUSE}.ChunkedNoWholeCacheCopyPerAppend"}
-    assert _failed(ReferenceAdapter(), REUSE_REC) == {f"{REUSE_REC}.{name}" for name in (
+    assert _failed(CopiesEveryAppend(), REUSE) == {f"{REUSE}.NoWholeCacheCopyPerAppend",
+                                                   f"{REUSE}.ChunkedNoWholeCacheCopyPerAppend"}
+    assert _failed(CopiesEveryAppend(), REUSE_REC) == {f"{REUSE_REC}.{name}" for name in (
         "PresentsShareOneAllocation", "GroupedQueryPresentsShareOneAllocation", "AppendWritesOnlyNewTokens",
         "ChunkedAppendWritesOnlyNewTokens")}
 
@@ -78,15 +78,18 @@ def test_a_paged_append_that_rewrites_every_block_is_caught(monkeypatch):
 
 
 @pytest.mark.clause("KV-BOUNDED")
-def test_attention_over_the_whole_dequantized_cache_is_caught(monkeypatch):
+def test_attention_over_the_whole_dequantized_cache_is_caught():
     """Every block decoded (dense ones copied) into one group before attending: all keys at once, then all
     values."""
-    groups = paged.block_groups
-    monkeypatch.setattr(paged, "block_groups", lambda blocks, budget=0: groups(blocks, budget=1 << 40))
-    monkeypatch.setattr(paged, "GROUP_TOKENS", 1 << 40)
-    assert _failed(ReferenceAdapter(), BOUNDED, BOUNDED_REC) == {
+    assert _failed(WholeCacheDequantized(), BOUNDED, BOUNDED_REC) == {
         f"{BOUNDED}.DenseWorkspaceHoldsNoWholeCache", f"{BOUNDED}.Int4WorkspaceHoldsNoWholeCache",
         f"{BOUNDED_REC}.DenseWorkspaceIndependentOfContext", f"{BOUNDED_REC}.Int4WorkspaceIndependentOfContext"}
+
+
+@pytest.mark.clause("KV-MUTATION-FAILED")
+def test_max_tokens_checked_against_the_call_alone_is_caught():
+    assert _failed(MaxTokensPerCall(), "Required.KV.PagedCapacity") == {
+        "Required.KV.PagedCapacity.MaxTokensExceededWritesNothing"}
 
 
 @pytest.mark.clause("KV-CAPACITY-INVALID", "KV-MUTATION-FAILED")

@@ -43,7 +43,8 @@ def optional(member):
 
 def contract(protocol: type) -> dict[str, tuple[str, tuple[str, ...]]]:
     """Member name -> (kind, profiles) for a protocol class below (attributes are ``required``)."""
-    found = {name: ("required", ()) for name in getattr(protocol, "__annotations__", {})}
+    found: dict[str, tuple[str, tuple[str, ...]]] = {name: ("required", ())
+                                                     for name in getattr(protocol, "__annotations__", {})}
     for name, member in vars(protocol).items():
         if hasattr(member, "__contract__"):
             found[name] = member.__contract__
@@ -182,6 +183,8 @@ def load_adapter(spec: str | None = None, testee: str | None = None, timeout: fl
             raise SuiteError(f"adapter file {target!r} does not exist")
         module_name = f"conformance_adapter_{abs(hash(str(path)))}"
         module_spec = importlib.util.spec_from_file_location(module_name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise SuiteError(f"adapter file {target!r} cannot be loaded as a Python module")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module
         module_spec.loader.exec_module(module)

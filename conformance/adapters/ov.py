@@ -38,7 +38,7 @@ class OpenVinoSession:
         model = core.read_model(model_bytes, b"")
         self.compiled = core.compile_model(model, "CPU", COMPILE_CONFIG)
         self.output_names = [output.get_any_name() for output in self.compiled.outputs]
-        self.ids: dict[int, int] = {}
+        self.ids: dict[int, int | None] = {}
         self._keep: list = []
 
     def adopt(self, value: Any):

@@ -64,7 +64,7 @@ class ReferenceAdapter:
     # ---------------------------------------------------------------------------------- state
     def open_state(self, model_bytes: bytes, initial: dict[str, Any], base_dir: str | None = None):
         model = reference_impl.schema.parse_model(model_bytes)
-        options = {"base_dir": base_dir}
+        options: dict[str, Any] = {"base_dir": base_dir}
         kernels = dict(self.executor_kernels())
         slot = _HoldSlot()
         if any(o.domain == HOLD_DOMAIN for o in model.opset_import):

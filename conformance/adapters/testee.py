@@ -90,9 +90,11 @@ class TesteeAdapter:
         reader.start()
 
     def _read_loop(self, process: subprocess.Popen, generation: int) -> None:
+        stream = process.stdout
+        assert stream is not None  # started with stdout=PIPE
         while True:
             try:
-                response = P.read_frame(process.stdout, P.Response, self.max_frame)
+                response = P.read_frame(stream, P.Response, self.max_frame)
             except Exception as error:  # noqa: BLE001 - end of stream or garbage: fail whoever waits
                 if generation == self._generation:
                     self._broken = str(error)
@@ -124,9 +126,10 @@ class TesteeAdapter:
 
     # --------------------------------------------------------------------------------- calls
     def _send(self, request, wait: float) -> Any:
-        return self._await(*self._post(request), wait)
+        request_id, slot, process = self._post(request)
+        return self._await(request_id, slot, process, wait)
 
-    def _post(self, request) -> tuple:
+    def _post(self, request) -> tuple[int, list, subprocess.Popen]:
         """Write ``request``; returns what ``_await`` needs to collect its response."""
         with self._lock:
             if self._process is None or self._process.poll() is not None:
@@ -136,6 +139,7 @@ class TesteeAdapter:
             slot = [threading.Event(), None]
             self._pending[request.id] = slot
             process = self._process
+            assert process is not None and process.stdin is not None  # _start() made it
             try:
                 P.write_frame(process.stdin, request)
             except (BrokenPipeError, OSError):

@@ -37,7 +37,7 @@ class TractSession:
             self.runnable = tract.onnx().load(path).into_model().into_runnable()
         finally:
             os.unlink(path)
-        self.ids: dict[int, int] = {}
+        self.ids: dict[int, int | None] = {}
         self._keep: list = []
 
     def adopt(self, value: Any):

@@ -68,9 +68,10 @@ SAMPLE = (
     "DEC-MISSING.generic-fallback", "AFF-PACKING.high-bits-first", "PAY-EXTERNAL-EXTENT.offset-ignored",
     "BIND-DUPLICATES.last-binding-wins", "STATE-ATOMIC.published-before-validation",
     "STATE-NO-CONCURRENCY.calls-queued", "STATE-NO-MODEL-SCAN.model-hashed-each-run",
-    "ZC-RETAIN.initial-values-copied", "ZC-VIEWS.values-snapshots", "ZC-READ-ONLY.views-writable",
-    "ZC-TRANSPORT.identity-copies", "EXP-STANDARD.bindings-stripped", "KV-ATTENTION.scale-one-over-d",
-    "KV-APPEND.off-by-one-slot",
+    "ZC-RETAIN.initial-values-copied", "ZC-VIEWS.values-snapshots", "ZC-READ-ONLY.decode-scratches-input",
+    "ZC-TRANSPORT.field-transport-copies", "EXP-STANDARD.bindings-stripped", "KV-ATTENTION.scale-one-over-d",
+    "KV-APPEND-EQUIV.off-by-one-slot", "KV-CAPACITY-REUSE.copy-per-append", "KV-BOUNDED.whole-cache-dequantized",
+    "PAY-OWNERLESS.borrowed-feed-retained", "PAY-EXTERNAL-OWNER.mapping-released",
 )
 
 

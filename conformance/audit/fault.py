@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import inspect
 import sys
 import threading
 import types
@@ -82,17 +83,30 @@ def wrap(target: Any, name: str, make: Callable[[Callable], Callable], aliases: 
 
 def skip(target: Any, name: str, *codes: str, returns: Any = None) -> Patch:
     """The function ``target.name`` without the checks that raise ``codes``: when one of them fires,
-    the function gives up silently and returns ``returns`` (what a runtime lacking the check does)."""
+    the function gives up silently and returns ``returns`` (what a runtime lacking the check does). A
+    callable ``returns`` gets the call's arguments by name (defaults applied) and computes the result."""
     def make(original):
+        signature = inspect.signature(original)
+
         def skipping(*args, **kwargs):
             try:
                 return original(*args, **kwargs)
             except ContractError as error:
-                if error.code.value in codes:
+                if error.code.value not in codes:
+                    raise
+                if not callable(returns):
                     return returns
-                raise
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                return returns(bound.arguments)
         return skipping
     return wrap(target, name, make)
+
+
+def enclosing_depth(arguments: dict) -> int:
+    """For ``skip(..., returns=enclosing_depth)`` on the type checks that return the deepest level they
+    reached: a skipped check reaches no deeper than where it started."""
+    return arguments["depth"]
 
 
 #: why a bug that changes a buffer after the runtime handed it out cannot be seen through the testee
@@ -308,8 +322,10 @@ class Fault(ReferenceAdapter):
 class FaultState(ReferenceState):
     """A reference state whose calls run with its fault's patches installed."""
 
-    def __init__(self, state, fault: Fault) -> None:
-        opened = fault.opened  # the reference handle this one wraps: its Hold slot and KV counters
+    def __init__(self, state, fault: Fault, like: ReferenceState | None = None) -> None:
+        # the reference handle this one wraps (its Hold slot and KV counters): the one being opened, or
+        # ``like`` for a handle a fault wraps again after ``open_state`` returned it
+        opened = like if like is not None else fault.opened
         super().__init__(state, opened.slot if opened is not None else None)
         if opened is not None:
             self._kv = opened._kv
@@ -403,10 +419,15 @@ def _subgraphs(node) -> list:
     return found
 
 
+def type_refs(st) -> list[int]:
+    """The IDs a StructTypeProto refers to directly (in its fields and element types, not through them)."""
+    return [nested.type_ref for nested, _ in _nested_in_struct(st) if nested.WhichOneof("kind") == "type_ref"]
+
+
 def encoded_values(model) -> Iterator[Any]:
     for graph in graphs(model):
         yield from graph.encoded_initializer
 
 
 __all__ = ["INSTALLER", "TESTEE_COPIES_RETURNED_VALUES", "Fault", "FaultState", "Patch", "decode_module",
-           "encoded_values", "graphs", "skip", "struct_types", "wrap"]
+           "enclosing_depth", "encoded_values", "graphs", "skip", "struct_types", "type_refs", "wrap"]

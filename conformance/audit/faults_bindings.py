@@ -153,8 +153,8 @@ class BindingsFlaggedOnSave(Fault):
 
 
 class PersistentTypesState(FaultState):
-    def __init__(self, state, fault, persistent_types: set[int], bound: set[str], types: dict[str, int]):
-        super().__init__(state, fault)
+    def __init__(self, state, fault, persistent_types: set[int], bound: set[str], types: dict[str, int], like=None):
+        super().__init__(state, fault, like)
         self.persistent_types, self.bound, self.types = persistent_types, bound, types
 
     def run(self, feeds):
@@ -179,7 +179,7 @@ class PersistenceFollowsTheType(Fault):
                  if vi.type.WhichOneof("value") == "struct_type"
                  and vi.type.struct_type.WhichOneof("kind") == "type_ref"}
         bound = {b.input_name for b in model.graph.persistent_bindings}
-        return PersistentTypesState(handle.state, self, {types[n] for n in bound if n in types}, bound, types)
+        return PersistentTypesState(handle.state, self, {types[n] for n in bound if n in types}, bound, types, handle)
 
 
 class DeferredErrorState(ReferenceState):

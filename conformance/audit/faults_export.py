@@ -8,17 +8,6 @@ from reference_impl import graph_utils, schema, verifier
 from reference_impl.errors import ContractError
 
 
-class UnknownFieldsDiscarded(Fault):
-    """Discards unknown fields when it saves a model (fields from newer upstream ONNX or other local
-    extensions), instead of preserving them through import and export."""
-
-    fault_id = "EXP-PRESERVE.unknown-fields-discarded"
-    clauses = ("EXP-PRESERVE",)
-
-    def on_save(self, model):
-        model.DiscardUnknownFields()
-
-
 def _copy_without_bindings(model):
     clone = schema.ModelProto()
     clone.CopyFrom(model)

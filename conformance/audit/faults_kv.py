@@ -9,11 +9,12 @@ import importlib
 import numpy as np
 
 from conformance.audit.fault import TESTEE_COPIES_RETURNED_VALUES, Fault, Patch, wrap
-from reference_impl.kv import contiguous, kernels, paged
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import fail
+from reference_impl.kv import contiguous, formats, kernels, paged
 
 # the modules (``reference_impl.kv`` re-exports functions of the same names)
 attention_module = importlib.import_module("reference_impl.kv.attention")
-paged_attention_module = importlib.import_module("reference_impl.kv.paged_attention")
 
 
 def _write_one_early(self) -> None:
@@ -60,8 +61,8 @@ class BranchAppendsInPlace(Fault):
 
 
 def _every_slot_valid(original):
-    def make_block(start, valid, key, value, geometry, path="kv.block"):
-        block = original(start, valid, key, value, geometry, path)
+    def make_block(start, valid, key, value, geometry, path="kv.block", places=(None, None)):
+        block = original(start, valid, key, value, geometry, path, places)
         return dataclasses.replace(block, valid=block.tokens)
     return make_block
 
@@ -77,28 +78,84 @@ class PayloadSlotsAsValidTokens(Fault):
         return [wrap(paged, "make_block", _every_slot_valid)]
 
 
-def _whole_cache_attention(q, caches, attn_mask=None, attrs=None, offset=None, **kwargs):
-    """Attention over the cache dequantized to one dense tensor first (not block by block)."""
-    caches = [caches] if isinstance(caches, paged.PagedKVCache) else caches
-    rows = []
-    for index, cache in enumerate(caches):
-        keys, values = cache.dequantized()
-        rows.append(attention_module.attention(q[index:index + 1], keys, values, attrs=attrs).y)
-    return np.concatenate(rows, axis=0)
+def _unbounded_groups(original):
+    def block_groups(blocks, budget=paged.GROUP_BYTES):
+        return original(blocks, budget=1 << 62)  # its own memo key: groups the reference made are not reused
+    return block_groups
+
+
+def _extends_without_bound(group, in_place, block, budget):
+    """paged._extends without the byte, token and slab bounds: every run of compatible blocks is one group."""
+    previous = group[-1]
+    if previous.valid != previous.tokens:
+        return False
+    if in_place:
+        return paged._adjacent(previous, block)
+    return block.signature is not None and block.valid == block.tokens and block.signature == previous.signature
 
 
 class WholeCacheDequantized(Fault):
-    """Dequantizes the entire paged cache into dense K and V before every Attention step instead of
-    walking the blocks with bounded workspace."""
+    """Dequantizes (or copies) the whole paged cache into one dense K and V workspace before every
+    Attention step instead of walking it in groups of bounded size: the workspace grows with the context."""
 
     fault_id = "KV-BOUNDED.whole-cache-dequantized"
     clauses = ("KV-BOUNDED",)
-    pending = ("a case bounding the workspace of a paged decode step: a counters step on a runtime-reported "
-               "dequantized/allocated-bytes counter, or a cache large enough that a whole-cache copy exceeds "
-               "a stated memory bound; Attention values alone cannot tell the two apart")
 
     def patches(self):
-        return [Patch(paged_attention_module, "paged_attention", _whole_cache_attention)]
+        return [wrap(paged, "block_groups", _unbounded_groups), Patch(paged, "_extends", _extends_without_bound)]
+
+
+class CopiesEveryAppend(Fault):
+    """Appends by copying the past and the new tokens into a fresh allocation every time, even when the
+    past owns spare capacity no one else can see (ownership permits reuse): no fixed-capacity reuse, and
+    every append rewrites the whole cache."""
+
+    fault_id = "KV-CAPACITY-REUSE.copy-per-append"
+    clauses = ("KV-CAPACITY-REUSE", "KV-APPEND-INPLACE")
+
+    def patches(self):
+        return [Patch(contiguous, "_claim_in_place", lambda storage, past, needed: False)]
+
+
+def _symmetric_heads(original):
+    def dequantize_heads(payload, storage_type, scale, zero_point, shape, group):
+        return original(payload, storage_type, scale, None, shape, group)
+    return dequantize_heads
+
+
+class KVZeroPointsDropped(Fault):
+    """Decodes affine K/V blocks as if they were symmetric (codes times scale), ignoring the zero point
+    each block carries: only the per-block formats without a zero point decode right."""
+
+    fault_id = "KV-PAGED-FORMATS.zero-points-dropped"
+    clauses = ("KV-PAGED-FORMATS",)
+
+    def patches(self):
+        return [wrap(formats, "_dequantize_heads", _symmetric_heads)]
+
+
+def _max_tokens_per_call(original):
+    def kernel(args, attrs, ctx):
+        limit = attrs.get("max_tokens", 4096)
+        if len(args) >= 4 and isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            new = args[1]
+            if isinstance(new, np.ndarray) and new.ndim == 4 and new.shape[2] > limit:
+                raise fail(E.KV_CAPACITY_EXCEEDED, "PagedAttention.max_tokens",
+                           f"{new.shape[2]} new tokens exceed max_tokens {limit}")
+            attrs = {**attrs, "max_tokens": 1 << 62}
+        return original(args, attrs, ctx)
+    return kernel
+
+
+class MaxTokensPerCall(Fault):
+    """Checks max_tokens against the tokens of the current call only, not the cached ones plus the new:
+    an append past the cache's capacity is not refused, and the cache grows beyond it."""
+
+    fault_id = "KV-MUTATION-FAILED.max-tokens-per-call"
+    clauses = ("KV-MUTATION-FAILED",)
+
+    def patches(self):
+        return [wrap(kernels, "paged_attention_kernel", _max_tokens_per_call)]
 
 
 def _zero_means_default(original):

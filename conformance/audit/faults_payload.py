@@ -3,16 +3,18 @@ order, the mapping owner, and what saved records may contain."""
 
 from __future__ import annotations
 
-import mmap
+import contextlib
 import os
 import pathlib
+import stat
 
 import numpy as np
 
-from conformance.audit.fault import Fault, Patch, encoded_values, skip, wrap
-from reference_impl import payload, verifier
+from conformance.audit.fault import INSTALLER, Fault, Patch, encoded_values, skip, wrap
+from conformance.audit.fault import decode_module as decode
+from reference_impl import payload, records, verifier
+from reference_impl.errors import ContractError, fail
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
 
 _EXTERNAL = payload.EXTERNAL
 
@@ -97,44 +99,86 @@ class EmptyPayloadRejected(Fault):
                            "the encoded value has no payload")
 
 
-def _file_first(original):
-    def verify_encoded_value(value, path, catalogue, base_dir=None):
-        if base_dir is not None and value.data_location == _EXTERNAL:
-            payload.check_file(payload.payload_extent(value, path), base_dir, path)
-        return original(value, path, catalogue, base_dir)
-    return verify_encoded_value
+def _bounds_deferred(original):
+    def verify_struct_layout(value, path, extent, catalogue):
+        try:
+            return original(value, path, extent, catalogue)
+        except ContractError as error:
+            if error.code is not E.PAYLOAD_PARTIAL_RECORD:
+                raise
+            size = catalogue.bit_size(value.struct_type, path) // 8
+            return verifier.EncodedInfo(path, extent, element_bytes=size, record_count=extent.length // size)
+    return verify_struct_layout
 
 
-class FileOpenedBeforeLayout(Fault):
-    """Opens and checks the backing file first, and validates the payload against the layout only
-    afterwards."""
+def _decoder_first(original):
+    def decode_value(value, catalogue, base_dir=None, registry=None, path="value"):
+        st = value.struct_type
+        if value.WhichOneof("layout") == "struct_type" and st.WhichOneof("kind") == "type_ref":
+            data = payload.open_payload(value, payload.payload_extent(value, path), base_dir, path)
+            layout = records.compile_layout(st, catalogue, f"{path}.struct_type")
+            declaration, _ = catalogue.lookup(st.type_ref, f"{path}.struct_type.type_ref")
+            decoder = decode._registry(registry).bind(st.type_ref, layout, f"{path}.struct_type", declaration)
+            whole = len(data) - len(data) % layout.record_bytes
+            decode._check_logical(value, decoder.decode(layout, data[:whole]), path)  # the decoder runs first
+            if whole != len(data):
+                raise fail(E.PAYLOAD_PARTIAL_RECORD, path, f"{len(data) - whole} bytes after the last whole record")
+        return original(value, catalogue, base_dir, registry, path)
+    return decode_value
 
-    fault_id = "PAY-VALIDATE-FIRST.file-before-layout"
+
+class DecoderBeforeBounds(Fault):
+    """Checks a struct payload's bounds only when the value is decoded, and only after handing its whole
+    records to the registered decoder: loading accepts a partial record, and decoding reports what the
+    decoder made of the short payload instead of the partial record."""
+
+    fault_id = "PAY-VALIDATE-FIRST.decoder-before-bounds"
     clauses = ("PAY-VALIDATE-FIRST",)
 
     def patches(self):
-        return [wrap(verifier, "verify_encoded_value", _file_first)]
-
-
-def _scoped_mapping(original):
-    def open_payload(value, extent, base_dir, path):
-        if not extent.external or extent.length == 0:
-            return original(value, extent, base_dir, path)
-        target = payload._resolve_file(extent, base_dir, path)
-        with open(target, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapping:
-            return np.frombuffer(mapping, dtype=np.uint8, count=extent.length, offset=extent.offset)
-    return open_payload
+        return [wrap(verifier, "_verify_struct_layout", _bounds_deferred), wrap(decode, "decode_value", _decoder_first)]
 
 
 class MappingReleasedEarly(Fault):
     """Maps the backing file in a scoped block and unmaps it when the load returns, although the
-    payload views still point into the mapping (the mapping's owner is not retained)."""
+    payload views still point into the mapping (the mapping's owner is not retained).
+
+    Touching unmapped pages would crash the process; the fault shows what a runtime whose pages were
+    reused reads instead: the views it handed out (decoded values, a state's initial values) read zeros
+    once the call that loaded them has returned."""
 
     fault_id = "PAY-EXTERNAL-OWNER.mapping-released"
     clauses = ("PAY-EXTERNAL-OWNER",)
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._mapped: list[bytearray] = []
+
     def patches(self):
-        return [wrap(payload, "open_payload", _scoped_mapping)]
+        def make(original):
+            def open_payload(value, extent, base_dir, path):
+                if not extent.external or extent.length == 0:
+                    return original(value, extent, base_dir, path)
+                fd = payload.open_external(extent, base_dir, path)
+                try:
+                    pages = bytearray(os.pread(fd, extent.length, extent.offset))
+                finally:
+                    os.close(fd)
+                self._mapped.append(pages)
+                view = np.frombuffer(pages, dtype=np.uint8)
+                view.flags.writeable = False
+                return view
+            return open_payload
+        return [wrap(payload, "open_payload", make)]
+
+    @contextlib.contextmanager
+    def injected(self):
+        with super().injected():
+            yield
+        if INSTALLER.idle:  # the loading call returned: its scoped mappings are gone
+            for pages in self._mapped:
+                pages[:] = bytes(len(pages))
+            self._mapped.clear()
 
 
 class BackingFileNotChecked(Fault):
@@ -167,16 +211,21 @@ class ExternalOffsetIgnored(Fault):
         return [wrap(payload, "open_payload", _offset_ignored)]
 
 
-def _uncontained_file(extent, base_dir, path):
-    """The backing file, resolved without checking that it stays inside the model directory."""
+def _uncontained_open(extent, base_dir, path):
+    """The backing file opened by joining its location to the model directory, as written: absolute
+    locations, '..' components and links lead wherever they point."""
     if base_dir is None:
         raise fail(E.EXTERNAL_FILE_INVALID, path, "external payload needs a base directory to resolve")
-    target = pathlib.Path(base_dir) / extent.location.replace("\\", "/")
-    if not target.is_file():
-        raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file {extent.location!r} does not exist")
-    if os.stat(target).st_size < extent.offset + extent.length:
-        raise fail(E.EXTERNAL_FILE_INVALID, path, "backing file is shorter than offset + length")
-    return target
+    target = os.path.join(os.fspath(base_dir), extent.location.replace("\\", "/"))
+    try:
+        fd = os.open(target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError) as err:
+        raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file {extent.location!r} cannot be opened: {err}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size < extent.offset + extent.length:
+        os.close(fd)
+        raise fail(E.EXTERNAL_FILE_INVALID, path, "backing file is not a regular file covering offset + length")
+    return fd
 
 
 class LocationNotContained(Fault):
@@ -188,7 +237,7 @@ class LocationNotContained(Fault):
 
     def patches(self):
         return [Patch(payload, "check_location", lambda location, path: None),
-                Patch(payload, "_resolve_file", _uncontained_file)]
+                Patch(payload, "open_external", _uncontained_open)]
 
 
 class NativePaddingSaved(Fault):

@@ -4,12 +4,14 @@ declarations, byte-encoding sizes and initializer names."""
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import functools
 
-from conformance.audit.fault import Fault, Patch, skip, struct_types, wrap
+from conformance.audit.fault import Fault, Patch, enclosing_depth, skip, struct_types, wrap
 from conformance.audit.wire_edit import renumber
-from reference_impl import dtypes, records, structs, verifier
+from reference_impl import decoders, dtypes, records, schema, structs, verifier
+from reference_impl.errors import ContractError, fail
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
 from reference_impl.graph_utils import _has_unknown_fields
 from reference_impl.tensors import to_array
 
@@ -174,31 +176,46 @@ class ResolvesReferencesLazily(Fault):
     clauses = ("CAT-REF-RESOLVED",)
 
     def patches(self):
-        return [skip(structs, "check_struct", "TYPE_REF_UNRESOLVED")]
+        return [skip(structs, "check_struct", "TYPE_REF_UNRESOLVED", returns=enclosing_depth)]
+
+
+def _follows_cycles(original):
+    def check_acyclic(self, edges):
+        try:
+            return original(self, edges)
+        except ContractError as error:
+            if error.code.value != "TYPE_REF_CYCLE":
+                raise
+            # without the check, resolving the cycle recurses until the nesting limit stops it
+            raise structs._too_deep(error.path) from None
+    return check_acyclic
 
 
 class NoCycleDetection(Fault):
-    """Has no cycle detection in the catalogue: self-referencing and mutually referencing declarations
-    are accepted."""
+    """Has no cycle detection in the catalogue: it resolves self-referencing and mutually referencing
+    declarations by following the references, until its nesting limit stops it (NESTING_TOO_DEEP, not
+    a reference cycle)."""
 
     fault_id = "CAT-REF-ACYCLIC.no-cycle-check"
     clauses = ("CAT-REF-ACYCLIC",)
 
     def patches(self):
-        return [Patch(structs.Catalogue, "_check_acyclic", lambda self: None)]
+        return [wrap(structs.Catalogue, "_check_acyclic", _follows_cycles)]
 
 
-def _visited_set_cycle_check(self) -> None:
-    """Depth-first search that remembers every node it has seen, not only those on its stack."""
-    edges = {tid: sorted(set(structs._refs_in_struct(decl))) for tid, (decl, _) in self.declarations.items()}
-    for root in edges:
-        seen, stack = set(), [root]
-        while stack:
-            node = stack.pop()
-            if node in seen:
-                raise fail(E.TYPE_REF_CYCLE, self.declarations[node][1], f"type {node} is reached twice")
-            seen.add(node)
-            stack.extend(child for child in edges[node] if child in edges)
+def _visited_set_cycle_check(original):
+    def check_acyclic(self, edges):
+        """Depth-first search that remembers every node it has seen, not only those on its stack."""
+        for root in edges:
+            seen, stack = set(), [root]
+            while stack:
+                node = stack.pop()
+                if node in seen:
+                    raise fail(E.TYPE_REF_CYCLE, self.declarations[node][1], f"type {node} is reached twice")
+                seen.add(node)
+                stack.extend(child for child in edges[node] if child in edges)
+        return original(self, edges)
+    return check_acyclic
 
 
 class DiamondIsACycle(Fault):
@@ -210,7 +227,7 @@ class DiamondIsACycle(Fault):
     boundary = True
 
     def patches(self):
-        return [Patch(structs.Catalogue, "_check_acyclic", _visited_set_cycle_check)]
+        return [wrap(structs.Catalogue, "_check_acyclic", _visited_set_cycle_check)]
 
 
 def _sorted_lookup(self, type_id: int, path: str):
@@ -233,20 +250,46 @@ class AssumesSortedCatalogue(Fault):
         return [Patch(structs.Catalogue, "lookup", _sorted_lookup)]
 
 
-def _signature_without_constants(self) -> tuple:
-    leaves = tuple((leaf.path, leaf.elem_type, leaf.width, leaf.offset, leaf.dims) for leaf in self.leaves.values())
-    return (self.record_bits, leaves, ())
+def _constants_baked_in(original):
+    def register(self, type_id, name, declaration_catalogue, decode_fn):
+        original(self, type_id, name, declaration_catalogue, decode_fn)
+        catalogue = structs.Catalogue(declaration_catalogue)
+        catalogue.check_all()
+        compiled = records.compile_layout(schema.StructTypeProto(type_ref=type_id), catalogue)
+        baked = functools.partial(_decode_compiled, compiled, decode_fn)
+        self._decoders[type_id] = dataclasses.replace(self._decoders[type_id], decode=baked)
+    return register
+
+
+def _decode_compiled(compiled, decode_fn, layout, payload):
+    """The decoder as compiled for its registration: leaves read where the registration put them (the
+    model's are the same), constants those of the registration."""
+    return decode_fn(compiled, payload)
+
+
+def _bind_by_physical_layout(original):
+    def bind(self, type_id, layout, path, declaration=None):
+        decoder = self._decoders.get(type_id)
+        if decoder is not None:
+            (record_bits, leaves, _), identity = decoder.signature
+            same_codecs = declaration is None or decoders._codec_identity(declaration) == identity
+            if layout.signature()[:2] == (record_bits, leaves) and same_codecs:
+                return decoder
+        return original(self, type_id, layout, path, declaration)
+    return bind
 
 
 class DecoderIgnoresConstants(Fault):
-    """Checks a registered decoder against the declaration's physical layout only: a declaration whose
-    constants changed under the same ID still binds, and decodes with the wrong constants."""
+    """Compiles each registered decoder for the declaration it was written for (its constants baked in)
+    and checks a model's declaration against the registration's physical layout only: a declaration
+    whose constants changed under the same ID still binds, and decodes with the registered constants."""
 
     fault_id = "CAT-ID-CHANGE.constants-not-checked"
     clauses = ("CAT-ID-CHANGE", "DEC-KEYED")
 
     def patches(self):
-        return [Patch(records.RecordLayout, "signature", _signature_without_constants)]
+        return [wrap(decoders.DecoderRegistry, "register", _constants_baked_in),
+                wrap(decoders.DecoderRegistry, "bind", _bind_by_physical_layout)]
 
 
 class TypeRefReadsOnlyTheId(Fault):
@@ -393,7 +436,7 @@ class FieldWithoutContentAccepted(Fault):
     clauses = ("DECL-FIELD-CONTENT",)
 
     def patches(self):
-        return [skip(structs, "check_struct", "FIELD_CONTENT_MISSING")]
+        return [skip(structs, "check_struct", "FIELD_CONTENT_MISSING", returns=enclosing_depth)]
 
 
 class FieldTypesNotValidated(Fault):
@@ -404,7 +447,7 @@ class FieldTypesNotValidated(Fault):
     clauses = ("DECL-TYPE-RULES",)
 
     def patches(self):
-        return [skip(structs, "check_type", "TYPE_INVALID")]
+        return [skip(structs, "check_type", "TYPE_INVALID", returns=enclosing_depth)]
 
 
 class RejectsDynamicFieldDims(Fault):
@@ -453,7 +496,7 @@ class ZeroCountsAccepted(Fault):
     clauses = ("DECL-COUNTS-CONCRETE",)
 
     def patches(self):
-        return [skip(structs, "check_struct", "DIMENSION_INVALID")]
+        return [skip(structs, "check_struct", "DIMENSION_INVALID", returns=enclosing_depth)]
 
 
 class ConstantsNotChecked(Fault):

@@ -14,13 +14,14 @@ from types import MappingProxyType
 import numpy as np
 
 from conformance.adapters.reference import ReferenceState, to_neutral, to_runtime
-from conformance.audit.fault import Fault, FaultState, Patch
+from conformance.audit.fault import Fault, FaultState, wrap
 from conformance.values import Struct
 from reference_impl import ContractError, schema
+from reference_impl import state as state_module
 from reference_impl.bindings import validate_bindings
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import fail
-from reference_impl.executor import Executor, session
+from reference_impl.executor import Executor
 from reference_impl.values import TensorSpec, numpy_dtype
 
 
@@ -139,41 +140,60 @@ class RetainedOutputsNotReturned(Fault):
         return _MovesRetainedState(handle.state, self)
 
 
-def _names_only(self, feeds, validated=None):
-    """Feed validation by name and presence only: no type or shape metadata is checked."""
-    for name in feeds:
-        if (validated is None or name not in validated) and name not in self.input_specs:
-            raise fail(E.STATE_FEED_UNKNOWN, f"feeds[{name!r}]", f"{name!r} is not a graph input")
-    for name in self.required_inputs:
-        if name not in feeds and (validated is None or name not in validated):
-            raise fail(E.STATE_FEED_MISSING, f"feeds[{name!r}]", f"required input {name!r} has no feed")
+def _casting_initial_values(original):
+    def initial_values(self, initial):
+        if isinstance(initial, dict | MappingProxyType):
+            initial = dict(initial)
+            for binding in self._bindings:
+                value, spec = initial.get(binding.input_name), binding.spec
+                if isinstance(value, np.ndarray) and isinstance(spec, TensorSpec):
+                    try:
+                        declared = numpy_dtype(spec.elem_type)
+                    except ContractError:
+                        continue
+                    if value.dtype != declared and value.dtype.kind in "biuf":
+                        initial[binding.input_name] = value.astype(declared)  # a converting copy
+        return original(self, initial)
+    return initial_values
 
 
-class FeedMetadataUnchecked(Fault):
-    """Checks feed names but not the element types and shapes of the values against the declared
-    inputs before running."""
+class RetentionConvertsValues(Fault):
+    """Retains an initial (or reset) value of another numeric element type by converting it to the
+    declared type, a copying cast, instead of rejecting the incompatible actual value."""
 
-    fault_id = "STATE-VALIDATE-METADATA.feed-types-unchecked"
+    fault_id = "STATE-VALIDATE-METADATA.values-converted"
     clauses = ("STATE-VALIDATE-METADATA",)
 
     def patches(self):
-        return [Patch(session.Executor, "check_feeds", _names_only)]
+        return [wrap(state_module.State, "_initial_values", _casting_initial_values)]
 
 
-class _DropsUnknownFeeds(FaultState):
+class _ZeroFillsMissingFeeds(FaultState):
     def run(self, feeds):
-        known = set(self.state._executor.input_names) if self.state._executor is not None else set(feeds)
-        return super().run({name: value for name, value in feeds.items() if name in known})
+        executor = self.state._executor
+        if executor is not None:
+            feeds = dict(feeds)
+            for name in executor.required_inputs:
+                spec = executor.input_specs.get(name)
+                if name in feeds or name in self.state.values or not isinstance(spec, TensorSpec) \
+                        or spec.dims is None or not all(isinstance(d, int) for d in spec.dims):
+                    continue
+                try:
+                    feeds[name] = np.zeros(spec.dims, numpy_dtype(spec.elem_type))
+                except ContractError:
+                    continue
+        return super().run(feeds)
 
 
-class UnknownFeedsIgnored(Fault):
-    """Silently ignores feeds that name no graph input."""
+class MissingFeedsZeroFilled(Fault):
+    """Feeds zeros of the declared shape for a required input the call does not supply (and the state
+    does not retain) instead of failing the call."""
 
-    fault_id = "STATE-FEEDS.unknown-feeds-ignored"
+    fault_id = "STATE-FEEDS.missing-feeds-zero-filled"
     clauses = ("STATE-FEEDS",)
 
     def make_state(self, handle):
-        return _DropsUnknownFeeds(handle.state, self)
+        return _ZeroFillsMissingFeeds(handle.state, self)
 
 
 class _FeedsOverrideState(FaultState):
@@ -198,14 +218,16 @@ class FeedsOverrideRetained(Fault):
 class _PublishingState(FaultState):
     """After a failed run, publishes the outputs a stateless execution produced anyway."""
 
-    def __init__(self, state, fault, executor):
-        super().__init__(state, fault)
+    def __init__(self, state, fault, executor, like):
+        super().__init__(state, fault, like)
         self.executor = executor
 
     def run(self, feeds):
         try:
             return super().run(feeds)
         except ContractError as error:
+            if error.code in (E.STATE_BUSY, E.STATE_CLOSED):
+                raise  # refused before it ran: nothing was computed to publish
             merged = {**{k: to_runtime(v) for k, v in feeds.items()}, **self.state.values}
             try:
                 outputs = self.executor.run(merged, check_feeds=False)
@@ -225,7 +247,7 @@ class PublishesAfterFailure(Fault):
     def open_state(self, model_bytes, initial, base_dir=None):
         handle = super().open_state(model_bytes, initial, base_dir)
         executor = Executor(schema.parse_model(model_bytes), base_dir=base_dir, kernels=handle.state._executor.kernels)
-        return _PublishingState(handle.state, self, executor)
+        return _PublishingState(handle.state, self, executor, handle)
 
     def make_state(self, handle):
         return handle
@@ -288,8 +310,8 @@ class AllowsConcurrentCalls(Fault):
 
 
 class _ResetToOpenState(FaultState):
-    def __init__(self, state, fault, initial):
-        super().__init__(state, fault)
+    def __init__(self, state, fault, initial, like):
+        super().__init__(state, fault, like)
         self.initial = initial
 
     def reset(self, initial):
@@ -304,7 +326,7 @@ class ResetRestoresOpenValues(Fault):
 
     def open_state(self, model_bytes, initial, base_dir=None):
         handle = super().open_state(model_bytes, initial, base_dir)
-        return _ResetToOpenState(handle.state, self, dict(initial))
+        return _ResetToOpenState(handle.state, self, dict(initial), handle)
 
     def make_state(self, handle):
         return handle

@@ -9,9 +9,9 @@ import functools
 
 import numpy as np
 
-from conformance.audit.fault import Fault, Patch, encoded_values, skip, wrap
+from conformance.audit.fault import Fault, Patch, encoded_values, type_refs, wrap
 from conformance.audit.fault import decode_module as decode
-from reference_impl import decoders, records, structs, verifier
+from reference_impl import decoders, dtypes, payload, records, verifier
 from reference_impl.errors import ContractError, fail
 from reference_impl.errors import ErrorCode as E
 from reference_impl.executor import program
@@ -35,14 +35,63 @@ def _registry_patch(*replacements: tuple[int, object]) -> Patch:
 
 
 # ------------------------------------------------------------------------------- layouts, records
+def _layoutless_as_bytes(original):
+    def verify_encoded_value(value, path, catalogue, base_dir=None):
+        if value.WhichOneof("layout") is not None:
+            return original(value, path, catalogue, base_dir)
+        extent = payload.payload_extent(value, path)
+        if base_dir is not None:
+            payload.check_file(extent, base_dir, path)
+        return verifier.EncodedInfo(path, extent, element_bytes=1, record_count=extent.length)
+    return verify_encoded_value
+
+
+def _layoutless_as_dense(original):
+    def decode_value(value, catalogue, base_dir=None, registry=None, path="value"):
+        if value.WhichOneof("layout") is not None:
+            return original(value, catalogue, base_dir, registry, path)
+        info = verifier.verify_encoded_value(value, path, catalogue, base_dir)
+        data = payload.open_payload(value, info.extent, base_dir, path)
+        elem_type, shape = verifier.logical_tensor_shape(value, path)
+        return np.frombuffer(data.tobytes(), dtypes.NUMPY_DTYPE[elem_type]).reshape(shape)
+    return decode_value
+
+
 class NoLayoutReadsAsDense(Fault):
-    """Treats an encoded value that selects no layout as plain bytes instead of rejecting it."""
+    """Treats an encoded value that selects no layout as plain bytes (the logical tensor, as a dense
+    TensorProto's raw_data would be read) instead of rejecting it."""
 
     fault_id = "ENC-LAYOUT.missing-layout-accepted"
     clauses = ("ENC-LAYOUT",)
 
     def patches(self):
-        return [skip(verifier, "verify_encoded_value", "LAYOUT_MISSING")]
+        return [wrap(verifier, "verify_encoded_value", _layoutless_as_bytes),
+                wrap(decode, "decode_value", _layoutless_as_dense)]
+
+
+def _expands_every_path(original):
+    def compile_layout(st, catalogue, path="layout"):
+        try:
+            return original(st, catalogue, path)
+        except ContractError as error:
+            if error.code is not E.RESOURCE_LIMIT or "leaves" in error.message:
+                raise
+            # Bounding leaves only, the runtime goes on expanding every path to the constants (4**15 of
+            # them in the suite's diamond) until memory runs out: what it shows, without the wait.
+            raise MemoryError(f"{path}: layout expansion exhausted memory") from None
+    return compile_layout
+
+
+class LayoutPathsUnbounded(Fault):
+    """Bounds a layout's leaves but neither its constants nor the type nodes it visits: a constant-only
+    group reached through exponentially many reference paths (a diamond) is expanded path by path until
+    memory runs out, instead of being refused with RESOURCE_LIMIT before anything is allocated."""
+
+    fault_id = "RESOURCE-LIMITS.layout-paths-unbounded"
+    clauses = ("RESOURCE-LIMITS",)
+
+    def patches(self):
+        return [wrap(records, "compile_layout", _expands_every_path)]
 
 
 class InlineLayoutsUnsupported(Fault):
@@ -250,7 +299,7 @@ def _nested_decoders_first(original):
         if value.WhichOneof("layout") == "struct_type" and value.struct_type.WhichOneof("kind") == "type_ref":
             known = decode._registry(registry)
             root, _ = catalogue.lookup(value.struct_type.type_ref, path)
-            for nested in structs._refs_in_struct(root):
+            for nested in type_refs(root):
                 declaration, _ = catalogue.lookup(nested, path)
                 if declaration.HasField("decoder") and nested not in known:
                     raise fail(E.CONSUMER_MISSING, path, f"no decoder for nested type {nested}")
@@ -340,7 +389,7 @@ class LinearZeroPointAdded(Fault):
 def _codebook_msb_first(layout, payload):
     table = layout.constant("quantized.codebook").astype(np.float32).reshape(-1)
     index = layout.read(payload, "quantized.codes.index").astype(np.intp)
-    index = index.reshape(index.shape[0], -1, 4)[:, :, ::-1].reshape(index.shape[0], -1)
+    index = index.reshape(*index.shape[:-1], index.shape[-1] // 4, 4)[..., ::-1].reshape(index.shape)
     scale = layout.read(payload, "scale").astype(np.float32)
     return (scale[:, None] * table[index]).reshape(-1)
 

@@ -15,7 +15,7 @@ from reference_impl import state as state_module
 from reference_impl.errors import ContractError, fail
 from reference_impl.errors import ErrorCode as E
 from reference_impl.executor import kernels, program
-from reference_impl.values import EncodedValue, leaves
+from reference_impl.values import EncodedValue, StructValue, leaves
 
 
 def _copied(values: dict) -> dict:
@@ -189,31 +189,51 @@ class ScrubsOnClose(Fault):
         return _ScrubbingState(handle.state, self)
 
 
-class IdentityCopies(Fault):
-    """Implements Identity (the transport of values through functions, If branches and graphs) with
-    onnx's reference kernel, which copies its input."""
+def _detached(value):
+    """A deep copy of a runtime value: what a deep-copy or serialization-based detachment helper gives."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, StructValue):
+        return StructValue({k: _detached(v) for k, v in value.items()}, value.type_id)
+    if isinstance(value, EncodedValue):
+        return EncodedValue(value.header, value.payload.copy())
+    if isinstance(value, list):
+        return [_detached(v) for v in value]
+    return value
 
-    fault_id = "ZC-TRANSPORT.identity-copies"
-    clauses = ("ZC-TRANSPORT",)
+
+def _detaching(kernel_factory):
+    def factory(node, session):
+        kernel = kernel_factory(node, session)
+        return lambda inputs, ctx: [_detached(v) for v in kernel(inputs, ctx)]
+    return factory
+
+
+class FieldTransportCopies(Fault):
+    """Reads struct fields (GetField) and assembles structs (MakeStruct) into detached copies instead of
+    handing the fields' buffers and owners through."""
+
+    fault_id = "ZC-TRANSPORT.field-transport-copies"
+    clauses = ("ZC-TRANSPORT", "PAY-FIELD-OWNERS")
 
     def patches(self):
-        return [Patch(kernels.TRANSPORT, "Identity",
-                      lambda inputs, ctx: [inputs[0].copy() if isinstance(inputs[0], np.ndarray) else inputs[0]])]
+        local = kernels.LOCAL_KERNELS
+        return [wrap(local, "GetField", _detaching), wrap(local, "MakeStruct", _detaching)]
 
 
 def _detached_function_inputs(original):
-    def function_call(node, session, function, path):
-        kernel = original(node, session, function, path)
+    def function_call(node, session, key, path, depth):
+        kernel, height = original(node, session, key, path, depth)
 
         def run(args, ctx, values):
-            return kernel([a.copy() if isinstance(a, np.ndarray) else a for a in args], ctx, values)
-        return run
+            return kernel([_detached(a) for a in args], ctx, values)
+        return run, height
     return function_call
 
 
 class FunctionInputsDetached(Fault):
-    """Detaches the values passed into a function call (each argument copied into the function's scope)
-    instead of handing the caller's buffers through."""
+    """Detaches the values passed into a function call (each argument deep-copied into the function's
+    scope, struct fields and encoded payloads included) instead of handing the caller's buffers through."""
 
     fault_id = "ZC-TRANSPORT.function-inputs-detached"
     clauses = ("ZC-TRANSPORT",)
@@ -224,17 +244,18 @@ class FunctionInputsDetached(Fault):
 
 
 def _detached_branch_outputs(original):
-    def if_kernel(node, session, opsets, path):
-        kernel = original(node, session, opsets, path)
+    def if_kernel(node, session, opsets, path, depth):
+        kernel, height = original(node, session, opsets, path, depth)
 
         def run(args, ctx, values):
-            return [v.copy() if isinstance(v, np.ndarray) else v for v in kernel(args, ctx, values)]
-        return run
+            return [_detached(v) for v in kernel(args, ctx, values)]
+        return run, height
     return if_kernel
 
 
 class IfOutputsDetached(Fault):
-    """Copies the values an If branch returns to the enclosing graph instead of passing their owners on."""
+    """Deep-copies the values an If branch returns to the enclosing graph (struct fields and encoded payloads
+    included) instead of passing their owners on."""
 
     fault_id = "ZC-TRANSPORT.if-outputs-detached"
     clauses = ("ZC-TRANSPORT",)
@@ -244,25 +265,40 @@ class IfOutputsDetached(Fault):
         return [wrap(program, "_if", _detached_branch_outputs)]
 
 
-def _writable(original):
-    def adopt_array(array, path, counters, persistent, owned):
-        result = original(array, path, counters, persistent, owned)
-        try:
-            result.flags.writeable = True
-        except ValueError:
-            pass
-        return result
-    return adopt_array
+def _scribble(value) -> None:
+    """Overwrite an encoded value's bytes in place: its owner's buffer when it is writable, else the value."""
+    root = value.payload
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root.flags.writeable:
+        root[...] = 0
+    else:
+        value.payload = np.zeros_like(value.payload)
+        value.source = None
 
 
-class RetainedViewsWritable(Fault):
-    """Never freezes the buffers it retains or returns: shared and retained views are writable."""
+def _decodes_in_place(factory):
+    def make(node, session):
+        kernel = factory(node, session)
 
-    fault_id = "ZC-READ-ONLY.views-writable"
-    clauses = ("ZC-READ-ONLY",)
+        def decode(inputs, ctx):
+            result = kernel(inputs, ctx)
+            if isinstance(inputs[0], EncodedValue):
+                _scribble(inputs[0])  # the encoded input used as scratch once it is decoded
+            return result
+        return decode
+    return make
+
+
+class DecodeScratchesInput(Fault):
+    """Uses an encoded input's payload as scratch space once its Decode has produced the values, although
+    the buffer is still shared or retained (the state's own value, the caller's feed or initializer)."""
+
+    fault_id = "ZC-READ-ONLY.decode-scratches-input"
+    clauses = ("ZC-READ-ONLY", "PAY-READ-ONLY")
 
     def patches(self):
-        return [wrap(state_module, "_adopt_array", _writable)]
+        return [wrap(kernels.LOCAL_KERNELS, "Decode", _decodes_in_place)]
 
 
 def _in_place_add(original):
@@ -412,22 +448,16 @@ class StridedBuffersCopied(Fault):
         return [wrap(state_module, "_adopt_array", _contiguous_copy)]
 
 
-def _all_owned(original):
-    def adopt(value, path, counters, *, persistent, owned=False, caller_objects=frozenset(), **rest):
-        return original(value, path, counters, persistent=persistent, owned=owned, caller_objects=frozenset(),
-                        **rest)
-    return adopt
-
-
 class CallerBuffersTakenAsOwned(Fault):
-    """Does not track which buffers the caller only lent for the call: a fed buffer forwarded to a bound
-    output is retained as if the runtime owned it, even a strided view it cannot keep."""
+    """Does not track which buffers the caller only lent for the call: a borrowed raw pointer (an
+    ownerless borrow) is retained or returned like any buffer, although nothing keeps its memory alive
+    after the call."""
 
     fault_id = "PAY-OWNERLESS.borrowed-feed-retained"
     clauses = ("PAY-OWNERLESS",)
 
     def patches(self):
-        return [wrap(state_module, "adopt", _all_owned)]
+        return [Patch(state_module, "_ownerless", lambda array: False)]
 
 
 class _ArenaState(FaultState):
