@@ -73,12 +73,12 @@ def _peers() -> dict:
             "statediff": ("oracle side only", oracle_plays)}
 
 
-def in_process(seconds: float) -> None:
+def in_process(seconds: float, targets: list[str] | None = None) -> None:
     from fuzz.targets import TARGETS, load
 
     peers = _peers()
     print(f"{'target':13s} {'inputs':>6s} {'exec/s':>8s}  {'peer':24s} {'peer exec/s':>11s} {'ratio':>7s}")
-    for name in TARGETS:
+    for name in targets or TARGETS:
         inputs = _seeds(name)
         rate, _ = _rate(load(name).one_input, inputs, seconds)
         label, peer_fn = peers.get(name, ("-", None))
@@ -105,8 +105,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per target, in process")
     parser.add_argument("--campaign", type=float, default=0.0, help="also run an atheris campaign this long")
+    parser.add_argument("--targets", default=None, help="comma-separated targets (default: every target)")
     args = parser.parse_args()
-    in_process(args.seconds)
+    in_process(args.seconds, args.targets.split(",") if args.targets else None)
     if args.campaign:
         campaign(args.campaign)
 

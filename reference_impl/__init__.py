@@ -3,34 +3,65 @@
 The public API is what this module exports (``__all__``), plus ``reference_impl.kv`` for the KV caches and
 ``reference_impl.schema`` for the extended protobuf messages. docs/ and the README use exactly these
 names; tests/test_public_api.py checks every name they show imports.
+
+The names are imported on first use (PEP 562): importing a light submodule, such as the command lines'
+shared ``broken_pipe`` manners, does not import NumPy, onnx and the whole oracle.
 """
 
-from reference_impl import schema
-from reference_impl.bindings import validate_bindings
-from reference_impl.clauses import CLAUSES, SPEC_REVISION
-from reference_impl.decode import decode, decode_value, read_fields
-from reference_impl.decoders import DecoderRegistry, default_registry
-from reference_impl.errors import ContractError, ErrorCode
-from reference_impl.executor import LOCAL_DOMAIN, CancelToken, Executor, run_model
-from reference_impl.graph_utils import (
-    apply_rewrite,
-    copy_model,
-    deduplicate_initializers,
-    export_standard,
-    feedback_loop,
-    load_model,
-    rename_value,
-    save_model,
-    unbind,
-)
-from reference_impl.state import State, make_state
-from reference_impl.values import EncodedValue, InvocationBorrow, StructValue
-from reference_impl.verifier import VerifiedModel, verify_model
+from __future__ import annotations
 
-__all__ = [
-    "CLAUSES", "LOCAL_DOMAIN", "SPEC_REVISION", "CancelToken", "ContractError", "DecoderRegistry",
-    "EncodedValue", "ErrorCode", "Executor", "InvocationBorrow", "State", "StructValue", "VerifiedModel",
-    "apply_rewrite", "copy_model", "decode", "decode_value", "deduplicate_initializers", "default_registry",
-    "export_standard", "feedback_loop", "load_model", "make_state", "read_fields", "rename_value", "run_model",
-    "save_model", "schema", "unbind", "validate_bindings", "verify_model",
-]
+import importlib
+import importlib.util
+import sys
+import types
+
+#: public name -> the submodule that defines it
+_EXPORTS = {
+    "validate_bindings": "bindings", "CLAUSES": "clauses", "SPEC_REVISION": "clauses", "decode": "decode",
+    "decode_value": "decode", "read_fields": "decode", "DecoderRegistry": "decoders",
+    "default_registry": "decoders", "ContractError": "errors", "ErrorCode": "errors",
+    "LOCAL_DOMAIN": "executor", "CancelToken": "executor", "Executor": "executor", "run_model": "executor",
+    "apply_rewrite": "graph_utils", "copy_model": "graph_utils", "deduplicate_initializers": "graph_utils",
+    "export_standard": "graph_utils", "feedback_loop": "graph_utils", "load_model": "graph_utils",
+    "rename_value": "graph_utils", "save_model": "graph_utils", "unbind": "graph_utils", "State": "state",
+    "make_state": "state", "EncodedValue": "values", "InvocationBorrow": "values", "StructValue": "values",
+    "VerifiedModel": "verifier", "verify_model": "verifier",
+}
+#: public submodules
+_SUBMODULES = ("schema",)
+
+__all__ = sorted([*_EXPORTS, *_SUBMODULES], key=lambda name: (name[0].islower(), name))
+
+
+def __getattr__(name: str):
+    """A public name from its submodule, or a submodule not imported yet (``reference_impl.schema``).
+    Nothing is cached here, so a name always is its submodule's current attribute."""
+    module = _EXPORTS.get(name)
+    if module is not None:
+        loaded = sys.modules.get(f"{__name__}.{module}")  # function-local imports ask on every call
+        return getattr(loaded if loaded is not None else importlib.import_module(f"{__name__}.{module}"), name)
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """The package module. ``decode`` is the public function of the submodule of the same name: importing
+    that submodule binds the name to the module on its parent, which must not replace the function."""
+
+    @property
+    def decode(self):
+        from reference_impl.decode import decode
+
+        return decode
+
+    @decode.setter
+    def decode(self, value) -> None:
+        pass  # the import system binding the submodule (or a patch of the submodule's function)
+
+
+sys.modules[__name__].__class__ = _Package

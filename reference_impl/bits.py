@@ -77,16 +77,26 @@ def unpack_elements(data: np.ndarray, elem_type: int, count: int) -> np.ndarray:
 
 
 def unpack_sub_byte(data: np.ndarray, width: int, count: int, signed: bool) -> np.ndarray:
-    """Fast path for 4- and 2-bit integer codes: shift each byte into its 8 // width codes."""
+    """4- and 2-bit integer codes (int8 when ``signed``, else uint8), low bits first. Each byte is widened
+    to a little-endian lane of ``8 // width`` bytes and its bit groups are shifted into bytes of their
+    own: a few whole-array operations, however many codes."""
     per_byte = 8 // width
     nbytes = -(-count // per_byte)
     raw = np.asarray(data[:nbytes], dtype=np.uint8)
-    shifts = np.arange(0, 8, width, dtype=np.uint8)
-    codes = ((raw[:, None] >> shifts[None, :]) & np.uint8((1 << width) - 1)).reshape(-1)[:count]
-    if signed:
-        sign = np.uint8(1 << (width - 1))
-        return (codes ^ sign).view(np.int8) - np.int8(sign)
-    return codes
+    lane = np.dtype("<u2") if per_byte == 2 else np.dtype("<u4")
+    wide = raw.astype(lane)
+    lanes = wide << (8 - width)  # group g (bits g * width ..) moves to bit 8 * g of the lane
+    lanes |= wide
+    for group in range(2, per_byte):
+        lanes |= wide << (group * (8 - width))
+    lanes &= int.from_bytes(bytes([(1 << width) - 1]) * per_byte, "little")
+    if not signed:
+        return lanes.view(np.uint8)[:count]
+    codes = lanes.view(np.int8)  # two's complement: (code ^ sign) - sign
+    sign = 1 << (width - 1)
+    codes ^= sign
+    codes -= sign
+    return codes[:count]
 
 
 def pack_sub_byte(codes: np.ndarray, width: int) -> bytes:

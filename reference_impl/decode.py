@@ -34,13 +34,15 @@ def _registry(registry: DecoderRegistry | None) -> DecoderRegistry:
 
 
 def decode(model, name: str, base_dir: str | os.PathLike | None = None,
-           registry: DecoderRegistry | None = None) -> np.ndarray:
-    """Verify ``model`` and decode the root-graph encoded initializer called ``name``."""
+           registry: DecoderRegistry | None = None, out: np.ndarray | None = None) -> np.ndarray:
+    """Verify ``model`` and decode the root-graph encoded initializer called ``name`` (into ``out``, when
+    given: see ``decode_value``)."""
     verified = verify_model(model, base_dir=base_dir)
     for index, value in enumerate(verified.model.graph.encoded_initializer):
         if value.name == name:
+            extra = {} if out is None else {"out": out}
             return decode_value(value, verified.catalogue, base_dir, registry,
-                                path=f"model.graph.encoded_initializer[{index}]")
+                                path=f"model.graph.encoded_initializer[{index}]", **extra)
     raise fail(E.VALUE_NOT_FOUND, "model.graph.encoded_initializer", f"no encoded value named {name!r}")
 
 
@@ -51,12 +53,18 @@ def payload_array(value, catalogue: Catalogue, base_dir=None, path: str = "value
 
 
 def decode_value(value, catalogue: Catalogue, base_dir=None, registry: DecoderRegistry | None = None,
-                 path: str = "value") -> np.ndarray:
-    """Decode one EncodedValueProto against a catalogue; the result has the exact logical type/shape."""
+                 path: str = "value", out: np.ndarray | None = None) -> np.ndarray:
+    """Decode one EncodedValueProto against a catalogue; the result has the exact logical type/shape.
+
+    With ``out`` (a caller's buffer, e.g. reused across calls) the values are written there and ``out``
+    is returned. It must be a C-contiguous, writable array of exactly the result's dtype and shape that
+    shares no memory with the payload; anything else is a ContractError, raised before the buffer is
+    touched (``affine.check_out``). Affine values are decoded straight into it; a registered decoder's
+    result is copied in."""
     info = verify_encoded_value(value, path, catalogue, base_dir)
     payload = open_payload(value, info.extent, base_dir, path)
     if value.WhichOneof("layout") == "affine":
-        return _decode_affine(value, payload, info.logical_count, path)
+        return _decode_affine(value, payload, info.logical_count, path, out)
     st = value.struct_type
     if struct_kind(st) != "type_ref":
         raise fail(E.CONSUMER_MISSING, f"{path}.struct_type",
@@ -64,7 +72,12 @@ def decode_value(value, catalogue: Catalogue, base_dir=None, registry: DecoderRe
     layout = compile_layout(st, catalogue, f"{path}.struct_type")
     declaration, _ = catalogue.lookup(st.type_ref, f"{path}.struct_type.type_ref")
     decoder = _registry(registry).bind(st.type_ref, layout, f"{path}.struct_type", declaration)
-    return _check_logical(value, decoder.decode(layout, payload), path)
+    result = _check_logical(value, decoder.decode(layout, payload), path)
+    if out is None:
+        return result
+    affine.check_out(out, result.shape, result.dtype, (payload,))
+    np.copyto(out, result)
+    return out
 
 
 def read_fields(value, catalogue: Catalogue, base_dir=None, path: str = "value") -> dict[str, np.ndarray]:
@@ -76,7 +89,7 @@ def read_fields(value, catalogue: Catalogue, base_dir=None, path: str = "value")
     return fields
 
 
-def _decode_affine(value, payload: np.ndarray, count: int, path: str) -> np.ndarray:
+def _decode_affine(value, payload: np.ndarray, count: int, path: str, out: np.ndarray | None) -> np.ndarray:
     layout = value.affine
     elem_type, shape = logical_tensor_shape(value, path)
     check_budget(count, affine.decode_cost(layout.scale.data_type), path)  # bytes, before allocating
@@ -87,12 +100,13 @@ def _decode_affine(value, payload: np.ndarray, count: int, path: str) -> np.ndar
     scale = to_array(layout.scale, f"{path}.affine.scale")
     zero_point = None
     if layout.HasField("zero_point"):
-        zero_point = to_array(layout.zero_point, f"{path}.affine.zero_point").astype(np.int64)
+        zero_point = to_array(layout.zero_point, f"{path}.affine.zero_point")
     axis = affine.normalize_axis(layout.axis, len(shape), f"{path}.affine.axis") \
         if layout.HasField("axis") else None
     block = layout.block_size if layout.HasField("block_size") else None
+    extra = {} if out is None else {"out": out}  # the call stays the same without a buffer
     return affine.dequantize(payload, layout.storage_type, scale, zero_point, axis, block, shape,
-                             output_dtype=dtypes.NUMPY_DTYPE[elem_type])
+                             output_dtype=dtypes.NUMPY_DTYPE[elem_type], **extra)
 
 
 def _check_logical(value, result: np.ndarray, path: str) -> np.ndarray:

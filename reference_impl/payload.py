@@ -23,7 +23,7 @@ import mmap
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -57,15 +57,23 @@ def external_access() -> str:
 
 @dataclass(frozen=True)
 class Extent:
-    """Where a payload's bytes are: inline, or ``length`` bytes at ``offset`` of ``location``."""
+    """Where a payload's bytes are: inline, or ``length`` bytes at ``offset`` of ``location``.
+
+    An inline extent carries the bytes it was measured on (``inline``): reading ``raw_data`` copies the
+    whole payload out of the message, so the bytes whose length was validated are the ones decoded,
+    copied once. Extents kept beyond one value's decoding drop them (``detached``)."""
 
     length: int
     location: str | None = None
     offset: int = 0
+    inline: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def external(self) -> bool:
         return self.location is not None
+
+    def detached(self) -> Extent:
+        return replace(self, inline=None) if self.inline is not None else self
 
 
 def _decimal(text: str, path: str) -> int:
@@ -105,7 +113,8 @@ def payload_extent(value, path: str) -> Extent:
         if len(value.external_data):
             raise fail(E.PAYLOAD_LOCATION_MISMATCH, f"{path}.external_data",
                        "external_data requires data_location EXTERNAL")
-        return Extent(length=len(value.raw_data))
+        raw = value.raw_data
+        return Extent(length=len(raw), inline=raw)
     if has_raw:
         raise fail(E.PAYLOAD_BOTH, f"{path}.raw_data", "an EXTERNAL payload cannot also carry raw_data")
     entries: dict[str, str] = {}
@@ -206,8 +215,7 @@ def open_payload(value, extent: Extent, base_dir, path: str) -> np.ndarray:
     """The payload as a read-only uint8 array: inline bytes, or the external extent mapped (the array
     keeps the mapping alive) or read, per ``set_external_access``."""
     if not extent.external:
-        data = np.frombuffer(value.raw_data, dtype=np.uint8)
-        return data
+        return np.frombuffer(extent.inline if extent.inline is not None else value.raw_data, dtype=np.uint8)
     fd = open_external(extent, base_dir, path)
     try:
         if extent.length == 0:

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import asdict, dataclass
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import Message
 
 from reference_impl import dtypes
 from reference_impl.errors import ContractError, fail
 from reference_impl.errors import ErrorCode as E
 from reference_impl.executor import CancelToken, Executor
+from reference_impl.executor.session import reject_borrows
 from reference_impl.structs import MAX_DEPTH
 from reference_impl.values import (
     EncodedValue,
@@ -28,6 +30,7 @@ from reference_impl.values import (
     StructValue,
     check_value,
     holds_strings,
+    is_struct,
     leaves,
 )
 
@@ -57,27 +60,35 @@ class Counters:
 
 # ----------------------------------------------------------------------------------------- adoption
 def adopt(value: Any, path: str, counters: Counters, *, persistent: bool, owned: bool = False,
-          caller_objects: frozenset[int] = frozenset()) -> Any:
+          caller_objects: frozenset[int] = frozenset(), trusted: Mapping[int, _Entry] | None = None,
+          adopted: dict[int, tuple[Any, Any]] | None = None) -> Any:
     """Take ``value`` on without copying its payload; the result is what the state holds or passes.
 
     ``owned`` marks values the executor produced for this call: their arrays are frozen in place.
     Caller values (and arrays listed in ``caller_objects``) get a read-only view instead, so the
     caller's own objects are never modified. A sub-value shared by several parents is adopted once
-    (the result shares it too), and containers nested deeper than MAX_DEPTH are refused.
+    (the result shares it too), and containers nested deeper than MAX_DEPTH are refused. Struct values
+    in ``trusted`` (unchanged retained values, see ``_Validated``) are taken as they are; ``adopted``, when
+    given, receives every container's (source, result) by the source's id.
     """
     if type(value) is np.ndarray:
         return _adopt_array(value, path, counters, persistent, owned and id(value) not in caller_objects)
-    return _Adoption(counters, persistent, owned, caller_objects).adopt(value, path, 0)
+    walk = _Adoption(counters, persistent, owned, caller_objects, trusted or {})
+    if adopted is not None:
+        walk.done = adopted
+    return walk.adopt(value, path, 0)
 
 
 class _Adoption:
     """One adoption walk: its flags, and the results of the containers already adopted."""
 
-    def __init__(self, counters: Counters, persistent: bool, owned: bool, caller_objects: frozenset[int]):
+    def __init__(self, counters: Counters, persistent: bool, owned: bool, caller_objects: frozenset[int],
+                 trusted: Mapping[int, _Entry]):
         self.counters = counters
         self.persistent = persistent
         self.owned = owned
         self.caller_objects = caller_objects
+        self.trusted = trusted
         self.done: dict[int, tuple[Any, Any]] = {}  # id -> (source, result); the source keeps the id
 
     def adopt(self, value: Any, path: str, depth: int) -> Any:
@@ -88,25 +99,38 @@ class _Adoption:
             return _adopt_encoded(value, path, self.counters, self.persistent)
         if value is None:
             return None
-        if not isinstance(value, (StructValue, list, dict)):
+        struct = is_struct(value)
+        if not struct and not isinstance(value, (list, dict)):
             return _adopt_other(value, path, self.counters, self.persistent)
         found = self.done.get(id(value))
         if found is not None:
             return found[1]
+        if self._trusted(value):
+            return value
         if depth >= MAX_DEPTH:
             raise fail(E.NESTING_TOO_DEEP, path, f"the value nests containers deeper than {MAX_DEPTH}")
-        if isinstance(value, StructValue):
-            fields = {name: self.adopt(item, f"{path}.{name}", depth + 1) for name, item in value.items()}
-            result = value if all(fields[name] is value[name] for name in fields) else \
-                StructValue(fields, value.type_id)
+        if struct:
+            fields = [(name, item, self.adopt(item, f"{path}.{name}", depth + 1)) for name, item in value.items()]
+            result = value if all(new is item for _, item, new in fields) else \
+                StructValue({name: new for name, _, new in fields}, value.type_id)
         elif isinstance(value, list):
-            result = [self.adopt(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+            result = [item if self._trusted(item) else self.adopt(item, f"{path}[{i}]", depth + 1)
+                      for i, item in enumerate(value)]
         else:
             if self.persistent and any(isinstance(key, str) for key in value):
                 raise fail(E.BINDING_STRING, path, "a persistent map cannot have string keys")
             result = {key: self.adopt(item, f"{path}[{key!r}]", depth + 1) for key, item in value.items()}
         self.done[id(value)] = (value, result)
         return result
+
+    def _trusted(self, value: Any) -> bool:
+        """Whether ``value`` is an unchanged retained struct: then it is adopted as it is (and counted)."""
+        entry = self.trusted.get(id(value))
+        if entry is None or entry.value is not value:
+            return False
+        self.counters.adopted_leaves += entry.leaves
+        self.counters.adopted_bytes += entry.nbytes
+        return True
 
 
 def _adopt_other(value: Any, path: str, counters: Counters, persistent: bool) -> Any:
@@ -126,25 +150,26 @@ def _adopt_other(value: Any, path: str, counters: Counters, persistent: bool) ->
 
 def _adopt_array(array: np.ndarray, path: str, counters: Counters, persistent: bool,
                  owned: bool) -> np.ndarray:
-    if array.dtype.kind in "OUS":
+    dtype, flags = array.dtype, array.flags
+    if dtype.kind in "OUS":
         if persistent and holds_strings(array):
             raise fail(E.BINDING_STRING, path, "string tensors cannot be persistent")
         if persistent:
             raise fail(E.STATE_UNRETAINABLE, path,
                        "an object array holds Python objects, not tensor data the state can retain")
         return array  # ordinary string feeds keep their materialized form
-    if not array.dtype.isnative:
+    if not dtype.isnative:
         raise fail(E.STATE_UNRETAINABLE, path,
                    f"byte order of {array.dtype} would need a converting copy")
-    if not array.flags.c_contiguous and not owned:
+    if not owned and not flags.c_contiguous:
         # A caller's strided buffer is refused (a runtime would have to copy it); a strided view the
         # executor produced this call (e.g. a KV cache prefix of its capacity buffer) is retained as is.
         raise fail(E.STATE_UNRETAINABLE, path,
                    f"non-contiguous layout (strides {array.strides}) would need a copy")
-    if _ownerless(array):
+    if array.base is not None and _ownerless(array):  # an array without a base owns its memory
         raise fail(E.OWNERLESS_BORROW, path,
                    "the buffer has no owner the state can keep alive (borrowed raw pointer)")
-    if array.flags.writeable:
+    if flags.writeable:
         if owned:
             array.flags.writeable = False
             result = array
@@ -194,17 +219,29 @@ def _ownerless(array: np.ndarray) -> bool:
     return True
 
 
-def _reject_ownerless_outputs(outputs: Mapping[str, Any]) -> None:
-    """A returned output may not alias memory nobody owns (e.g. a borrowed feed forwarded unchanged)."""
-    for name, value in outputs.items():
-        if type(value) is np.ndarray:
-            if value.base is not None and _ownerless(value):
-                raise fail(E.OWNERLESS_BORROW, f"outputs[{name!r}]",
-                           "an output aliases a borrowed buffer without an owner; it cannot be returned")
-            continue
-        for path, leaf in leaves(value, f"outputs[{name!r}]"):
+def _output_leaves(outputs: Mapping[str, Any], skip: Container[int]) -> dict[str, list[tuple[str, Any]]]:
+    """Every leaf of every output with its path below the output, in one walk that serves the borrow
+    check and the ownership check (containers in ``skip``, unchanged retained structs, are not entered)."""
+    return {name: [("", value)] if type(value) is np.ndarray else list(leaves(value, "", skip))
+            for name, value in outputs.items()}
+
+
+def _reject_borrowed_outputs(found: Mapping[str, list[tuple[str, Any]]]) -> None:
+    """An invocation-only borrow can never leave the invocation (the executor's own check)."""
+    for name, pairs in found.items():
+        for where, leaf in pairs:
+            if isinstance(leaf, InvocationBorrow):
+                reject_borrows(leaf, f"output {name!r}{where}")
+
+
+def _reject_ownerless_outputs(found: Mapping[str, list[tuple[str, Any]]]) -> None:
+    """A returned output may not alias memory nobody owns (e.g. a borrowed feed forwarded unchanged).
+    ``found`` holds the outputs' leaves as they were produced: retention freezes arrays in place or views
+    them, and a view is owned exactly as the array it views, so the verdicts are the retained values'."""
+    for name, pairs in found.items():
+        for where, leaf in pairs:
             if isinstance(leaf, np.ndarray) and leaf.base is not None and _ownerless(leaf):
-                raise fail(E.OWNERLESS_BORROW, path,
+                raise fail(E.OWNERLESS_BORROW, f"outputs[{name!r}]{where}",
                            "an output aliases a borrowed buffer without an owner; it cannot be returned")
 
 
@@ -250,6 +287,119 @@ def _adopt_dlpack(value: Any, path: str, counters: Counters, persistent: bool) -
     return result
 
 
+# ------------------------------------------------------------------------------- unchanged structs
+@dataclass(frozen=True)
+class _Entry:
+    """A flat struct value of the published state (its fields are arrays, encoded values or None) and
+    what its checks read, as ``_fingerprint`` gives it."""
+
+    value: StructValue
+    fingerprint: tuple
+    keep: tuple  # every object whose id the fingerprint holds: alive while the entry is, so no other takes it
+    leaves: int  # what adopting the struct counts (Counters.adopted_leaves, adopted_bytes)
+    nbytes: int
+    specs: frozenset  # ids of the declared types it was checked against (the executor keeps them alive)
+
+
+def _fingerprint(value: StructValue) -> tuple[tuple, tuple, int, int] | None:
+    """Everything the type check, retention and the ownership checks read from a flat struct value: its
+    class, type_id and fields by identity; each array's dtype, shape, strides and writable flag (all of
+    them settable, even on a read-only view); each encoded value's header bytes and payload. Returns
+    (fingerprint, objects to keep, leaves, bytes), or None for a struct holding anything else."""
+    parts: list = [id(type(value)), value.type_id]
+    keep: list = [type(value)]
+    leaves_count = nbytes = 0
+    for name, item in value.items():
+        if item is None:
+            parts.append(name)
+            continue
+        if type(item) is EncodedValue:
+            header, payload = item.header, item.payload
+            if type(payload) is not np.ndarray or not isinstance(header, Message):
+                return None
+            dtype = payload.dtype  # by identity: an equal dtype object set in its place costs a full check
+            parts.append((name, id(item), id(header), header.SerializeToString(), id(payload), id(dtype),
+                          payload.shape, payload.strides, payload.flags.writeable))
+            keep.append((item, header, payload, dtype))
+            nbytes += payload.nbytes
+        elif type(item) is np.ndarray:
+            dtype = item.dtype
+            parts.append((name, id(item), id(dtype), item.shape, item.strides, item.flags.writeable))
+            keep.append((item, dtype))
+            nbytes += item.nbytes
+        else:
+            return None
+        leaves_count += 1
+    return tuple(parts), tuple(keep), leaves_count, nbytes
+
+
+class _Validated:
+    """The flat struct values of the published state, by identity, with a fingerprint of what their
+    checks read.
+
+    The sealed blocks of a paged KV cache come back unchanged in every step's outputs: checking their type,
+    retention and ownership again on every call would make state management grow with the context. A
+    struct that comes back as the very same object with the same fingerprint passed every one of those
+    checks when it was published, and is not walked again (for the declared types it was checked against).
+    Anything else (a new object, a field replaced, an array reshaped, re-typed or made writable, a header
+    edited) is checked in full.
+
+    Used as ``skip`` by the walks over a call's outputs: ``id(value) in validated`` verifies that entry's
+    fingerprint once per call, and the entries found unchanged are ``hits``."""
+
+    def __init__(self) -> None:
+        self._entries: dict[int, _Entry] = {}
+        self.hits: dict[int, _Entry] = {}
+        self._misses: set[int] = set()
+
+    def new_call(self) -> None:
+        self.hits, self._misses = {}, set()
+
+    def __contains__(self, key: object) -> bool:
+        if key in self.hits:
+            return True
+        entry = self._entries.get(key)  # type: ignore[arg-type]
+        if entry is None or key in self._misses:
+            return False
+        try:
+            made = _fingerprint(entry.value)
+        except Exception:  # noqa: BLE001 - e.g. a foreign header: not trusted, checked in full
+            made = None
+        if made is None or made[0] != entry.fingerprint:
+            self._misses.add(key)  # type: ignore[arg-type]
+            return False
+        self.hits[key] = entry  # type: ignore[index]
+        return True
+
+    def checked(self) -> set[tuple[int, int]]:
+        """``check_value``'s keys for the hits: (struct, declared type) pairs already checked."""
+        return {(key, spec) for key, entry in self.hits.items() for spec in entry.specs}
+
+    def publish(self, adopted: Mapping[int, tuple[Any, Any]], checked: set[tuple[int, int]]) -> None:
+        """Remember the flat structs just published: the hits, and every struct the adoption published as
+        it is (``adopted``: id -> (source, result)), with the declared types ``check_value`` checked it
+        against (``checked``)."""
+        entries = dict(self.hits)
+        if not adopted:
+            self._entries = entries
+            self.new_call()
+            return
+        specs: dict[int, set[int]] = {}
+        for key, spec in checked:
+            specs.setdefault(key, set()).add(spec)
+        for key, (source, result) in adopted.items():
+            if result is not source or key in entries or key not in specs or not is_struct(source):
+                continue
+            try:
+                made = _fingerprint(source)
+            except Exception:  # noqa: BLE001 - not remembered: the next call checks it in full
+                made = None
+            if made is not None:
+                entries[key] = _Entry(source, *made, frozenset(specs[key]))
+        self._entries = entries
+        self.new_call()
+
+
 # -------------------------------------------------------------------------------------------- state
 class State:
     """Retained values for one request over one loaded model (see ``make_state``)."""
@@ -265,6 +415,7 @@ class State:
         self._lock = threading.Lock()
         self._closed = False
         self.steps = 0
+        self._validated = _Validated()
         self._values: Mapping[str, Any] = self._initial_values(initial)
 
     # ------------------------------------------------------------------------------------ public
@@ -298,24 +449,35 @@ class State:
             executor.check_feeds(merged, validated=current)
             merged.update(current)
             try:
-                outputs = executor.run(merged, cancel=cancel, check_feeds=False)
+                outputs = executor.run(merged, cancel=cancel, check_feeds=False, check_outputs=False)
+                # retained structs coming back unchanged were checked when published: not walked again
+                validated = self._validated
+                validated.new_call()
+                found = _output_leaves(outputs, validated)
+                _reject_borrowed_outputs(found)
             except ContractError as err:
                 if err.code is E.STATE_CANCELLED:
                     raise
                 raise fail(E.STATE_RUN_FAILED, err.path, f"{err.code.value}: {err.message} (state unchanged)",
                            causes=(err.code, *err.causes)) from err
+            checked = validated.checked()  # check_value adds what it checks (once per value and type)
+            adopted: dict[int, tuple[Any, Any]] = {}
             next_values = {}
             for input_name, output_name, spec, path in self._plan:
                 value = outputs[output_name]
-                check_value(value, spec, path)
-                next_values[input_name] = adopt(value, path, self.counters, persistent=True,
-                                                owned=True, caller_objects=caller_objects)
+                check_value(value, spec, path, checked=checked)
+                containers: dict[int, tuple[Any, Any]] = {}
+                next_values[input_name] = adopt(value, path, self.counters, persistent=True, owned=True,
+                                                caller_objects=caller_objects, trusted=validated.hits,
+                                                adopted=containers)
+                adopted.update(containers)
             if cancel is not None and cancel.cancelled:
                 raise fail(E.STATE_CANCELLED, "state.run", "cancelled before publication; state unchanged")
             for input_name, output_name, _, _ in self._plan:
                 outputs[output_name] = next_values[input_name]
-            _reject_ownerless_outputs(outputs)
+            _reject_ownerless_outputs(found)
             self._values = MappingProxyType(next_values)  # the atomic publication
+            validated.publish(adopted, checked)
             self.steps += 1
             return outputs
         finally:
@@ -340,6 +502,7 @@ class State:
         try:
             self._closed = True
             self._values = MappingProxyType({})
+            self._validated = _Validated()
             self._executor = None
         finally:
             self._lock.release()
@@ -369,14 +532,23 @@ class State:
             if name not in self._bound:
                 raise fail(E.STATE_INITIAL_UNKNOWN, f"initial[{name!r}]", f"{name!r} is not a bound input")
         values = {}
+        adopted: dict[int, tuple[Any, Any]] = {}
+        checked: set[tuple[int, int]] = set()
         for binding in self._bindings:
             path = f"initial[{binding.input_name!r}]"
             if binding.input_name not in initial:
                 raise fail(E.STATE_INITIAL_MISSING, path, f"bound input {binding.input_name!r} needs an "
                            "initial value")
-            value = adopt(initial[binding.input_name], path, self.counters, persistent=True)
-            check_value(value, binding.spec, path)
+            containers: dict[int, tuple[Any, Any]] = {}
+            value = adopt(initial[binding.input_name], path, self.counters, persistent=True, adopted=containers)
+            keys: set[tuple[int, int]] = set()
+            check_value(value, binding.spec, path, checked=keys)
             values[binding.input_name] = value
+            # what was checked is the adopted value: remember the structs adopted as they were
+            adopted.update((key, pair) for key, pair in containers.items() if pair[1] is pair[0])
+            checked |= keys
+        self._validated.new_call()
+        self._validated.publish(adopted, checked)
         return MappingProxyType(values)
 
     def _feeds(self, feeds: Mapping[str, Any]) -> tuple[dict[str, Any], frozenset[int]]:

@@ -72,6 +72,12 @@ def expected_raw_bytes(elem_type: int, count: int) -> int:
 
 def check_tensor_data(tensor, path: str) -> int:
     """Exactly one data representation whose size matches dims; returns the element count."""
+    return _checked(tensor, path)[0]
+
+
+def _checked(tensor, path: str) -> tuple[int, bytes | None]:
+    """``check_tensor_data``, also returning the raw bytes it measured (read once: reading ``raw_data``
+    copies it out of the message)."""
     t = tensor.data_type
     if t not in dtypes.KNOWN_TYPES:
         raise fail(E.TENSOR_DATA_INVALID, f"{path}.data_type", f"element type {t} is not defined")
@@ -89,10 +95,11 @@ def check_tensor_data(tensor, path: str) -> int:
         raise fail(E.TENSOR_DATA_INVALID, path, "tensor data is stored in more than one field")
     if has_raw:
         expected = expected_raw_bytes(t, count)
-        if len(tensor.raw_data) != expected:
+        raw = tensor.raw_data
+        if len(raw) != expected:
             raise fail(E.TENSOR_DATA_INVALID, f"{path}.raw_data",
-                       f"{len(tensor.raw_data)} bytes for {count} elements; expected {expected}")
-        return count
+                       f"{len(raw)} bytes for {count} elements; expected {expected}")
+        return count, raw
     field, held = _typed_field(tensor)
     if populated and populated[0] != field:
         raise fail(E.TENSOR_DATA_INVALID, f"{path}.{populated[0]}",
@@ -104,22 +111,22 @@ def check_tensor_data(tensor, path: str) -> int:
     if held != expected:
         raise fail(E.TENSOR_DATA_INVALID, f"{path}.{field}",
                    f"{held} values for {count} elements; expected {expected}")
-    return count
+    return count, None
 
 
 def to_array(tensor, path: str) -> np.ndarray:
     """The tensor's values as NumPy (after check_tensor_data), bounded by MAX_PARAMETER_ELEMENTS."""
-    count = check_tensor_data(tensor, path)
+    count, raw = _checked(tensor, path)
     if count > MAX_PARAMETER_ELEMENTS:
         raise fail(E.RESOURCE_LIMIT, path, f"{count} elements exceed the parameter limit")
     t = tensor.data_type
     shape = array_shape(tensor.dims, dtypes.NUMPY_DTYPE[t].itemsize if t in dtypes.NUMPY_DTYPE else 8, path)
     if t == dtypes.STRING:
         return np.array(list(tensor.string_data), dtype=object).reshape(shape)
-    if tensor.HasField("raw_data"):
+    if raw is not None:
         from reference_impl.bits import unpack_elements
 
-        return unpack_elements(np.frombuffer(tensor.raw_data, dtype=np.uint8), t, count).reshape(shape)
+        return unpack_elements(np.frombuffer(raw, dtype=np.uint8), t, count).reshape(shape)
     field, _ = _typed_field(tensor)
     values = np.asarray(getattr(tensor, field))
     if t in (dtypes.COMPLEX64, dtypes.COMPLEX128):

@@ -8,7 +8,8 @@ touches the model again (clause STATE-RESOLVE-ONCE).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import functools
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -44,6 +45,23 @@ class StructValue(Mapping):
     def __len__(self) -> int:
         return len(self._fields)
 
+    # The fields mapping answers these itself: the Mapping mixins would step through them in Python, and
+    # the state's checks walk every field of every retained struct on every call.
+    def __contains__(self, name: object) -> bool:
+        return name in self._fields
+
+    def keys(self):
+        return self._fields.keys()
+
+    def items(self):
+        return self._fields.items()
+
+    def values(self):
+        return self._fields.values()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._fields.get(name, default)
+
     def replace(self, **updates: Any) -> StructValue:
         """A new struct sharing every unchanged field's owner."""
         fields = dict(self._fields)
@@ -53,6 +71,20 @@ class StructValue(Mapping):
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={_short(v)}" for k, v in self._fields.items())
         return f"StructValue(type_id={self.type_id}, {inner})"
+
+
+_STRUCT_CLASSES: dict[type, bool] = {}
+
+
+def is_struct(value: Any) -> bool:
+    """``isinstance(value, StructValue)``, answered per class from a table: StructValue is a Mapping, and
+    isinstance against an abstract base class runs a Python-level check each time (the state's checks ask
+    for every node of every retained value on every call)."""
+    kind = type(value)
+    found = _STRUCT_CLASSES.get(kind)
+    if found is None:
+        found = _STRUCT_CLASSES[kind] = issubclass(kind, StructValue)
+    return found
 
 
 def _short(value: Any) -> str:
@@ -150,12 +182,15 @@ class TensorSpec:
     dims: tuple | None  # None = unknown rank; entries are ints, symbol strings or None
 
     def __post_init__(self) -> None:
-        # Precomputed for the per-call check: the NumPy scalar type and the fixed dimensions.
+        # Precomputed for the per-call check: the NumPy scalar type, the fixed dimensions, and the whole
+        # shape when every dimension is fixed (then one tuple comparison checks it).
         np_type = None if self.elem_type == dtypes.STRING else numpy_dtype(self.elem_type).type
         fixed = None if self.dims is None else tuple(
             (i, d) for i, d in enumerate(self.dims) if isinstance(d, int))
+        exact = self.dims if fixed is not None and len(fixed) == len(self.dims) else None
         object.__setattr__(self, "_np_type", np_type)
         object.__setattr__(self, "_fixed", fixed)
+        object.__setattr__(self, "_exact", exact)
 
 
 @dataclass(frozen=True, repr=False)
@@ -164,6 +199,10 @@ class StructSpec:
     fields: tuple  # ((name, spec), ...) of non-constant fields in declaration order
     constants: tuple  # ((name, TensorProto), ...)
     inline: Any = None  # the inline declaration, for identity of ref-less structs
+
+    def __post_init__(self) -> None:
+        # Precomputed for the per-call check: the set of field names a value must have.
+        object.__setattr__(self, "_names", frozenset(name for name, _ in self.fields))
 
     def __repr__(self) -> str:
         """A referenced type shows its ID and field names only: its fields' specs are shared with every
@@ -211,7 +250,7 @@ def compile_type(tp, catalogue: Catalogue, path: str = "type", depth: int = 0) -
         dims = None
         if tensor.HasField("shape"):
             dims = tuple(_dim(d) for d in tensor.shape.dim)
-        return TensorSpec(tensor.elem_type, dims)
+        return _tensor_spec(tensor.elem_type, dims)
     if which == "sequence_type":
         return SequenceSpec(compile_type(tp.sequence_type.elem_type, catalogue, f"{path}.sequence_type", level))
     if which == "optional_type":
@@ -222,6 +261,13 @@ def compile_type(tp, catalogue: Catalogue, path: str = "type", depth: int = 0) -
     if which == "struct_type":
         return compile_struct(tp.struct_type, catalogue, f"{path}.struct_type", level)
     return AnySpec()
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_spec(elem_type: int, dims: tuple | None) -> TensorSpec:
+    """Tensor specs are immutable values: one object per element type and dimensions serves every model
+    (executors compile every input and output, and the fuzz targets load thousands of small models)."""
+    return TensorSpec(elem_type, dims)
 
 
 def _dim(d):
@@ -361,14 +407,16 @@ def numpy_dtype(elem_type: int) -> np.dtype:
 
 
 def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOMPATIBLE,
-                _seen: set | None = None) -> None:
+                checked: set | None = None) -> None:
     """Validate actual value metadata against a compiled spec (no payload is read or copied).
 
     The walk follows the spec, so it is as deep as the declared type; a container object reached
-    again under the same spec (a value sharing sub-structures) is checked once."""
+    again under the same spec (a value sharing sub-structures) is checked once. ``checked`` holds the
+    ``(id(container), id(spec))`` pairs already checked (given by a caller that knows some, e.g. a state's
+    unchanged retained structs); the walk adds the ones it checks."""
     if type(spec) is TensorSpec and type(value) is np.ndarray and spec._np_type is not None:
         # The per-call fast path; anything unusual falls through to the full check below.
-        if value.dtype.type is spec._np_type and (spec.dims is None or (
+        if value.dtype.type is spec._np_type and (spec.dims is None or value.shape == spec._exact or (
                 value.ndim == len(spec.dims) and all(value.shape[i] == d for i, d in spec._fixed))):
             return
     if isinstance(spec, AnySpec):
@@ -395,17 +443,19 @@ def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOM
         return
     if isinstance(spec, OptionalSpec):
         if value is not None:
-            check_value(value, spec.elem, path, code, _seen)
+            check_value(value, spec.elem, path, code, checked)
         return
-    seen = set() if _seen is None else _seen
+    seen = set() if checked is None else checked
     key = (id(value), id(spec))
     if key in seen:
         return
     if isinstance(spec, SequenceSpec):
         if not isinstance(value, list):
             raise fail(code, path, f"expected a sequence, got {type(value).__name__}")
+        elem = spec.elem
         for index, item in enumerate(value):
-            check_value(item, spec.elem, f"{path}[{index}]", code, seen)
+            if (id(item), id(elem)) not in seen:  # (the path is formatted only for what is checked)
+                check_value(item, elem, f"{path}[{index}]", code, seen)
     elif isinstance(spec, MapSpec):
         if not isinstance(value, dict):
             raise fail(code, path, f"expected a map, got {type(value).__name__}")
@@ -438,22 +488,22 @@ def _check_struct_value(value: Any, spec: StructSpec, path: str, code: E, seen: 
         if spec.type_id is None and value.header.struct_type != spec.inline:
             raise fail(code, path, "encoded layout differs from the inline struct declaration")
         return
-    if not isinstance(value, StructValue):
+    if not is_struct(value):
         raise fail(code, path, f"expected a struct value, got {type(value).__name__}")
     if spec.type_id is not None and value.type_id != spec.type_id:
         raise fail(code, path, f"struct type {value.type_id} is not the declared {spec.type_id}")
-    names = [name for name, _ in spec.fields]
-    if set(value) != set(names):
-        raise fail(code, path, f"fields {sorted(value)} are not the declared {sorted(names)}")
+    if value.keys() != spec._names:
+        raise fail(code, path, f"fields {sorted(value)} are not the declared {sorted(spec._names)}")
     for name, field_spec in spec.fields:
         check_value(value[name], field_spec, f"{path}.{name}", code, seen)
 
 
-def leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+def leaves(value: Any, path: str, skip: Container[int] = frozenset()) -> Iterator[tuple[str, Any]]:
     """Every payload-carrying leaf (arrays, encoded values, borrows) inside a value, with its path.
 
     A container reached again (a value sharing sub-structures) is visited once, and containers
-    nested deeper than MAX_DEPTH fail with NESTING_TOO_DEEP."""
+    nested deeper than MAX_DEPTH fail with NESTING_TOO_DEEP. Containers whose ids are in ``skip`` (known
+    to their caller already) are not entered."""
     if type(value) is np.ndarray:  # the common case, without abstract-class checks
         yield path, value
         return
@@ -461,28 +511,30 @@ def leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
     seen: set[int] = set()
     while pending:
         item, where, depth = pending.pop()
-        if type(item) is np.ndarray:
+        kind = type(item)
+        if kind is np.ndarray or kind is EncodedValue:
             yield where, item
             continue
-        children = _children(item, where)
-        if children is None:
+        if kind is not list and kind is not dict and not is_struct(item):
             if item is not None:
                 yield where, item
             continue
-        if id(item) in seen:
+        if id(item) in seen or id(item) in skip:
             continue
         seen.add(id(item))
         if depth >= MAX_DEPTH:
             raise fail(E.NESTING_TOO_DEEP, where, f"the value nests containers deeper than {MAX_DEPTH}")
-        pending.extend((child, child_path, depth + 1) for child, child_path in reversed(children))
+        pending.extend((child, child_path, depth + 1) for child, child_path in reversed(_children(item, where, skip)))
 
 
-def _children(value: Any, path: str) -> list | None:
-    """The (item, path) pairs of a struct, sequence or map value; None for anything else."""
-    if isinstance(value, StructValue):
-        return [(item, f"{path}.{name}") for name, item in value.items()]
+def _children(value: StructValue | list | dict, path: str, skip: Container[int]) -> list:
+    """The (item, path) pairs of a struct, sequence or map value, but the containers in ``skip`` (their
+    paths would never be used)."""
+    if is_struct(value):
+        return [(item, f"{path}.{name}") for name, item in value.items()
+                if type(item) is np.ndarray or id(item) not in skip]
     if isinstance(value, list):
-        return [(item, f"{path}[{index}]") for index, item in enumerate(value)]
-    if isinstance(value, dict):
-        return [(item, f"{path}[{key!r}]") for key, item in value.items()]
-    return None
+        return [(item, f"{path}[{index}]") for index, item in enumerate(value)
+                if type(item) is np.ndarray or id(item) not in skip]
+    return [(item, f"{path}[{key!r}]") for key, item in value.items()
+            if type(item) is np.ndarray or id(item) not in skip]

@@ -7,7 +7,7 @@ violation found, and therefore the reported code, is deterministic.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -108,7 +108,8 @@ def _verify_graph(graph, path: str, verified: VerifiedModel) -> None:
     for index, value in enumerate(graph.encoded_initializer):
         value_path = f"{path}.encoded_initializer[{index}]"
         info = verify_encoded_value(value, value_path, catalogue, verified.base_dir)
-        verified.encoded.setdefault(value.name, info) if path == "model.graph" else None
+        if path == "model.graph" and value.name not in verified.encoded:
+            verified.encoded[value.name] = replace(info, extent=info.extent.detached())  # keeps no payload copy
     for index, node in enumerate(graph.node):
         _verify_subgraphs(node, f"{path}.node[{index}]", verified)
 
@@ -245,7 +246,8 @@ def _verify_affine(value, path: str, extent: Extent) -> EncodedInfo:
     if extent.length != needed:
         raise fail(E.AFFINE_PAYLOAD_SIZE, path,
                    f"{count} codes need exactly {needed} payload bytes, found {extent.length}")
-    if not extent.external and bits % 8 and value.raw_data[-1] >> (bits % 8):
+    if not extent.external and bits % 8 and \
+            (extent.inline if extent.inline is not None else value.raw_data)[-1] >> (bits % 8):
         raise fail(E.AFFINE_PADDING_NONZERO, f"{path}.raw_data", "unused final high bits must be zero")
     return EncodedInfo(path, extent, logical_count=count)
 

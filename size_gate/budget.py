@@ -12,16 +12,10 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
 from size_gate.errors import SizeGateError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
 
 DEFAULT_BUDGET = Path(__file__).with_name("budgets") / "onnx_proto.toml"
 
@@ -89,6 +83,8 @@ def parse_size(value: Any, where: str, path: str, units: bool = True) -> int:
     if units and isinstance(value, str):
         m = _SIZE.match(value)
         if m:
+            from decimal import Decimal  # imported when a budget is read, not by every size_gate command
+
             return math.floor(Decimal(m[1]) * _UNITS[m[2] or "B"])
     kind = 'a non-negative integer or a size such as "128 KiB"' if units else "a non-negative integer"
     raise SizeGateError("bad-budget", path, f"{where} is {value!r}; expected {kind}")
@@ -111,6 +107,11 @@ def needed_allowed(soname: str, allowed: tuple[str, ...]) -> str | None:
 
 def load_budget(path: str | os.PathLike[str] | None = None) -> Budget:
     """Read, validate and resolve the budget file at ``path`` (the packaged budget by default)."""
+    if sys.version_info >= (3, 11):  # imported here: measuring a library file reads no budget
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
+
     p = Path(path) if path is not None else DEFAULT_BUDGET
     where = str(p)
     try:

@@ -7,16 +7,14 @@ Exit status: 0 success or within budget, 1 over budget, 2 unusable input
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from reference_impl.broken_pipe import quiet_broken_pipe
 from size_gate import render
-from size_gate.budget import DEFAULT_BUDGET, load_budget
-from size_gate.compare import compare
 from size_gate.errors import SizeGateError
-from size_gate.gate import delta_findings, evaluate, passed
 from size_gate.sources import measure_path
 
 EXIT_OK, EXIT_OVER, EXIT_UNUSABLE = 0, 1, 2
@@ -30,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser, budget_help: str) -> None:
         p.add_argument("--budget", type=Path, default=None,
-                       help=f"{budget_help} (default: {DEFAULT_BUDGET.name} shipped with size_gate)")
+                       help=f"{budget_help} (default: the budget shipped with size_gate)")
         p.add_argument("--pattern", default=None,
                        help="file-name pattern selecting the library inside a directory or wheel "
                             "(default: the budget's [library] pattern)")
@@ -70,15 +68,23 @@ def _pattern(args: argparse.Namespace, budget) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from size_gate.budget import load_budget  # imported as needed: measuring a library file reads no budget
+
     if args.command == "measure":
-        budget = load_budget(args.budget)
-        results = [measure_path(p, _pattern(args, budget)) for p in args.paths]
+        # A library file needs no pattern: the shipped budget is read only when a directory or wheel
+        # needs its default one (a budget given with --budget is always read, and so checked).
+        pattern = args.pattern or (load_budget(args.budget).pattern if args.budget is not None
+                                   else functools.cache(lambda: load_budget(None).pattern))
+        results = [measure_path(p, pattern) for p in args.paths]
         if args.json:
             data = [r.to_json() for r in results]
             print(render.dumps(data[0] if len(data) == 1 else data), end="")
         else:
             print("\n\n".join(render.measure_text(r, args.symbols) for r in results))
         return EXIT_OK
+
+    from size_gate.compare import compare  # only checking and comparing need these
+    from size_gate.gate import delta_findings, evaluate, passed
 
     budget = load_budget(args.budget)
     stage = budget.stage(args.stage)

@@ -5,7 +5,7 @@ The symbol table is located through the section headers (``.dynsym`` and its
 and ``readelf --dyn-syms`` do. A library stripped of its section headers is
 read through its dynamic segment instead: ``DT_SYMTAB`` gives the table and the
 ``DT_GNU_HASH`` or ``DT_HASH`` hash table gives its length. The table itself is
-decoded with NumPy, because large libraries export tens of thousands of symbols.
+unpacked by ``struct`` in C (large libraries export tens of thousands of symbols), with no NumPy to import.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
 from elftools.common.utils import struct_parse
 from elftools.elf.hash import GNUHashTable
 
@@ -61,21 +60,15 @@ class DefinedSymbols:
     source: str
 
 
-def symbol_dtype(image: ElfImage, entsize: int) -> np.dtype:
-    """The Elf32_Sym / Elf64_Sym record layout, padded to ``entsize`` bytes."""
-    u = image.word_dtype
-    if image.elfclass == 64:
-        fields = [("name", u("u", 4), 0), ("info", u("u", 1), 4), ("other", u("u", 1), 5),
-                  ("shndx", u("u", 2), 6), ("value", u("u", 8), 8), ("size", u("u", 8), 16)]
-    else:
-        fields = [("name", u("u", 4), 0), ("value", u("u", 4), 4), ("size", u("u", 4), 8),
-                  ("info", u("u", 1), 12), ("other", u("u", 1), 13), ("shndx", u("u", 2), 14)]
+def symbol_layout(image: ElfImage, entsize: int) -> str:
+    """The ``struct`` layout of an Elf32_Sym / Elf64_Sym record padded to ``entsize`` bytes, keeping
+    st_name and st_shndx (the only fields the metrics read)."""
     minimum = 24 if image.elfclass == 64 else 16
     if entsize < minimum:
         raise image.corrupt(f"dynamic symbol entry size is {entsize}, expected at least {minimum}")
-    names, formats, offsets = zip(*fields)
-    return np.dtype({"names": list(names), "formats": list(formats), "offsets": list(offsets),
-                     "itemsize": entsize})
+    if image.elfclass == 64:  # name u4, info u1, other u1, shndx u2, value u8, size u8
+        return f"I2xH{entsize - 8}x"
+    return f"I10xH{entsize - 16}x"  # name u4, value u4, size u4, info u1, other u1, shndx u2
 
 
 def locate_tables(image: ElfImage, dynamic: Mapping[int, int]) -> SymbolTables | None:
@@ -139,8 +132,8 @@ def _from_dynamic(image: ElfImage, dynamic: Mapping[int, int]) -> SymbolTables:
 def _sysv_hash_count(image: ElfImage, addr: int) -> int:
     """DT_HASH: the chain array has exactly one entry per symbol, so nchain is the symbol count."""
     offset = image.vaddr_to_offset(addr, 8, "DT_HASH")
-    _nbucket, nchain = image.read_array(offset, 2, image.word_dtype("u", 4), "DT_HASH header")
-    return int(nchain)
+    _nbucket, nchain = image.read_words(offset, 2, "I", "DT_HASH header")
+    return nchain
 
 
 def _gnu_hash_count(image: ElfImage, addr: int) -> int:
@@ -148,14 +141,14 @@ def _gnu_hash_count(image: ElfImage, addr: int) -> int:
     bucket through its chain). pyelftools parses the bloom filter and buckets as a whole, so their extent
     is checked against the file first; a chain that never ends runs into the end of the file."""
     offset = image.vaddr_to_offset(addr, 16, "DT_GNU_HASH")
-    nbuckets, symoffset, bloom_size, _shift = (int(v) for v in image.read_array(
-        offset, 4, image.word_dtype("u", 4), "DT_GNU_HASH header"))
+    nbuckets, symoffset, bloom_size, _shift = image.read_words(offset, 4, "I", "DT_GNU_HASH header")
     image.check_extent(offset + 16, bloom_size * (image.elfclass // 8) + 4 * nbuckets,
                        "DT_GNU_HASH bloom filter and buckets")
     if nbuckets == 0:  # no bucket reaches a symbol (pyelftools would take the maximum of nothing)
         return symoffset
     try:
-        return GNUHashTable(image.elf, offset, None).get_number_of_symbols()
+        # the image stands in for pyelftools' ELFFile: the table reads its structs, stream and byte order
+        return GNUHashTable(image, offset, None).get_number_of_symbols()
     except struct.error:  # the chain reached the end of the file
         raise image.corrupt("a DT_GNU_HASH chain runs past the end of the file without terminating") from None
 
@@ -165,7 +158,7 @@ def _version_names(image: ElfImage, tables: SymbolTables) -> dict[int, str]:
     names: dict[int, str] = {}
     if tables.verdef_offset is None:
         return names
-    verdef, verdaux = image.elf.structs.Elf_Verdef, image.elf.structs.Elf_Verdaux
+    verdef, verdaux = image.structs.Elf_Verdef, image.structs.Elf_Verdaux
     position = tables.verdef_offset
     for _ in range(min(tables.verdef_count, VERSYM_INDEX)):
         image.check_extent(position, verdef.sizeof(), "version definition")
@@ -192,23 +185,20 @@ def defined_symbols(image: ElfImage, tables: SymbolTables | None) -> DefinedSymb
     """
     if tables is None or tables.count == 0:
         return DefinedSymbols((), 0, tables.source if tables else "none")
-    dtype = symbol_dtype(image, tables.entsize)
-    table = image.read_array(tables.symtab_offset, tables.count, dtype, "dynamic symbol table")
-    defined = table["shndx"] != SHN_UNDEF
-    defined[0] = False
-    rows = np.flatnonzero(defined)
-    name_offsets = table["name"][rows]
-    if rows.size and int(name_offsets.max()) >= len(tables.strtab):
+    table = image.read_records(tables.symtab_offset, tables.count, symbol_layout(image, tables.entsize),
+                               "dynamic symbol table")
+    rows = [row for row in range(1, tables.count) if table[row][1] != SHN_UNDEF]
+    if rows and max(table[row][0] for row in rows) >= len(tables.strtab):
         raise image.corrupt("a dynamic symbol's name lies outside its string table")
     if tables.versym_offset is not None:
-        versym = image.read_array(tables.versym_offset, tables.count, image.word_dtype("u", 2),
-                                  "symbol version table")[rows]
+        versym = image.read_words(tables.versym_offset, tables.count, "H", "symbol version table")
     else:
-        versym = np.zeros(rows.size, np.uint16)
+        versym = (0,) * tables.count
     versions = _version_names(image, tables)
-    is_abs = table["shndx"][rows] == SHN_ABS
     keys, vdefs = [], 0
-    for offset, ver, absolute in zip(name_offsets.tolist(), versym.tolist(), is_abs.tolist()):
+    for row in rows:
+        offset, shndx = table[row]
+        ver, absolute = versym[row], shndx == SHN_ABS
         name = cstring(tables.strtab, offset)
         if name is None:
             raise image.corrupt(f"a dynamic symbol name at string offset {offset} is not NUL-terminated")

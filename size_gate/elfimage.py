@@ -1,6 +1,8 @@
 """Validated access to the headers and tables of one ELF file.
 
-pyelftools parses the ELF header, program headers, section headers and notes.
+pyelftools' record layouts (``ELFStructs``) parse the ELF header, program headers and section
+headers; its ``ELFFile`` is not used, as it imports DWARF and unwinding readers the size gate never
+needs (import time counts for a command-line tool).
 Before anything is read, every offset and length is checked against the file
 size, so a truncated or corrupt file yields a :class:`SizeGateError` naming the
 problem instead of a parser traceback, an unbounded read or a huge allocation.
@@ -13,13 +15,12 @@ import struct
 from dataclasses import dataclass
 from typing import BinaryIO
 
-import numpy as np
 from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
 from elftools.construct.core import ConstructError
 from elftools.elf.constants import SH_FLAGS, SHN_INDICES
-from elftools.elf.elffile import ELFFile
 from elftools.elf.enums import ENUM_D_TAG
+from elftools.elf.structs import ELFStructs
 
 from size_gate.errors import SizeGateError
 
@@ -46,7 +47,7 @@ DT_VERDEFNUM = ENUM_D_TAG["DT_VERDEFNUM"]
 #: More sections than this in a linked library is treated as corruption (bounds parse time).
 MAX_SECTIONS = 1 << 17
 
-#: Exceptions that pyelftools, construct, struct and numpy raise on malformed data.
+#: Exceptions that pyelftools, construct and struct raise on malformed data.
 PARSE_ERRORS = (ELFError, ConstructError, struct.error, ValueError, IndexError, KeyError,
                 OverflowError, EOFError, UnicodeDecodeError, TypeError)
 
@@ -92,14 +93,17 @@ class ElfImage:
         self.stream = stream
         stream.seek(0, io.SEEK_END)
         self.size = stream.tell()
-        self._check_ident()
-        try:
-            self.elf = ELFFile(stream)
+        ident = self._check_ident()
+        self.elfclass = 32 if ident[4] == 1 else 64
+        self.little_endian = ident[5] == 1
+        try:  # as pyelftools' ELFFile sets itself up
+            self.structs = ELFStructs(little_endian=self.little_endian, elfclass=self.elfclass)
+            self.structs.create_basic_structs()
+            self.header = struct_parse(self.structs.Elf_Ehdr, stream, 0)
+            self.structs.create_advanced_structs(self.header["e_type"], self.header["e_machine"],
+                                                 self.header["e_ident"]["EI_OSABI"])
         except PARSE_ERRORS as exc:
             raise self.corrupt(f"the ELF header cannot be parsed ({exc})") from None
-        self.header = self.elf.header
-        self.elfclass = self.elf.elfclass
-        self.little_endian = self.elf.little_endian
         if self.header["e_type"] != "ET_DYN":
             raise SizeGateError("not-shared-library", path,
                                 f"ELF type is {self.header['e_type']}, a shared library has ET_DYN")
@@ -129,16 +133,23 @@ class ElfImage:
             raise SizeGateError("truncated", self.path, f"{what}: short read at offset {offset:#x}")
         return data
 
-    def read_array(self, offset: int, count: int, dtype: np.dtype, what: str) -> np.ndarray:
-        """Read ``count`` records of ``dtype`` at ``offset`` as a NumPy array (bounds-checked)."""
-        return np.frombuffer(self.read(offset, count * dtype.itemsize, what), dtype=dtype)
+    def read_records(self, offset: int, count: int, layout: str, what: str) -> list[tuple]:
+        """``count`` records of the ``struct`` layout (in the file's byte order) at ``offset``,
+        bounds-checked; unpacked in C, without NumPy (which the size gate does not need to import)."""
+        record = struct.Struct(self.byte_order + layout)
+        return list(record.iter_unpack(self.read(offset, count * record.size, what)))
 
-    def word_dtype(self, kind: str, size: int) -> np.dtype:
-        """A NumPy scalar dtype of ``kind`` ('u' or 'i') and ``size`` bytes in the file's byte order."""
-        return np.dtype(("<" if self.little_endian else ">") + kind + str(size))
+    def read_words(self, offset: int, count: int, code: str, what: str) -> tuple[int, ...]:
+        """``count`` integers of the ``struct`` format ``code`` (e.g. ``H``, ``I``) at ``offset``."""
+        word = struct.Struct(f"{self.byte_order}{count}{code}")
+        return word.unpack(self.read(offset, word.size, what))
+
+    @property
+    def byte_order(self) -> str:
+        return "<" if self.little_endian else ">"
 
     # -- header tables -------------------------------------------------------------------------
-    def _check_ident(self) -> None:
+    def _check_ident(self) -> bytes:
         self.stream.seek(0)
         ident = self.stream.read(16)
         if not ident:
@@ -161,6 +172,7 @@ class ElfImage:
         if self.size < need:
             raise SizeGateError("truncated", self.path,
                                 f"the file ends after {self.size:,} bytes, but its ELF header needs {need}")
+        return ident
 
     def _table(self, offset: int, count: int, entsize: int, struct_def, what: str) -> list:
         if count == 0:
@@ -175,7 +187,7 @@ class ElfImage:
         shoff, count, entsize = hdr["e_shoff"], hdr["e_shnum"], hdr["e_shentsize"]
         if shoff == 0:
             return ()
-        shdr = self.elf.structs.Elf_Shdr
+        shdr = self.structs.Elf_Shdr
         first = self._table(shoff, 1, entsize, shdr, "section header table")[0]
         if count == 0:  # extended numbering: the real count is in section 0
             count = first["sh_size"]
@@ -211,7 +223,7 @@ class ElfImage:
             count = self.sections[0].info
         if hdr["e_phoff"] == 0:
             count = 0
-        phdrs = self._table(hdr["e_phoff"], count, hdr["e_phentsize"], self.elf.structs.Elf_Phdr,
+        phdrs = self._table(hdr["e_phoff"], count, hdr["e_phentsize"], self.structs.Elf_Phdr,
                             "program header table")
         segments = []
         for index, ph in enumerate(phdrs):
@@ -239,24 +251,21 @@ class ElfImage:
         raise self.corrupt(f"{what} at address {addr:#x} ({length:,} bytes) is not inside the file "
                            f"data of any loadable segment")
 
-    def dynamic_entries(self) -> tuple[np.ndarray, np.ndarray]:
+    def dynamic_entries(self) -> tuple[list[int], list[int]]:
         """The dynamic array as (tags, values), up to but excluding the first DT_NULL."""
-        word = self.elfclass // 8
         dyn = [s for s in self.segments if s.type == "PT_DYNAMIC"]
         if dyn:
             offset, size = dyn[0].offset, dyn[0].filesz
         else:
             secs = self.sections_of_type("SHT_DYNAMIC")
             if not secs:
-                return np.zeros(0, np.int64), np.zeros(0, np.uint64)
+                return [], []
             offset, size = secs[0].offset, secs[0].size
-        dtype = np.dtype([("tag", self.word_dtype("i", word)), ("val", self.word_dtype("u", word))])
-        table = self.read_array(offset, size // dtype.itemsize, dtype, "dynamic array")
-        tags = table["tag"].astype(np.int64)
-        vals = table["val"].astype(np.uint64)
-        end = np.flatnonzero(tags == DT_NULL)
-        stop = int(end[0]) if end.size else tags.size
-        return tags[:stop], vals[:stop]
+        layout = "qQ" if self.elfclass == 64 else "iI"  # d_tag is signed, d_val/d_ptr unsigned
+        table = self.read_records(offset, size // struct.calcsize(layout), layout, "dynamic array")
+        tags = [tag for tag, _ in table]
+        stop = tags.index(DT_NULL) if DT_NULL in tags else len(tags)
+        return tags[:stop], [val for _, val in table[:stop]]
 
     def build_id(self) -> str | None:
         """The GNU build ID from the PT_NOTE segments, else from SHT_NOTE sections.

@@ -81,9 +81,9 @@ def _measure(image: ElfImage) -> LibraryMetrics:
     has_sections = bool(image.sections)
     tags, vals = image.dynamic_entries()
     dynamic: dict[int, int] = {}
-    for tag, val in zip(tags.tolist(), vals.tolist()):
+    for tag, val in zip(tags, vals):
         dynamic.setdefault(tag, val)
-    needed, soname = _dynamic_strings(image, tags.tolist(), vals.tolist(), dynamic)
+    needed, soname = _dynamic_strings(image, tags, vals, dynamic)
     symbols = defined_symbols(image, locate_tables(image, dynamic))
     return LibraryMetrics(
         path=image.path,

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from size_gate.budget import Budget, Stage
-from size_gate.compare import Comparison
-from size_gate.gate import FAIL, PASS, REPORT, Finding, passed
-from size_gate.metrics import METRICS, LibraryMetrics
+from size_gate.metrics import METRICS
+
+if TYPE_CHECKING:  # measuring renders without importing the budget and gate modules
+    from size_gate.budget import Budget, Stage
+    from size_gate.compare import Comparison
+    from size_gate.gate import Finding
+    from size_gate.metrics import LibraryMetrics
 
 #: At most this many symbols per list in Markdown; the JSON report always lists all.
 MARKDOWN_SYMBOL_LIMIT = 500
-_MARK = {PASS: "✅ pass", FAIL: "❌ FAIL", REPORT: "report only"}
+
+
+def _mark(status: str) -> str:
+    from size_gate.gate import FAIL, PASS, REPORT
+
+    return {PASS: "✅ pass", FAIL: "❌ FAIL", REPORT: "report only"}[status]
 
 
 def num(value: int | None) -> str:
@@ -60,6 +68,8 @@ def measure_text(metrics: LibraryMetrics, with_symbols: bool = False) -> str:
 
 # -- check -----------------------------------------------------------------------------------------
 def check_text(metrics: LibraryMetrics, budget: Budget, stage: Stage, findings: list[Finding]) -> str:
+    from size_gate.gate import FAIL, REPORT
+
     head = [f"{metrics.path}",
             f"  budget {budget.path}, stage {stage.name}" + (f" ({stage.description})" if stage.description
                                                             else "")]
@@ -71,11 +81,11 @@ def check_text(metrics: LibraryMetrics, budget: Budget, stage: Stage, findings: 
                 f" ({pct(100 * (f.actual - base) / base)})" if base else "")
             headroom = "" if f.limit is None else f"{f.limit - f.actual:,}"
             limit = "" if f.limit is None else num(f.limit)
-            rows.append([f.label, num(f.actual), limit, headroom, versus, _MARK[f.status]])
+            rows.append([f.label, num(f.actual), limit, headroom, versus, _mark(f.status)])
         elif f.check == "ceiling":
-            rows.append([f.label, "n/a", num(f.limit), "", "", _MARK[f.status]])
+            rows.append([f.label, "n/a", num(f.limit), "", "", _mark(f.status)])
         elif f.check == "dt_needed":
-            rows.append([f"DT_NEEDED {f.actual}", "", "", "", "", _MARK[f.status]])
+            rows.append([f"DT_NEEDED {f.actual}", "", "", "", "", _mark(f.status)])
     lines = head + _table(rows, right={1, 2, 3})
     problems = [f for f in findings if f.status == FAIL]
     notes = [f for f in findings if f.check == "ceiling" and f.status == REPORT]
@@ -89,6 +99,8 @@ def check_text(metrics: LibraryMetrics, budget: Budget, stage: Stage, findings: 
 
 
 def check_json(metrics: LibraryMetrics, budget: Budget, stage: Stage, findings: list[Finding]) -> dict:
+    from size_gate.gate import passed
+
     return {"schema": "size_gate.check/1", "budget": budget.path, "stage": stage.name,
             "passed": passed(findings), "library": metrics.to_json(with_symbols=False),
             "findings": [f.to_json() for f in findings]}
@@ -111,6 +123,8 @@ def _symbol_block(title: str, names: tuple[str, ...]) -> list[str]:
 
 
 def compare_markdown(cmp: Comparison, stage: Stage | None, findings: list[Finding] | None) -> str:
+    from size_gate.gate import FAIL
+
     name = cmp.candidate.soname or cmp.candidate.path.rsplit("/", 1)[-1]
     out = [f"### Binary size: `{name}`", "",
            f"Baseline `{cmp.baseline.path}` vs candidate `{cmp.candidate.path}`", ""]
@@ -128,9 +142,9 @@ def compare_markdown(cmp: Comparison, stage: Stage | None, findings: list[Findin
                 f"{pct(row.percent)} |")
         if stage:
             if row.metric in limits:
-                line += f" {num(limits[row.metric])} | {_MARK[status[row.metric]]} |"
+                line += f" {num(limits[row.metric])} | {_mark(status[row.metric])} |"
             elif row.metric in allowances and row.metric in delta_status:
-                line += f" Δ ≤ {signed(allowances[row.metric])} | {_MARK[delta_status[row.metric]]} |"
+                line += f" Δ ≤ {signed(allowances[row.metric])} | {_mark(delta_status[row.metric])} |"
             else:
                 line += " | report only |"
         out.append(line)
@@ -161,6 +175,8 @@ def compare_markdown(cmp: Comparison, stage: Stage | None, findings: list[Findin
 
 
 def compare_json(cmp: Comparison, stage: Stage | None, findings: list[Finding] | None) -> dict[str, Any]:
+    from size_gate.gate import passed
+
     return {
         "schema": "size_gate.compare/1",
         "baseline": cmp.baseline.to_json(with_symbols=False),

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 from size_gate.errors import SizeGateError
@@ -26,8 +27,9 @@ _CHUNK = 1 << 20
 _ZIP_MAGIC = b"PK\x03\x04"
 
 
-def measure_path(path: str | os.PathLike[str], pattern: str) -> LibraryMetrics:
-    """Measure the library at ``path`` (file, directory or wheel); ``pattern`` selects it by file name."""
+def measure_path(path: str | os.PathLike[str], pattern: str | Callable[[], str]) -> LibraryMetrics:
+    """Measure the library at ``path`` (file, directory or wheel); ``pattern`` selects it by file name
+    (or is a function giving it, called only when a directory or wheel needs one)."""
     p = Path(path)
     try:
         st = p.stat()
@@ -36,11 +38,11 @@ def measure_path(path: str | os.PathLike[str], pattern: str) -> LibraryMetrics:
     except OSError as exc:
         raise SizeGateError("unreadable", p, exc.strerror or str(exc)) from None
     if p.is_dir():
-        return _measure_file(_find_in_directory(p, pattern))
+        return _measure_file(_find_in_directory(p, pattern() if callable(pattern) else pattern))
     if not p.is_file():
         raise SizeGateError("unreadable", p, "not a regular file, directory or wheel")
     if p.suffix == ".whl" or _starts_with(p, _ZIP_MAGIC):
-        return _measure_wheel(p, pattern, st.st_size)
+        return _measure_wheel(p, pattern() if callable(pattern) else pattern, st.st_size)
     return _measure_file(p)
 
 

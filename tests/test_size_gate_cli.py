@@ -47,6 +47,34 @@ allowed = ["libc"]
 
 
 # -- measure -----------------------------------------------------------------------------------------
+def test_measuring_a_library_imports_only_what_measuring_needs():
+    """Start-up time is most of a command-line measurement: ``measure`` on a library file loads neither
+    NumPy, onnx nor the oracle, and reads no budget (its pattern only selects inside directories and
+    wheels); a directory still gets the shipped budget's pattern."""
+    heavy = ("numpy", "onnx", "google.protobuf", "reference_impl.values", "tomllib", "size_gate.gate",
+             "size_gate.compare", "elftools.elf.elffile")
+    probe = ("import sys\nfrom size_gate.cli import main\nstatus = main(sys.argv[1:])\n"
+             f"print([m for m in {heavy!r} if m in sys.modules], status, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", probe, "measure", str(DEFAULT), "--json"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.stderr.strip() == "[] 0", done.stderr
+    assert json.loads(done.stdout)["text_bytes"] == measure_path(DEFAULT, "*").text_bytes
+    done = subprocess.run([sys.executable, "-c", probe, "measure", str(FIXTURES), "--pattern", "default.so"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.stderr.strip() == "[] 0", done.stderr
+
+
+def test_a_directory_is_measured_with_the_shipped_budgets_pattern(tmp_path, capsys):
+    library = tmp_path / "lib" / "onnx_light" / load_budget().pattern.replace("*", "x")
+    library.parent.mkdir(parents=True)
+    library.write_bytes(DEFAULT.read_bytes())
+    (tmp_path / "lib" / "other.so").write_bytes(DEFAULT.read_bytes())
+    code, out, _ = _run(capsys, "measure", tmp_path / "lib", "--json")
+    assert code == 0 and json.loads(out)["path"] == str(library)
+    code, _, err = _run(capsys, "measure", DEFAULT, "--budget", tmp_path / "missing.toml")
+    assert code == 2 and "missing.toml" in err  # a budget named on the command line is always read
+
+
 def test_measure_table(capsys):
     code, out, err = _run(capsys, "measure", DEFAULT)
     m = measure_path(DEFAULT, "*")

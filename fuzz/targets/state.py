@@ -1,7 +1,7 @@
 """State operation scripts: every run, values, reset and close (and every broken rule) checked
-against NumPy, the manual output-to-input loop and the state rules; each script runs twice. The bytes
-after the script drive a generated model (catalogue with shared, deep and diamond-shaped references,
-external payloads) that is loaded into the executor and run as a state."""
+against NumPy, the manual output-to-input loop and the state rules; each script runs twice (it is
+generated once). The bytes after the script drive a generated model (catalogue with shared, deep and
+diamond-shaped references, external payloads) that is loaded into the executor and run as a state."""
 
 from __future__ import annotations
 
@@ -15,17 +15,24 @@ DICTIONARY = None
 MAX_LEN = 4096
 
 
-def _run(data: bytes) -> list[str]:
-    from fuzz import checks, gen, statescript
-    from fuzz.cases import scratch
+def _generate(data: bytes):
+    """The script and the model the input's bytes drive, generated once: both runs use the same objects,
+    so a run that altered what it was given (the caller's model or values) also shows as a difference."""
+    from fuzz import gen, statescript
 
     src = ByteSource(data)
     script = statescript.gen_script(src)
+    return script, gen.gen_model(src, max_values=2)
+
+
+def _run(script, generated) -> list[str]:
+    from fuzz import checks, statescript
+    from fuzz.cases import scratch
+
     try:
         outcomes = statescript.run_script(script)
     except statescript.Mismatch as mismatch:
         raise Finding("state-mismatch", str(mismatch), f"state:{str(mismatch).split('(', 1)[0]}") from None
-    generated = gen.gen_model(src, max_values=2)
     try:
         checks.check_runtime(generated, scratch().populate(generated.files))
     except checks.Mismatch as mismatch:
@@ -34,8 +41,9 @@ def _run(data: bytes) -> list[str]:
 
 
 def one_input(data: bytes) -> None:
-    first = guarded(lambda: _run(data), what="state-script")
-    second = guarded(lambda: _run(data), what="state-script")
+    script, generated = guarded(lambda: _generate(data), what="state-script")
+    first = guarded(lambda: _run(script, generated), what="state-script")
+    second = guarded(lambda: _run(script, generated), what="state-script")
     if first != second:
         raise Finding("nondeterministic", f"outcomes {first} then {second}", "state-script")
 

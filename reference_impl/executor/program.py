@@ -8,6 +8,7 @@ bodies as nested programs over the same values, so payloads cross those boundari
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,7 @@ from reference_impl.executor.kernels import (
     convert_attribute,
 )
 from reference_impl.structs import MAX_DEPTH
-from reference_impl.values import EncodedValue, InvocationBorrow, StructValue
+from reference_impl.values import EncodedValue, InvocationBorrow, is_struct
 
 
 class CancelToken:
@@ -156,20 +157,25 @@ def _custom(fn, node) -> Kernel:
     return lambda args, ctx, values: fn(args, attrs, ctx)
 
 
+@functools.lru_cache(maxsize=1024)
+def _operator_class(domain: str, op_type: str, version: int | None) -> type:
+    """onnx's reference implementation of an operator (looked up once per operator and version)."""
+    if domain == "":
+        from onnx.reference.ops import load_op
+
+        return load_op("", op_type, version, evaluator_cls=ReferenceEvaluator)
+    if domain == "ai.onnx.ml":
+        from onnx.reference.ops.aionnxml import load_op as load_ml
+
+        return load_ml(domain, op_type, version)
+    raise NotImplementedError(f"domain {domain!r} has no reference implementation")
+
+
 def _standard(node, opsets: Mapping[str, int], path: str) -> Kernel:
     domain = "" if node.domain == "ai.onnx" else node.domain
     version = opsets.get(domain, opsets.get("ai.onnx"))
     try:
-        if domain == "":
-            from onnx.reference.ops import load_op
-
-            cls = load_op("", node.op_type, version, evaluator_cls=ReferenceEvaluator)
-        elif domain == "ai.onnx.ml":
-            from onnx.reference.ops.aionnxml import load_op as load_ml
-
-            cls = load_ml(domain, node.op_type, version)
-        else:
-            raise NotImplementedError(f"domain {domain!r} has no reference implementation")
+        cls = _operator_class(domain, node.op_type, version)
         run_params = {"log": _no_log, "opsets": dict(opsets), "verbose": 0, "new_ops": {},
                       "existing_functions": {}, "evaluator_cls": ReferenceEvaluator}
         op: OpRun = cls(node, run_params)
@@ -193,7 +199,9 @@ def _standard(node, opsets: Mapping[str, int], path: str) -> Kernel:
 
 def _tensor_operand(value: Any, op_type: str, path: str) -> Any:
     """Refuse structured values at a tensor operator; unwrap invocation borrows (valid here)."""
-    if isinstance(value, (StructValue, EncodedValue)):
+    if type(value) is np.ndarray:  # the common case, before the checks for anything else
+        return value
+    if is_struct(value) or isinstance(value, EncodedValue):
         raise fail(E.CONSUMER_MISSING, path,
                    f"{type(value).__name__} reaches tensor operator {op_type} without an explicit "
                    "decoder or registered consumer")

@@ -7,7 +7,7 @@ Running never serializes, clones, hashes or re-reads the model (clause STATE-NO-
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 import numpy as np
@@ -111,15 +111,18 @@ class Executor:
 
     # ------------------------------------------------------------------------------------ running
     def run(self, feeds: Mapping[str, Any], *, cancel: CancelToken | None = None,
-            check_feeds: bool = True) -> dict[str, Any]:
-        """Run once: feeds by input name -> every graph output by name. Values pass by reference."""
+            check_feeds: bool = True, check_outputs: bool = True) -> dict[str, Any]:
+        """Run once: feeds by input name -> every graph output by name. Values pass by reference.
+        ``check_outputs=False`` leaves the borrow check of the outputs to a caller that does it itself
+        (a state, which knows the outputs it retained and checked before)."""
         if check_feeds:
             self.check_feeds(feeds)
         ctx = RunContext(self, cancel)
         results = self._root.run(feeds, ctx)
         outputs = dict(zip(self.output_names, results))
-        for name, value in outputs.items():
-            reject_borrows(value, f"output {name!r}")
+        if check_outputs:
+            for name, value in outputs.items():
+                reject_borrows(value, f"output {name!r}")
         return outputs
 
     def check_feeds(self, feeds: Mapping[str, Any], validated: Mapping[str, Any] | None = None) -> None:
@@ -137,11 +140,12 @@ class Executor:
                 raise fail(E.STATE_FEED_MISSING, f"feeds[{name!r}]", f"required input {name!r} has no feed")
 
 
-def reject_borrows(value: Any, path: str) -> None:
-    """An invocation-only borrow can never leave the invocation (clause PAY-OWNERLESS)."""
+def reject_borrows(value: Any, path: str, skip: Container[int] = frozenset()) -> None:
+    """An invocation-only borrow can never leave the invocation (clause PAY-OWNERLESS). Containers whose
+    ids are in ``skip`` were checked before and are not entered."""
     if type(value) is np.ndarray:
         return
-    for leaf_path, leaf in leaves(value, path):
+    for leaf_path, leaf in leaves(value, path, skip):
         if isinstance(leaf, InvocationBorrow):
             raise fail(E.OWNERLESS_BORROW, leaf_path,
                        "an invocation-only borrow cannot become a returned output or retained state; "
