@@ -14,6 +14,30 @@ import importlib
 import importlib.util
 import sys
 import types
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers see (mypy runs over the public API in CI): the names, eagerly
+    from reference_impl import schema  # noqa: F401
+    from reference_impl.bindings import validate_bindings  # noqa: F401
+    from reference_impl.clauses import CLAUSES, SPEC_REVISION  # noqa: F401
+    from reference_impl.decode import decode, decode_value, read_fields  # noqa: F401
+    from reference_impl.decoders import DecoderRegistry, default_registry  # noqa: F401
+    from reference_impl.errors import ContractError, ErrorCode  # noqa: F401
+    from reference_impl.executor import LOCAL_DOMAIN, CancelToken, Executor, run_model  # noqa: F401
+    from reference_impl.graph_utils import (  # noqa: F401
+        apply_rewrite,
+        copy_model,
+        deduplicate_initializers,
+        export_standard,
+        feedback_loop,
+        load_model,
+        rename_value,
+        save_model,
+        unbind,
+    )
+    from reference_impl.state import State, make_state  # noqa: F401
+    from reference_impl.values import EncodedValue, InvocationBorrow, StructValue  # noqa: F401
+    from reference_impl.verifier import VerifiedModel, verify_model  # noqa: F401
 
 #: public name -> the submodule that defines it
 _EXPORTS = {

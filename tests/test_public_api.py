@@ -61,3 +61,18 @@ def test_the_readme_lists_exactly_the_public_names():
     paragraph = paragraph[:paragraph.index("plus `reference_impl.kv`")]
     listed = set(re.findall(r"`(\w+)`", paragraph)) - {"reference_impl"}
     assert listed == set(reference_impl.__all__)
+
+
+def test_type_checkers_see_exactly_the_lazy_exports():
+    """The package root imports its names on first use; the ``TYPE_CHECKING`` block shows the same names
+    to mypy. The two lists must not drift apart."""
+    import ast
+    import pathlib
+
+    import reference_impl
+
+    tree = ast.parse(pathlib.Path(reference_impl.__file__).read_text())
+    block = next(node for node in tree.body if isinstance(node, ast.If)
+                 and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+    seen = {alias.name for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert seen == set(reference_impl.__all__)
