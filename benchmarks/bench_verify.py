@@ -177,7 +177,7 @@ except P.FramingError as error:
     outcome = "FramingError"
 """,
     "5 testee command that does not exist (whole run setup)": """
-from conformance.adapters.testee import TesteeAdapter, TesteeUnavailable
+from conformance.adapters.testee_client import TesteeAdapter, TesteeUnavailable
 base, start = _begin()
 try:
     TesteeAdapter("/nonexistent/testee"); outcome = "started"

@@ -136,7 +136,7 @@ def _select(args):
 
 def cmd_run(args, argv: list[str]) -> int:
     from conformance import bundle, failure_list, reports
-    from conformance.adapters.testee import TesteeUnavailable
+    from conformance.adapters.testee_client import TesteeUnavailable
     from conformance.clause_table import uncovered
     from conformance.execute import PASSED_WITHOUT_CODE
     from conformance.runner import RunConfig, run, summary_line

@@ -1,4 +1,5 @@
-"""``python -m conformance.testee [--adapter SPEC]``: serve an in-process adapter over the testee protocol.
+"""``python -m conformance.testee [--adapter SPEC]``: the testee server, serving an in-process adapter over
+the testee protocol (the runner's side is ``conformance.adapters.testee_client``).
 
 The reference implementation's testee is this module serving the reference adapter; the suite runs
 through it with ``--testee "python -m conformance.testee"``. Requests are handled on worker threads so

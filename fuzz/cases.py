@@ -20,7 +20,7 @@ from dataclasses import field as _field
 from reference_impl import ContractError, ErrorCode, verify_model
 from reference_impl.bindings import validate_bindings
 from reference_impl.decode import decode, decode_value, payload_array, read_fields
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.records import compile_layout
 
 OPS = ("verify", "decode", "fields", "field", "bindings", "all")
@@ -47,7 +47,7 @@ class Verdict:
 
 
 @dataclass
-class Case:
+class FuzzCase:
     model: object  # extended ModelProto, or raw bytes
     op: str = "verify"
     name: str = ""  # encoded value for decode/fields/field
@@ -71,7 +71,7 @@ class Case:
         }, indent=1, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> Case:
+    def from_json(cls, text: str) -> FuzzCase:
         data = json.loads(text)
         return cls(base64.b64decode(data["model"]), data["op"], data.get("name", ""),
                    data.get("field", ""), {k: base64.b64decode(v) for k, v in data.get("files", {}).items()},
@@ -130,7 +130,7 @@ def scratch() -> ScratchDir:
     return _SCRATCH
 
 
-def _model(case: Case):
+def _model(case: FuzzCase):
     if isinstance(case.model, (bytes, bytearray)):
         return bytes(case.model)
     return case.model
@@ -143,7 +143,7 @@ def _value(model, name: str):
     return None
 
 
-def execute(case: Case, base_dir: str | os.PathLike | None) -> dict:
+def execute(case: FuzzCase, base_dir: str | os.PathLike | None) -> dict:
     """Run the case's operation; return what it produced (arrays) or raise ContractError."""
     verified = verify_model(_model(case), base_dir=base_dir)
     model, catalogue = verified.model, verified.catalogue
@@ -153,7 +153,7 @@ def execute(case: Case, base_dir: str | os.PathLike | None) -> dict:
     elif case.op in ("fields", "field"):
         value = _value(model, case.name)
         if value is None:
-            raise fail(ErrorCode.VALUE_NOT_FOUND, "model.graph.encoded_initializer",
+            raise violation(ErrorCode.VALUE_NOT_FOUND, "model.graph.encoded_initializer",
                        f"no encoded value named {case.name!r}")
         if case.op == "fields":
             out[case.name] = read_fields(value, catalogue, base_dir)
@@ -179,7 +179,7 @@ def execute(case: Case, base_dir: str | os.PathLike | None) -> dict:
     return out
 
 
-def run_case(case: Case, base_dir: str | os.PathLike | None = None) -> tuple[Verdict, dict]:
+def run_case(case: FuzzCase, base_dir: str | os.PathLike | None = None) -> tuple[Verdict, dict]:
     """The oracle's verdict on a case (payload files are written to a scratch dir when needed)."""
     if base_dir is None:
         base_dir = scratch().populate(case.files)

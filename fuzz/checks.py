@@ -12,7 +12,7 @@ import numpy as np
 
 from fuzz import gen
 from fuzz import layouts as L
-from fuzz.cases import Case, Verdict, run_case
+from fuzz.cases import FuzzCase, Verdict, run_case
 from fuzz.gen import Expected, Generated
 from reference_impl import ContractError, verify_model
 from reference_impl.bindings import validate_bindings
@@ -129,12 +129,12 @@ def check_runtime(generated: Generated, base_dir: str) -> None:
     state.close()
 
 
-def check_near_valid(case: Case, verdict: Verdict) -> None:
+def check_near_valid(case: FuzzCase, verdict: Verdict) -> None:
     if verdict.code != case.expected:
         raise Mismatch(f"{case.rule}: expected {case.expected}, oracle says {verdict}")
 
 
-def run_near_valid(case: Case) -> Verdict:
+def run_near_valid(case: FuzzCase) -> Verdict:
     verdict, _ = run_case(case)
     check_near_valid(case, verdict)
     return verdict

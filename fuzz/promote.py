@@ -61,15 +61,15 @@ def _target_for(path: pathlib.Path, target: str | None) -> str:
 
 def case_for(target: str, data: bytes):
     """The conformance-expressible case behind an input, or None (state/property inputs)."""
-    from fuzz.cases import Case
+    from fuzz.cases import FuzzCase
 
     if target == "verify":
-        return Case(data)
+        return FuzzCase(data)
     if target == "structured":
         from fuzz.targets.structured import build
 
         generated, case = build(data)
-        return case if case is not None else Case(generated.model, "verify", files=generated.files)
+        return case if case is not None else FuzzCase(generated.model, "verify", files=generated.files)
     if target == "differential":
         from fuzz.targets.differential import case_for as differential_case
 
@@ -162,7 +162,7 @@ def promote(finding: str, target: str | None = None, cases_dir: str | None = Non
 def promote_case(case, name: str, note: str, status: str = "open", issue: str | None = None,
                  clause: str | None = None, profile: str | None = None,
                  fields_hex: dict[str, str] | None = None) -> pathlib.Path:
-    """An oracle-level regression: a ``Case`` with the verdict a correct implementation gives
+    """An oracle-level regression: a ``FuzzCase`` with the verdict a correct implementation gives
     (``corpus/regressions/oracle/<name>.json``), plus its conformance case when text-expressible.
     ``fields_hex`` pins the exact bytes generic field access must return for some fields."""
     folder = REGRESSIONS / "oracle"

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fuzz import checks, gen
-from fuzz.cases import Case, run_case, scratch
+from fuzz.cases import FuzzCase, run_case, scratch
 from fuzz.strategies import affine_values, near_valid_cases, profile, valid_models
 from reference_impl import ContractError, affine, decode_value, dtypes, schema, verify_model
 from reference_impl.structs import Catalogue
@@ -56,14 +56,14 @@ def serialization_round_trip(generated):
 def catalogue_reordering_changes_nothing(generated, rng):
     """Permuting ModelProto.struct_types keeps every verdict, record count, field and decoded value."""
     base_dir = scratch().populate(generated.files)
-    original = run_case(Case(generated.model, "all", files=generated.files), base_dir)
+    original = run_case(FuzzCase(generated.model, "all", files=generated.files), base_dir)
     shuffled = schema.ModelProto()
     shuffled.CopyFrom(generated.model)
     order = list(shuffled.struct_types)
     rng.shuffle(order)
     shuffled.ClearField("struct_types")
     shuffled.struct_types.extend(order)
-    permuted = run_case(Case(shuffled, "all", files=generated.files), base_dir)
+    permuted = run_case(FuzzCase(shuffled, "all", files=generated.files), base_dir)
     assert original[0] == permuted[0]
     from fuzz.invariants import digest
 

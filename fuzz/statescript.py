@@ -144,63 +144,106 @@ def initial_values(src: Source, sm: StateModel) -> dict:
 
 
 def gen_op(src: Source, sm: StateModel, kind: str | None = None) -> Op:
+    """One operation of ``kind`` (drawn when None) with its known outcome; see ``_GENERATORS``."""
     kind = kind or src.choice(OP_KINDS)
     x_len = src.choice((sm.n, sm.n, 1))
     x = _floats(src, (x_len,))
-    if kind in RUNS:
-        inner = {"reenter_run": E.STATE_BUSY.value, "reenter_reset": E.STATE_BUSY.value,
-                 "reenter_close": E.STATE_BUSY.value}.get(kind)
-        return Op(kind, {"x": x}, inner=inner)
-    if kind == "values" or kind == "close":
-        return Op(kind)
     if kind in GRAPH_OPS:
         return gen_graph_op(src, sm, kind, x)
     if kind in HELD_KINDS:
         return gen_held_op(src, sm, kind, x)
-    if kind == "reset":
-        return Op(kind, initial=initial_values(src, sm))
-    if kind == "run_bad_shape" and sm.n == 1:
-        # x broadcasts against the one-element states: the call runs, but a next state that took x's
-        # shape contradicts its declared [1] and is refused before publication.
-        grows = any(op in ("Add", "Sub", "Mul") for op, _ in sm.updates)
-        return Op("run_broadcast", {"x": _floats(src, (src.integer(2, 4),))},
-                  expected=E.STATE_VALUE_INCOMPATIBLE.value if grows else None)
-    if kind == "run_bad_shape":
+    return _GENERATORS[kind](src, sm, kind, x)
+
+
+def _run(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    return Op(kind, {"x": x}, inner=E.STATE_BUSY.value if kind.startswith("reenter") else None)
+
+
+def _bare(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    return Op(kind)
+
+
+def _reset(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    return Op(kind, initial=initial_values(src, sm))
+
+
+def _run_bad_shape(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    if sm.n > 1:
         return Op(kind, {"x": _floats(src, (sm.n + src.integer(1, 3),))}, expected=E.STATE_RUN_FAILED.value)
-    if kind == "run_override":
-        return Op(kind, {"x": x, src.choice(sm.bound): _floats(src, (sm.n,))}, expected=E.STATE_FEED_OVERRIDES.value)
-    if kind == "run_unknown":
-        return Op(kind, {"x": x, src.choice(("zz", "y", "next0", "s0.x")): x}, expected=E.STATE_FEED_UNKNOWN.value)
-    if kind == "run_missing":
-        return Op(kind, {}, expected=E.STATE_FEED_MISSING.value)
-    if kind == "run_wrong_dtype":
-        return Op(kind, {"x": x.astype(src.choice((np.float64, np.int64, np.float16)))},
-                  expected=E.STATE_VALUE_INCOMPATIBLE.value)
-    if kind == "run_cancelled":
-        return Op(kind, {"x": x}, expected=E.STATE_CANCELLED.value)
+    # x broadcasts against the one-element states: the call runs, but a next state that took x's shape
+    # contradicts its declared [1] and is refused before publication.
+    grows = any(op in ("Add", "Sub", "Mul") for op, _ in sm.updates)
+    return Op("run_broadcast", {"x": _floats(src, (src.integer(2, 4),))},
+              expected=E.STATE_VALUE_INCOMPATIBLE.value if grows else None)
+
+
+def _run_override(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    return Op(kind, {"x": x, src.choice(sm.bound): _floats(src, (sm.n,))}, expected=E.STATE_FEED_OVERRIDES.value)
+
+
+def _run_unknown(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    return Op(kind, {"x": x, src.choice(("zz", "y", "next0", "s0.x")): x}, expected=E.STATE_FEED_UNKNOWN.value)
+
+
+def _run_missing(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    return Op(kind, {}, expected=E.STATE_FEED_MISSING.value)
+
+
+def _run_wrong_dtype(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    return Op(kind, {"x": x.astype(src.choice((np.float64, np.int64, np.float16)))},
+              expected=E.STATE_VALUE_INCOMPATIBLE.value)
+
+
+def _run_cancelled(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    return Op(kind, {"x": x}, expected=E.STATE_CANCELLED.value)
+
+
+def _reset_missing(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
     initial = initial_values(src, sm)
-    if kind == "reset_missing":
-        del initial[src.choice(sm.bound)]
-        return Op(kind, initial=initial, expected=E.STATE_INITIAL_MISSING.value)
-    if kind == "reset_unknown":
-        initial[src.choice(("x", "next0", "zz"))] = _floats(src, (sm.n,))
-        return Op(kind, initial=initial, expected=E.STATE_INITIAL_UNKNOWN.value)
-    if kind == "reset_incompatible":
-        name = src.choice(sm.bound)
-        initial[name] = src.choice((_floats(src, (sm.n + 1,)), initial[name].astype(np.float64),
-                                    initial[name].reshape(1, sm.n)))
-        return Op(kind, initial=initial, expected=E.STATE_VALUE_INCOMPATIBLE.value)
-    if kind == "reset_noncontiguous" and sm.n == 1:  # one element is contiguous whatever its stride
-        kind = "reset_borrow"
-    if kind == "reset_noncontiguous":
-        name = src.choice(sm.bound)
-        initial[name] = _floats(src, (sm.n * 2,))[::2]
-        return Op(kind, initial=initial, expected=E.STATE_UNRETAINABLE.value)
-    if kind == "reset_borrow":
-        name = src.choice(sm.bound)
-        initial[name] = InvocationBorrow(initial[name])
-        return Op(kind, initial=initial, expected=E.OWNERLESS_BORROW.value)
-    raise ValueError(kind)
+    del initial[src.choice(sm.bound)]
+    return Op(kind, initial=initial, expected=E.STATE_INITIAL_MISSING.value)
+
+
+def _reset_unknown(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    initial = initial_values(src, sm)
+    initial[src.choice(("x", "next0", "zz"))] = _floats(src, (sm.n,))
+    return Op(kind, initial=initial, expected=E.STATE_INITIAL_UNKNOWN.value)
+
+
+def _reset_incompatible(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    initial = initial_values(src, sm)
+    name = src.choice(sm.bound)
+    initial[name] = src.choice((_floats(src, (sm.n + 1,)), initial[name].astype(np.float64),
+                                initial[name].reshape(1, sm.n)))
+    return Op(kind, initial=initial, expected=E.STATE_VALUE_INCOMPATIBLE.value)
+
+
+def _reset_noncontiguous(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    if sm.n == 1:  # one element is contiguous whatever its stride
+        return _reset_borrow(src, sm, "reset_borrow", x)
+    initial = initial_values(src, sm)
+    name = src.choice(sm.bound)
+    initial[name] = _floats(src, (sm.n * 2,))[::2]
+    return Op(kind, initial=initial, expected=E.STATE_UNRETAINABLE.value)
+
+
+def _reset_borrow(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
+    initial = initial_values(src, sm)
+    name = src.choice(sm.bound)
+    initial[name] = InvocationBorrow(initial[name])
+    return Op(kind, initial=initial, expected=E.OWNERLESS_BORROW.value)
+
+
+#: kind -> generator(src, state model, kind, x): each builds the operation and states its outcome (the
+#: code it must fail with, or the code a re-entrant inner call must get).
+_GENERATORS = {
+    **{kind: _run for kind in RUNS},
+    "values": _bare, "close": _bare, "reset": _reset,
+    "run_bad_shape": _run_bad_shape, "run_override": _run_override, "run_unknown": _run_unknown,
+    "run_missing": _run_missing, "run_wrong_dtype": _run_wrong_dtype, "run_cancelled": _run_cancelled,
+    "reset_missing": _reset_missing, "reset_unknown": _reset_unknown, "reset_incompatible": _reset_incompatible,
+    "reset_noncontiguous": _reset_noncontiguous, "reset_borrow": _reset_borrow,
+}
 
 
 def gen_graph_op(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:

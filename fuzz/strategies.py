@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from fuzz import gen, mutators
-from fuzz.cases import Case
+from fuzz.cases import FuzzCase
 from fuzz.source import HypothesisSource
 from reference_impl.errors import ErrorCode
 
@@ -65,7 +65,7 @@ def valid_models(draw, max_values: int = 6) -> gen.Generated:
 
 
 @st.composite
-def near_valid_cases(draw, code: ErrorCode | None = None) -> Case:
+def near_valid_cases(draw, code: ErrorCode | None = None) -> FuzzCase:
     """A valid model with exactly one rule broken; ``case.expected`` is the code it must produce."""
     src = HypothesisSource(draw)
     return mutators.near_valid(src, gen.gen_model(src, max_values=4), code)

@@ -19,7 +19,7 @@ import numpy as np
 from reference_impl import dtypes
 from reference_impl.bits import pack_sub_byte, unpack_sub_byte
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 
 STORAGE_TYPES = {dtypes.INT8, dtypes.UINT8, dtypes.INT4, dtypes.UINT4, dtypes.INT2, dtypes.UINT2}
 SCALE_TYPES = {dtypes.FLOAT, dtypes.FLOAT16, dtypes.BFLOAT16, dtypes.DOUBLE}
@@ -51,7 +51,7 @@ def normalize_axis(axis: int | None, rank: int, path: str) -> int | None:
     if axis is None:
         return None
     if not -rank <= axis < rank:
-        raise fail(E.AFFINE_AXIS_INVALID, path, f"axis {axis} is outside [-{rank}, {rank})")
+        raise violation(E.AFFINE_AXIS_INVALID, path, f"axis {axis} is outside [-{rank}, {rank})")
     return axis % rank
 
 
@@ -295,18 +295,18 @@ def check_out(out, shape: tuple[int, ...], dtype: np.dtype, sources=(), path: st
     payload or parameters it is decoded from (STATE_UNRETAINABLE: the decoder neither writes through a
     hidden copy nor into buffers it must only read)."""
     if not isinstance(out, np.ndarray):
-        raise fail(E.LOGICAL_SHAPE_MISMATCH, path, f"the output buffer is a {type(out).__name__}, not an array")
+        raise violation(E.LOGICAL_SHAPE_MISMATCH, path, f"the output buffer is a {type(out).__name__}, not an array")
     if out.dtype != dtype or out.shape != tuple(shape):
-        raise fail(E.LOGICAL_SHAPE_MISMATCH, path, f"the output buffer is {out.dtype}{list(out.shape)}, the "
+        raise violation(E.LOGICAL_SHAPE_MISMATCH, path, f"the output buffer is {out.dtype}{list(out.shape)}, the "
                    f"decoded value is {np.dtype(dtype)}{list(shape)}")
     if not out.flags.c_contiguous:
-        raise fail(E.STATE_UNRETAINABLE, path, f"the output buffer is not C-contiguous (strides {out.strides}); "
+        raise violation(E.STATE_UNRETAINABLE, path, f"the output buffer is not C-contiguous (strides {out.strides}); "
                    "decoding into it would need a copy")
     if not out.flags.writeable:
-        raise fail(E.STATE_UNRETAINABLE, path, "the output buffer is read-only")
+        raise violation(E.STATE_UNRETAINABLE, path, "the output buffer is read-only")
     for source in sources:
         if source is not None and np.may_share_memory(out, source):
-            raise fail(E.STATE_UNRETAINABLE, path, "the output buffer overlaps the payload or parameters it is "
+            raise violation(E.STATE_UNRETAINABLE, path, "the output buffer overlaps the payload or parameters it is "
                        "decoded from")
 
 

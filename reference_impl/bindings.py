@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from google.protobuf import unknown_fields
 
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.structs import Catalogue
 from reference_impl.values import Spec, compile_type, incompatibility, string_path
 
@@ -49,29 +49,29 @@ def validate_bindings(model, catalogue: Catalogue | None = None) -> tuple[Bindin
         _check_name(binding.input_name, inputs, f"{path}.input_name", "input")
         _check_name(binding.output_name, outputs, f"{path}.output_name", "output")
         if binding.input_name in seen_inputs:
-            raise fail(E.BINDING_INPUT_DUPLICATE, f"{path}.input_name",
+            raise violation(E.BINDING_INPUT_DUPLICATE, f"{path}.input_name",
                        f"input {binding.input_name!r} is already selected by binding "
                        f"{seen_inputs[binding.input_name]}")
         if binding.output_name in seen_outputs:
-            raise fail(E.BINDING_OUTPUT_DUPLICATE, f"{path}.output_name",
+            raise violation(E.BINDING_OUTPUT_DUPLICATE, f"{path}.output_name",
                        f"output {binding.output_name!r} is already selected by binding "
                        f"{seen_outputs[binding.output_name]}")
         seen_inputs[binding.input_name] = index
         seen_outputs[binding.output_name] = index
         in_vi, out_vi = inputs[binding.input_name], outputs[binding.output_name]
         if not in_vi.HasField("type") or not out_vi.HasField("type"):
-            raise fail(E.BINDING_INCOMPATIBLE, path, "bound inputs and outputs need declared types")
+            raise violation(E.BINDING_INCOMPATIBLE, path, "bound inputs and outputs need declared types")
         in_spec = compile_type(in_vi.type, catalogue, f"model.graph.input[{binding.input_name!r}].type")
         out_spec = compile_type(out_vi.type, catalogue, f"model.graph.output[{binding.output_name!r}].type")
         for spec, side, name in ((in_spec, "input", binding.input_name),
                                  (out_spec, "output", binding.output_name)):
             where = string_path(spec, name)
             if where:
-                raise fail(E.BINDING_STRING, f"{path}.{side}_name",
+                raise violation(E.BINDING_STRING, f"{path}.{side}_name",
                            f"persistent value contains a string tensor at {where}")
         reason = incompatibility(in_spec, out_spec)
         if reason:
-            raise fail(E.BINDING_INCOMPATIBLE, path,
+            raise violation(E.BINDING_INCOMPATIBLE, path,
                        f"{binding.input_name!r} <- {binding.output_name!r}: {reason}")
         resolved.append(Binding(binding.input_name, binding.output_name, in_spec, path))
     return tuple(resolved)
@@ -83,7 +83,7 @@ def _reject_field_selection(binding, path: str) -> None:
     for item in unknown_fields.UnknownFieldSet(binding):
         legacy = _LEGACY_FIELD_PATHS.get(item.field_number)
         if legacy is not None:
-            raise fail(E.BINDING_NAME_UNKNOWN, f"{path}.{legacy}",
+            raise violation(E.BINDING_NAME_UNKNOWN, f"{path}.{legacy}",
                        f"field {item.field_number} ({legacy}) selects part of a value; partial field "
                        "selection is unsupported, bindings name whole inputs and outputs")
 
@@ -96,7 +96,7 @@ def _check_name(name: str, declared: dict, path: str, side: str) -> None:
     if head is not None:
         message += (f"; {head!r} is a struct {side} but partial field selection is unsupported "
                     "(dots and backslashes are literal)")
-    raise fail(E.BINDING_NAME_UNKNOWN, path, message)
+    raise violation(E.BINDING_NAME_UNKNOWN, path, message)
 
 
 def _field_prefix(name: str, declared: dict) -> str | None:
@@ -129,6 +129,6 @@ def _reject_nested_declarations(model) -> None:
                 suffix = f"[{g_index}]" if attr.type == _GRAPHS else ""
                 sub_path = f"{path}.attribute[{attr.name!r}]{suffix}"
                 if len(sub.persistent_bindings):
-                    raise fail(E.BINDING_IN_SUBGRAPH, f"{sub_path}.persistent_bindings",
+                    raise violation(E.BINDING_IN_SUBGRAPH, f"{sub_path}.persistent_bindings",
                                "persistent bindings are supported on the root graph only")
                 pending += [(inner, f"{sub_path}.node[{i}]") for i, inner in enumerate(sub.node)]

@@ -14,7 +14,7 @@ import numpy as np
 from reference_impl import affine, dtypes
 from reference_impl.decoders import DecoderRegistry, default_registry
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.payload import open_payload
 from reference_impl.records import check_budget, compile_layout
 from reference_impl.structs import Catalogue, struct_kind
@@ -43,7 +43,7 @@ def decode(model, name: str, base_dir: str | os.PathLike | None = None,
             extra = {} if out is None else {"out": out}
             return decode_value(value, verified.catalogue, base_dir, registry,
                                 path=f"model.graph.encoded_initializer[{index}]", **extra)
-    raise fail(E.VALUE_NOT_FOUND, "model.graph.encoded_initializer", f"no encoded value named {name!r}")
+    raise violation(E.VALUE_NOT_FOUND, "model.graph.encoded_initializer", f"no encoded value named {name!r}")
 
 
 def payload_array(value, catalogue: Catalogue, base_dir=None, path: str = "value") -> np.ndarray:
@@ -67,7 +67,7 @@ def decode_value(value, catalogue: Catalogue, base_dir=None, registry: DecoderRe
         return _decode_affine(value, payload, info.logical_count, path, out)
     st = value.struct_type
     if struct_kind(st) != "type_ref":
-        raise fail(E.CONSUMER_MISSING, f"{path}.struct_type",
+        raise violation(E.CONSUMER_MISSING, f"{path}.struct_type",
                    "an inline layout has no registered decoder; use generic field access (read_fields)")
     layout = compile_layout(st, catalogue, f"{path}.struct_type")
     declaration, _ = catalogue.lookup(st.type_ref, f"{path}.struct_type.type_ref")
@@ -96,7 +96,7 @@ def _decode_affine(value, payload: np.ndarray, count: int, path: str, out: np.nd
     array_shape(shape, dtypes.NUMPY_DTYPE[layout.scale.data_type].itemsize, f"{path}.logical_type")
     bits = count * dtypes.BIT_WIDTH[layout.storage_type]
     if bits % 8 and payload[-1] >> (bits % 8):
-        raise fail(E.AFFINE_PADDING_NONZERO, path, "unused final high bits must be zero")
+        raise violation(E.AFFINE_PADDING_NONZERO, path, "unused final high bits must be zero")
     scale = to_array(layout.scale, f"{path}.affine.scale")
     zero_point = None
     if layout.HasField("zero_point"):
@@ -115,12 +115,12 @@ def _check_logical(value, result: np.ndarray, path: str) -> np.ndarray:
         return result
     logical = value.logical_type
     if logical.WhichOneof("value") != "tensor_type":
-        raise fail(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
+        raise violation(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
                    "the decoder produced a tensor but logical_type is not a tensor type")
     tensor = logical.tensor_type
     expected_dtype = dtypes.NUMPY_DTYPE.get(tensor.elem_type)
     if expected_dtype is None or result.dtype != expected_dtype:
-        raise fail(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
+        raise violation(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
                    f"decoder produced {result.dtype}, logical type is {dtypes.type_name(tensor.elem_type)}")
     if not tensor.HasField("shape"):
         return result
@@ -128,9 +128,9 @@ def _check_logical(value, result: np.ndarray, path: str) -> np.ndarray:
     if None in dims:
         if len(dims) == 1:
             return result
-        raise fail(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
+        raise violation(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
                    "a multi-dimensional logical shape must be concrete to be decoded")
     if math.prod(dims) != result.size:
-        raise fail(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
+        raise violation(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
                    f"decoder produced {result.size} elements, logical shape is {dims}")
     return result.reshape(array_shape(dims, result.itemsize, f"{path}.logical_type"))

@@ -15,7 +15,7 @@ import numpy as np
 
 from reference_impl import schema
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.records import RecordLayout, compile_layout
 from reference_impl.structs import Catalogue
 
@@ -52,10 +52,10 @@ class DecoderRegistry:
         registration: same layout, same constants, same declared decoder/encoder."""
         decoder = self._decoders.get(type_id)
         if decoder is None:
-            raise fail(E.CONSUMER_MISSING, path, f"no decoder or registered consumer for type_id {type_id}")
+            raise violation(E.CONSUMER_MISSING, path, f"no decoder or registered consumer for type_id {type_id}")
         identity = _codec_identity(declaration) if declaration is not None else decoder.signature[1]
         if decoder.signature != (layout.signature(), identity):
-            raise fail(E.DECODER_MISMATCH, path,
+            raise violation(E.DECODER_MISMATCH, path,
                        f"decoder {decoder.name} was registered for a different declaration of {type_id}")
         return decoder
 

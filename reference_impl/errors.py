@@ -190,6 +190,6 @@ class ContractError(Exception):
         return self.code.clause
 
 
-def fail(code: ErrorCode, path: str, message: str, causes: tuple[ErrorCode, ...] = ()) -> ContractError:
-    """Build the error to raise; ``raise fail(...)`` reads as the rule being enforced."""
+def violation(code: ErrorCode, path: str, message: str, causes: tuple[ErrorCode, ...] = ()) -> ContractError:
+    """Build the error to raise; ``raise violation(...)`` reads as the rule being enforced."""
     return ContractError(code, path, message, causes)

@@ -16,7 +16,7 @@ from typing import Any
 from reference_impl import schema
 from reference_impl.bindings import validate_bindings
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.structs import Catalogue
 from reference_impl.values import compile_type
 from reference_impl.verifier import contains_struct
@@ -51,10 +51,10 @@ def rename_value(model, old: str, new: str):
     graph = model.graph
     names = _defined_names(graph)
     if old not in names:
-        raise fail(E.REWRITE_NAME_CONFLICT, f"model.graph[{old!r}]",
+        raise violation(E.REWRITE_NAME_CONFLICT, f"model.graph[{old!r}]",
                    f"{old!r} is not a value of the root graph")
     if new in names:
-        raise fail(E.REWRITE_NAME_CONFLICT, f"model.graph[{new!r}]",
+        raise violation(E.REWRITE_NAME_CONFLICT, f"model.graph[{new!r}]",
                    f"renaming {old!r} to {new!r} would merge two values")
     clone = copy_model(model)
     graph = clone.graph
@@ -162,7 +162,7 @@ def unbind(model, input_name: str):
     edited = copy_model(model)
     keep = [b for b in edited.graph.persistent_bindings if b.input_name != input_name]
     if len(keep) == len(edited.graph.persistent_bindings):
-        raise fail(E.BINDING_NAME_UNKNOWN, "model.graph.persistent_bindings", f"no binding selects {input_name!r}")
+        raise violation(E.BINDING_NAME_UNKNOWN, "model.graph.persistent_bindings", f"no binding selects {input_name!r}")
     del edited.graph.persistent_bindings[:]
     edited.graph.persistent_bindings.extend(keep)
     return apply_rewrite(edited, lambda m: None)
@@ -180,15 +180,15 @@ def check_rewrite(before, after) -> None:
         for side, name, declared in (("input", binding.input_name, after_inputs),
                                      ("output", binding.output_name, after_outputs)):
             if name not in declared:
-                raise fail(E.REWRITE_DROPS_BINDING, path, f"the rewrite removed bound {side} {name!r}")
+                raise violation(E.REWRITE_DROPS_BINDING, path, f"the rewrite removed bound {side} {name!r}")
             was = before_types[(side, name)]
             now = compile_type(declared[name].type if declared[name].HasField("type") else None,
                                catalogue, f"{side} {name!r}")
             if was != now:
-                raise fail(E.REWRITE_DROPS_BINDING, path,
+                raise violation(E.REWRITE_DROPS_BINDING, path,
                            f"the rewrite changed the type of bound {side} {name!r}")
         if (binding.input_name, binding.output_name) not in after_bindings:
-            raise fail(E.REWRITE_DROPS_BINDING, path,
+            raise violation(E.REWRITE_DROPS_BINDING, path,
                        f"the rewrite dropped binding {binding.input_name!r} <- {binding.output_name!r}")
     validate_bindings(after, catalogue)
 
@@ -221,7 +221,7 @@ def export_standard(model, *, lower: bool = False) -> StandardExport:
     rejected, since standard ONNX cannot carry them and dropping them would lose data."""
     bindings = tuple((b.input_name, b.output_name) for b in model.graph.persistent_bindings)
     if bindings and not lower:
-        raise fail(E.EXPORT_PERSISTENCE, "model.graph.persistent_bindings",
+        raise violation(E.EXPORT_PERSISTENCE, "model.graph.persistent_bindings",
                    "standard ONNX has no persistent bindings; export with lower=True to get a stateless "
                    "model and its caller-managed feedback mapping")
     _reject_structured(model)
@@ -231,29 +231,29 @@ def export_standard(model, *, lower: bool = False) -> StandardExport:
     clone.graph.ClearField("persistent_bindings")
     plain = schema.to_onnx(clone)
     if _has_unknown_fields(plain):
-        raise fail(E.EXPORT_UNSUPPORTED, "model",
+        raise violation(E.EXPORT_UNSUPPORTED, "model",
                    "the model carries extension fields standard ONNX would drop")
     return StandardExport(plain, bindings)
 
 
 def _reject_structured(model) -> None:
     if len(model.struct_types):
-        raise fail(E.EXPORT_UNSUPPORTED, "model.struct_types", "struct declarations have no standard form")
+        raise violation(E.EXPORT_UNSUPPORTED, "model.struct_types", "struct declarations have no standard form")
     pending = [(model.graph, "model.graph")]
     pending += [(f, f"model.functions[{i}]") for i, f in enumerate(model.functions)]
     while pending:
         graph, path = pending.pop()
         if isinstance(graph, schema.GraphProto):
             if len(graph.encoded_initializer):
-                raise fail(E.EXPORT_UNSUPPORTED, f"{path}.encoded_initializer",
+                raise violation(E.EXPORT_UNSUPPORTED, f"{path}.encoded_initializer",
                            "encoded values have no standard form")
             if path != "model.graph" and len(graph.persistent_bindings):
-                raise fail(E.EXPORT_PERSISTENCE, f"{path}.persistent_bindings",
+                raise violation(E.EXPORT_PERSISTENCE, f"{path}.persistent_bindings",
                            "nested persistent bindings cannot be exported")
             for group in ("input", "output", "value_info"):
                 for index, vi in enumerate(getattr(graph, group)):
                     if vi.HasField("type") and contains_struct(vi.type):
-                        raise fail(E.EXPORT_UNSUPPORTED, f"{path}.{group}[{index}]",
+                        raise violation(E.EXPORT_UNSUPPORTED, f"{path}.{group}[{index}]",
                                    "struct-typed values have no standard form")
         for n_index, node in enumerate(graph.node):
             for s_index, sub in enumerate(_subgraphs(node)):

@@ -29,7 +29,7 @@ import numpy as np
 
 from reference_impl.dtypes import INT64_MAX, UINT64_MAX
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 
 EXTERNAL = 1
 _KEYS = {"location", "offset", "length", "checksum"}
@@ -79,67 +79,67 @@ class Extent:
 def _decimal(text: str, path: str) -> int:
     if not isinstance(text, str) or not _DECIMAL.fullmatch(text):
         shown = text if len(text) <= 40 else text[:40] + "..."
-        raise fail(E.EXTERNAL_NUMBER_INVALID, path, f"{shown!r} is not a decimal integer")
+        raise violation(E.EXTERNAL_NUMBER_INVALID, path, f"{shown!r} is not a decimal integer")
     digits = text.lstrip("0")
     if len(digits) > _UINT64_DIGITS:  # before int(): Python refuses to convert very long digit strings
-        raise fail(E.EXTERNAL_NUMBER_INVALID, path, f"a {len(digits)}-digit number exceeds uint64")
+        raise violation(E.EXTERNAL_NUMBER_INVALID, path, f"a {len(digits)}-digit number exceeds uint64")
     value = int(digits or "0")
     if value > UINT64_MAX:
-        raise fail(E.EXTERNAL_NUMBER_INVALID, path, f"{text} exceeds uint64")
+        raise violation(E.EXTERNAL_NUMBER_INVALID, path, f"{text} exceeds uint64")
     return value
 
 
 def check_location(location: str, path: str) -> None:
     """Relative, inside the model directory, no drive, no NUL, no '..' component."""
     if not isinstance(location, str):
-        raise fail(E.EXTERNAL_PATH_INVALID, path, "location is not valid UTF-8 text")
+        raise violation(E.EXTERNAL_PATH_INVALID, path, "location is not valid UTF-8 text")
     if "\x00" in location:
-        raise fail(E.EXTERNAL_PATH_INVALID, path, "location contains a NUL character")
+        raise violation(E.EXTERNAL_PATH_INVALID, path, "location contains a NUL character")
     normalized = location.replace("\\", "/")
     if normalized.startswith("/") or re.match(r"^[A-Za-z]:", normalized):
-        raise fail(E.EXTERNAL_PATH_INVALID, path, f"location {location!r} is absolute")
+        raise violation(E.EXTERNAL_PATH_INVALID, path, f"location {location!r} is absolute")
     if any(part == ".." for part in normalized.split("/")):
-        raise fail(E.EXTERNAL_PATH_INVALID, path, f"location {location!r} escapes the model directory")
+        raise violation(E.EXTERNAL_PATH_INVALID, path, f"location {location!r} escapes the model directory")
     if normalized.rstrip("/") in ("", "."):
-        raise fail(E.EXTERNAL_PATH_INVALID, path, f"location {location!r} names no file")
+        raise violation(E.EXTERNAL_PATH_INVALID, path, f"location {location!r} names no file")
 
 
 def payload_extent(value, path: str) -> Extent:
     """Validate the payload fields of an EncodedValueProto and return its byte extent."""
     has_raw = value.HasField("raw_data")
     if has_raw and len(value.external_data):
-        raise fail(E.PAYLOAD_BOTH, path, "raw_data and external_data are mutually exclusive")
+        raise violation(E.PAYLOAD_BOTH, path, "raw_data and external_data are mutually exclusive")
     if value.data_location != EXTERNAL:
         if len(value.external_data):
-            raise fail(E.PAYLOAD_LOCATION_MISMATCH, f"{path}.external_data",
+            raise violation(E.PAYLOAD_LOCATION_MISMATCH, f"{path}.external_data",
                        "external_data requires data_location EXTERNAL")
         raw = value.raw_data
         return Extent(length=len(raw), inline=raw)
     if has_raw:
-        raise fail(E.PAYLOAD_BOTH, f"{path}.raw_data", "an EXTERNAL payload cannot also carry raw_data")
+        raise violation(E.PAYLOAD_BOTH, f"{path}.raw_data", "an EXTERNAL payload cannot also carry raw_data")
     entries: dict[str, str] = {}
     for index, entry in enumerate(value.external_data):
         entry_path = f"{path}.external_data[{index}]"
         # proto2 does not validate strings: invalid UTF-8 reaches Python as bytes (an unknown key here,
         # and a rejected number or location below).
         if entry.key not in _KEYS:
-            raise fail(E.EXTERNAL_KEY_INVALID, entry_path, f"unknown external_data key {entry.key!r}")
+            raise violation(E.EXTERNAL_KEY_INVALID, entry_path, f"unknown external_data key {entry.key!r}")
         if entry.key in entries:
-            raise fail(E.EXTERNAL_KEY_INVALID, entry_path, f"external_data key {entry.key!r} repeats")
+            raise violation(E.EXTERNAL_KEY_INVALID, entry_path, f"external_data key {entry.key!r} repeats")
         entries[entry.key] = entry.value
     if not entries.get("location"):
-        raise fail(E.EXTERNAL_LOCATION_MISSING, f"{path}.external_data", "EXTERNAL requires a location")
+        raise violation(E.EXTERNAL_LOCATION_MISSING, f"{path}.external_data", "EXTERNAL requires a location")
     if "length" not in entries:
-        raise fail(E.EXTERNAL_LENGTH_MISSING, f"{path}.external_data",
+        raise violation(E.EXTERNAL_LENGTH_MISSING, f"{path}.external_data",
                    "EXTERNAL requires an explicit length")
     check_location(entries["location"], f"{path}.external_data.location")
     length = _decimal(entries["length"], f"{path}.external_data.length")
     offset = _decimal(entries.get("offset", "0"), f"{path}.external_data.offset")
     if offset + length > UINT64_MAX:
-        raise fail(E.EXTERNAL_EXTENT_OVERFLOW, f"{path}.external_data",
+        raise violation(E.EXTERNAL_EXTENT_OVERFLOW, f"{path}.external_data",
                    f"offset {offset} + length {length} overflows uint64")
     if offset + length > INT64_MAX:  # implementation limit, as onnx-light: file offsets are signed
-        raise fail(E.EXTERNAL_EXTENT_OVERFLOW, f"{path}.external_data",
+        raise violation(E.EXTERNAL_EXTENT_OVERFLOW, f"{path}.external_data",
                    f"offset {offset} + length {length} exceeds the addressable file range (INT64_MAX)")
     return Extent(length=length, location=entries["location"], offset=offset)
 
@@ -151,15 +151,15 @@ def open_external(extent: Extent, base_dir: str | os.PathLike | None, path: str)
     (a symlink anywhere in the location is EXTERNAL_PATH_INVALID), then the descriptor itself is
     checked: a regular file whose size covers offset + length. The caller owns (and closes) it."""
     if base_dir is None:
-        raise fail(E.EXTERNAL_FILE_INVALID, path, "external payload needs a base directory to resolve")
+        raise violation(E.EXTERNAL_FILE_INVALID, path, "external payload needs a base directory to resolve")
     parts = [part for part in extent.location.replace("\\", "/").split("/") if part not in ("", ".")]
     if not parts or ".." in parts:  # check_location has refused these; never open them
-        raise fail(E.EXTERNAL_PATH_INVALID, path, f"{extent.location!r} names no file inside the directory")
+        raise violation(E.EXTERNAL_PATH_INVALID, path, f"{extent.location!r} names no file inside the directory")
     flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
     try:
         current = os.open(base_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     except (OSError, ValueError) as err:
-        raise fail(E.EXTERNAL_FILE_INVALID, path, f"base directory cannot be opened: {_reason(err)}") from None
+        raise violation(E.EXTERNAL_FILE_INVALID, path, f"base directory cannot be opened: {_reason(err)}") from None
     part = parts[0]
     try:
         for part in parts[:-1]:
@@ -172,20 +172,20 @@ def open_external(extent: Extent, base_dir: str | os.PathLike | None, path: str)
     except OSError as err:
         # With O_NOFOLLOW a final link fails with ELOOP; a linked directory fails with ENOTDIR.
         if err.errno == errno.ELOOP or _is_symlink(part, current):
-            raise fail(E.EXTERNAL_PATH_INVALID, path, f"{extent.location!r} passes through the symbolic link "
+            raise violation(E.EXTERNAL_PATH_INVALID, path, f"{extent.location!r} passes through the symbolic link "
                        f"{part!r}; links are not followed out of (or within) the model directory") from None
-        raise fail(E.EXTERNAL_FILE_INVALID, path, f"{extent.location!r} cannot be opened inside the model "
+        raise violation(E.EXTERNAL_FILE_INVALID, path, f"{extent.location!r} cannot be opened inside the model "
                    f"directory: {_reason(err)}") from None
     except ValueError as err:  # a name the operating system cannot represent
-        raise fail(E.EXTERNAL_PATH_INVALID, path, f"{extent.location!r}: {err}") from None
+        raise violation(E.EXTERNAL_PATH_INVALID, path, f"{extent.location!r}: {err}") from None
     finally:
         os.close(current)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file {extent.location!r} is not a regular file")
+            raise violation(E.EXTERNAL_FILE_INVALID, path, f"backing file {extent.location!r} is not a regular file")
         if info.st_size < extent.offset + extent.length:
-            raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file has {info.st_size} bytes; offset + length "
+            raise violation(E.EXTERNAL_FILE_INVALID, path, f"backing file has {info.st_size} bytes; offset + length "
                        f"is {extent.offset + extent.length}")
     except BaseException:
         os.close(fd)
@@ -225,7 +225,8 @@ def open_payload(value, extent: Extent, base_dir, path: str) -> np.ndarray:
         start = extent.offset - extent.offset % mmap.ALLOCATIONGRANULARITY
         mapping = mmap.mmap(fd, extent.offset + extent.length - start, access=mmap.ACCESS_READ, offset=start)
     except OSError as err:
-        raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file cannot be mapped or read: {_reason(err)}") from None
+        raise violation(E.EXTERNAL_FILE_INVALID, path,
+                        f"backing file cannot be mapped or read: {_reason(err)}") from None
     finally:
         os.close(fd)
     return np.frombuffer(mapping, dtype=np.uint8, count=extent.length, offset=extent.offset - start)
@@ -234,7 +235,7 @@ def open_payload(value, extent: Extent, base_dir, path: str) -> np.ndarray:
 def _read_extent(fd: int, extent: Extent, path: str) -> np.ndarray:
     """Read the extent into process-owned memory; a file that shrank since it was checked is refused."""
     if extent.length > MAX_READ_EXTENT:
-        raise fail(E.RESOURCE_LIMIT, path, f"reading {extent.length} external bytes exceeds the read limit "
+        raise violation(E.RESOURCE_LIMIT, path, f"reading {extent.length} external bytes exceeds the read limit "
                    f"of {MAX_READ_EXTENT}")
     buffer = bytearray(extent.length)
     view = memoryview(buffer)
@@ -242,7 +243,7 @@ def _read_extent(fd: int, extent: Extent, path: str) -> np.ndarray:
     while done < extent.length:
         count = os.preadv(fd, [view[done:]], extent.offset + done)
         if count == 0:
-            raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file {extent.location!r} ended after "
+            raise violation(E.EXTERNAL_FILE_INVALID, path, f"backing file {extent.location!r} ended after "
                        f"{extent.offset + done} bytes while its extent was read (it shrank)")
         done += count
     array = np.frombuffer(buffer, dtype=np.uint8)

@@ -15,7 +15,7 @@ import numpy as np
 from reference_impl import dtypes
 from reference_impl.bits import read_bits, unpack_sub_byte, unsigned_to_leaf
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.structs import Catalogue, NotFixedSize, struct_kind, type_bit_size
 from reference_impl.tensors import array_shape, to_array
 
@@ -36,7 +36,7 @@ def check_budget(elements: int, bytes_per_element: int, path: str) -> None:
     """RESOURCE_LIMIT unless ``elements`` (each costing ``bytes_per_element`` while being produced) stay
     within MAX_READ_ELEMENTS and MAX_DECODE_BYTES."""
     if elements > MAX_READ_ELEMENTS or elements * bytes_per_element > MAX_DECODE_BYTES:
-        raise fail(E.RESOURCE_LIMIT, path, f"producing {elements} elements needs about "
+        raise violation(E.RESOURCE_LIMIT, path, f"producing {elements} elements needs about "
                    f"{elements * bytes_per_element} bytes, over the decode limit of {MAX_DECODE_BYTES}")
 
 
@@ -68,7 +68,7 @@ class RecordLayout:
 
     def constant(self, path: str) -> np.ndarray:
         if path not in self.constants:
-            raise fail(E.FIELD_NOT_FOUND, path, "no constant field at this path")
+            raise violation(E.FIELD_NOT_FOUND, path, "no constant field at this path")
         return to_array(self.constants[path], path)
 
     def signature(self) -> tuple:
@@ -84,7 +84,7 @@ class RecordLayout:
         """The leaf at ``path`` for every record: shape (records, *leaf.shape)."""
         leaf = self.leaves.get(path)
         if leaf is None:
-            raise fail(E.FIELD_NOT_FOUND, path, f"no field {path!r}; fields are {sorted(self.leaves)}")
+            raise violation(E.FIELD_NOT_FOUND, path, f"no field {path!r}; fields are {sorted(self.leaves)}")
         return read_leaf(payload, self.record_bits, leaf)
 
 
@@ -99,7 +99,7 @@ def compile_layout(st, catalogue: Catalogue, path: str = "layout") -> RecordLayo
     """Flatten a byte-encodable struct (already verified) into leaves and constants."""
     bits = catalogue.bit_size(st, path)
     if isinstance(bits, NotFixedSize):
-        raise fail(E.NOT_FIXED_SIZE, bits.path, bits.reason)
+        raise violation(E.NOT_FIXED_SIZE, bits.path, bits.reason)
     layout = RecordLayout(record_bits=bits)
     _compile_struct(st, catalogue, "", 0, (), layout, path)
     return layout
@@ -111,14 +111,14 @@ def _join(prefix: str, name: str) -> str:
 
 def _add_leaf(layout: RecordLayout, leaf: Leaf, path: str) -> None:
     if len(layout.leaves) >= MAX_LEAVES:
-        raise fail(E.RESOURCE_LIMIT, path, f"layout has more than {MAX_LEAVES} leaves")
+        raise violation(E.RESOURCE_LIMIT, path, f"layout has more than {MAX_LEAVES} leaves")
     layout.leaves[leaf.path] = leaf
 
 
 def _visit(layout: RecordLayout, path: str) -> None:
     layout.nodes_visited += 1
     if layout.nodes_visited > 4 * MAX_LEAVES:
-        raise fail(E.RESOURCE_LIMIT, path, f"layout expands to more than {4 * MAX_LEAVES} type nodes")
+        raise violation(E.RESOURCE_LIMIT, path, f"layout expands to more than {4 * MAX_LEAVES} type nodes")
 
 
 def _compile_struct(st, catalogue, prefix, offset, dims, layout, path) -> None:
@@ -142,7 +142,7 @@ def _compile_struct(st, catalogue, prefix, offset, dims, layout, path) -> None:
             name = _join(prefix, fld.name)
             if fld.WhichOneof("content") == "constant":
                 if len(layout.constants) >= MAX_LEAVES:
-                    raise fail(E.RESOURCE_LIMIT, path, f"layout has more than {MAX_LEAVES} constants")
+                    raise violation(E.RESOURCE_LIMIT, path, f"layout has more than {MAX_LEAVES} constants")
                 layout.constants[name] = fld.constant
                 continue
             field_path = f"{path}.structure.field[{index}].type"
@@ -188,7 +188,7 @@ def read_leaf(payload: np.ndarray, record_bits: int, leaf: Leaf) -> np.ndarray:
         return np.zeros(out_shape, dtype=dtype)
     last = (record_count - 1) * record_bits + leaf.offset + sum((c - 1) * s for c, s in leaf.dims) + leaf.width
     if last > len(payload) * 8:  # every read is bounds-checked
-        raise fail(E.PAYLOAD_PARTIAL_RECORD, leaf.path, "field extends beyond the payload")
+        raise violation(E.PAYLOAD_PARTIAL_RECORD, leaf.path, "field extends beyond the payload")
     matrix = payload[: record_count * record_bytes].reshape(record_count, record_bytes)
     fast = _read_aligned(matrix, leaf)
     if fast is not None:

@@ -19,7 +19,7 @@ import numpy as np
 from google.protobuf.message import Message
 
 from reference_impl import dtypes
-from reference_impl.errors import ContractError, fail
+from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
 from reference_impl.executor import CancelToken, Executor
 from reference_impl.executor.session import reject_borrows
@@ -108,7 +108,7 @@ class _Adoption:
         if self._trusted(value):
             return value
         if depth >= MAX_DEPTH:
-            raise fail(E.NESTING_TOO_DEEP, path, f"the value nests containers deeper than {MAX_DEPTH}")
+            raise violation(E.NESTING_TOO_DEEP, path, f"the value nests containers deeper than {MAX_DEPTH}")
         if struct:
             fields = [(name, item, self.adopt(item, f"{path}.{name}", depth + 1)) for name, item in value.items()]
             result = value if all(new is item for _, item, new in fields) else \
@@ -118,7 +118,7 @@ class _Adoption:
                       for i, item in enumerate(value)]
         else:
             if self.persistent and any(isinstance(key, str) for key in value):
-                raise fail(E.BINDING_STRING, path, "a persistent map cannot have string keys")
+                raise violation(E.BINDING_STRING, path, "a persistent map cannot have string keys")
             result = {key: self.adopt(item, f"{path}[{key!r}]", depth + 1) for key, item in value.items()}
         self.done[id(value)] = (value, result)
         return result
@@ -136,7 +136,7 @@ class _Adoption:
 def _adopt_other(value: Any, path: str, counters: Counters, persistent: bool) -> Any:
     """Anything but arrays, encoded values and containers: DLPack producers, or refused."""
     if isinstance(value, InvocationBorrow):
-        raise fail(E.OWNERLESS_BORROW, path,
+        raise violation(E.OWNERLESS_BORROW, path,
                    "an invocation-only borrow cannot become a returned output or retained state")
     try:
         exports_dlpack = hasattr(value, "__dlpack__")
@@ -144,7 +144,7 @@ def _adopt_other(value: Any, path: str, counters: Counters, persistent: bool) ->
         exports_dlpack = False
     if exports_dlpack:
         return _adopt_dlpack(value, path, counters, persistent)
-    raise fail(E.STATE_UNRETAINABLE, path,
+    raise violation(E.STATE_UNRETAINABLE, path,
                f"{type(value).__name__} is not a buffer the state can retain without materializing a copy")
 
 
@@ -153,21 +153,21 @@ def _adopt_array(array: np.ndarray, path: str, counters: Counters, persistent: b
     dtype, flags = array.dtype, array.flags
     if dtype.kind in "OUS":
         if persistent and holds_strings(array):
-            raise fail(E.BINDING_STRING, path, "string tensors cannot be persistent")
+            raise violation(E.BINDING_STRING, path, "string tensors cannot be persistent")
         if persistent:
-            raise fail(E.STATE_UNRETAINABLE, path,
+            raise violation(E.STATE_UNRETAINABLE, path,
                        "an object array holds Python objects, not tensor data the state can retain")
         return array  # ordinary string feeds keep their materialized form
     if not dtype.isnative:
-        raise fail(E.STATE_UNRETAINABLE, path,
+        raise violation(E.STATE_UNRETAINABLE, path,
                    f"byte order of {array.dtype} would need a converting copy")
     if not owned and not flags.c_contiguous:
         # A caller's strided buffer is refused (a runtime would have to copy it); a strided view the
         # executor produced this call (e.g. a KV cache prefix of its capacity buffer) is retained as is.
-        raise fail(E.STATE_UNRETAINABLE, path,
+        raise violation(E.STATE_UNRETAINABLE, path,
                    f"non-contiguous layout (strides {array.strides}) would need a copy")
     if array.base is not None and _ownerless(array):  # an array without a base owns its memory
-        raise fail(E.OWNERLESS_BORROW, path,
+        raise violation(E.OWNERLESS_BORROW, path,
                    "the buffer has no owner the state can keep alive (borrowed raw pointer)")
     if flags.writeable:
         if owned:
@@ -241,7 +241,7 @@ def _reject_ownerless_outputs(found: Mapping[str, list[tuple[str, Any]]]) -> Non
     for name, pairs in found.items():
         for where, leaf in pairs:
             if isinstance(leaf, np.ndarray) and leaf.base is not None and _ownerless(leaf):
-                raise fail(E.OWNERLESS_BORROW, f"outputs[{name!r}]{where}",
+                raise violation(E.OWNERLESS_BORROW, f"outputs[{name!r}]{where}",
                            "an output aliases a borrowed buffer without an owner; it cannot be returned")
 
 
@@ -249,7 +249,7 @@ def _adopt_encoded(value: EncodedValue, path: str, counters: Counters, persisten
     logical = value.header.logical_type
     if persistent and logical.WhichOneof("value") == "tensor_type" and \
             logical.tensor_type.elem_type == dtypes.STRING:
-        raise fail(E.BINDING_STRING, f"{path}.logical_type", "an encoded string tensor cannot be persistent")
+        raise violation(E.BINDING_STRING, f"{path}.logical_type", "an encoded string tensor cannot be persistent")
     payload = _adopt_array(value.payload, f"{path}.payload", counters, persistent, owned=False)
     if payload is value.payload:
         return value
@@ -266,20 +266,20 @@ def _adopt_dlpack(value: Any, path: str, counters: Counters, persistent: bool) -
         device, on_cpu = None, False
     if not on_cpu:
         shown = device if isinstance(device, int) else type(device).__name__
-        raise fail(E.STATE_UNRETAINABLE, path, f"DLPack device {shown} is not CPU memory")
+        raise violation(E.STATE_UNRETAINABLE, path, f"DLPack device {shown} is not CPU memory")
     try:
         contiguous = getattr(value, "is_contiguous", None)
         if contiguous is not None and not contiguous():
-            raise fail(E.STATE_UNRETAINABLE, path, "non-contiguous tensor would need a copy")
+            raise violation(E.STATE_UNRETAINABLE, path, "non-contiguous tensor would need a copy")
         array = np.from_dlpack(value)
         pointer = getattr(value, "data_ptr", None)
         address = int(pointer()) if pointer is not None else None
     except ContractError:
         raise
     except Exception as err:  # noqa: BLE001 - e.g. a tensor that requires grad, or a broken producer
-        raise fail(E.STATE_UNRETAINABLE, path, f"DLPack export refused: {type(err).__name__}: {err}") from err
+        raise violation(E.STATE_UNRETAINABLE, path, f"DLPack export refused: {type(err).__name__}: {err}") from err
     if not isinstance(array, np.ndarray):
-        raise fail(E.STATE_UNRETAINABLE, path, "DLPack export did not produce an array")
+        raise violation(E.STATE_UNRETAINABLE, path, "DLPack export did not produce an array")
     result = _adopt_array(array, path, counters, persistent, owned=False)
     if address is not None and result.nbytes and address != _address(result):
         counters.payload_bytes_copied += result.nbytes
@@ -424,7 +424,7 @@ class State:
         """The retained values: a read-only mapping of read-only views that stays valid after later
         runs, reset or close."""
         if self._closed:
-            raise fail(E.STATE_CLOSED, "state.values", "the state is closed")
+            raise violation(E.STATE_CLOSED, "state.values", "the state is closed")
         return self._values
 
     @property
@@ -458,7 +458,7 @@ class State:
             except ContractError as err:
                 if err.code is E.STATE_CANCELLED:
                     raise
-                raise fail(E.STATE_RUN_FAILED, err.path, f"{err.code.value}: {err.message} (state unchanged)",
+                raise violation(E.STATE_RUN_FAILED, err.path, f"{err.code.value}: {err.message} (state unchanged)",
                            causes=(err.code, *err.causes)) from err
             checked = validated.checked()  # check_value adds what it checks (once per value and type)
             adopted: dict[int, tuple[Any, Any]] = {}
@@ -472,7 +472,7 @@ class State:
                                                 adopted=containers)
                 adopted.update(containers)
             if cancel is not None and cancel.cancelled:
-                raise fail(E.STATE_CANCELLED, "state.run", "cancelled before publication; state unchanged")
+                raise violation(E.STATE_CANCELLED, "state.run", "cancelled before publication; state unchanged")
             for input_name, output_name, _, _ in self._plan:
                 outputs[output_name] = next_values[input_name]
             _reject_ownerless_outputs(found)
@@ -498,7 +498,7 @@ class State:
         if self._closed:
             return
         if not self._lock.acquire(blocking=False):
-            raise fail(E.STATE_BUSY, "state.close", "a call is active on this state")
+            raise violation(E.STATE_BUSY, "state.close", "a call is active on this state")
         try:
             self._closed = True
             self._values = MappingProxyType({})
@@ -516,28 +516,28 @@ class State:
     # ----------------------------------------------------------------------------------- helpers
     def _enter(self, what: str) -> None:
         if self._closed:
-            raise fail(E.STATE_CLOSED, what, "the state is closed")
+            raise violation(E.STATE_CLOSED, what, "the state is closed")
         if not self._lock.acquire(blocking=False):
-            raise fail(E.STATE_BUSY, what, "a call is already active on this state; simultaneous or "
+            raise violation(E.STATE_BUSY, what, "a call is already active on this state; simultaneous or "
                        "re-entrant calls are rejected, not serialized")
         if self._closed:
             self._lock.release()
-            raise fail(E.STATE_CLOSED, what, "the state is closed")
+            raise violation(E.STATE_CLOSED, what, "the state is closed")
 
     def _initial_values(self, initial: Mapping[str, Any]) -> Mapping[str, Any]:
         if not isinstance(initial, Mapping):
-            raise fail(E.STATE_INITIAL_MISSING, "initial",
+            raise violation(E.STATE_INITIAL_MISSING, "initial",
                        f"initial values are a mapping of bound input names, not {type(initial).__name__}")
         for name in initial:
             if name not in self._bound:
-                raise fail(E.STATE_INITIAL_UNKNOWN, f"initial[{name!r}]", f"{name!r} is not a bound input")
+                raise violation(E.STATE_INITIAL_UNKNOWN, f"initial[{name!r}]", f"{name!r} is not a bound input")
         values = {}
         adopted: dict[int, tuple[Any, Any]] = {}
         checked: set[tuple[int, int]] = set()
         for binding in self._bindings:
             path = f"initial[{binding.input_name!r}]"
             if binding.input_name not in initial:
-                raise fail(E.STATE_INITIAL_MISSING, path, f"bound input {binding.input_name!r} needs an "
+                raise violation(E.STATE_INITIAL_MISSING, path, f"bound input {binding.input_name!r} needs an "
                            "initial value")
             containers: dict[int, tuple[Any, Any]] = {}
             value = adopt(initial[binding.input_name], path, self.counters, persistent=True, adopted=containers)
@@ -556,15 +556,16 @@ class State:
         graph forwards them to a bound output, where they are adopted then); other entry points
         (PyTorch, structs of them) are adopted now. Returns the ids of caller-owned arrays."""
         if not isinstance(feeds, Mapping):
-            raise fail(E.STATE_FEED_MISSING, "feeds", f"feeds are a mapping of input names, not {type(feeds).__name__}")
+            raise violation(E.STATE_FEED_MISSING, "feeds",
+                            f"feeds are a mapping of input names, not {type(feeds).__name__}")
         merged = {}
         caller = []
         for name, value in feeds.items():
             path = f"feeds[{name!r}]"
             if name in self._bound:
-                raise fail(E.STATE_FEED_OVERRIDES, path, f"{name!r} is supplied by the retained state")
+                raise violation(E.STATE_FEED_OVERRIDES, path, f"{name!r} is supplied by the retained state")
             if name not in self._inputs:
-                raise fail(E.STATE_FEED_UNKNOWN, path, f"{name!r} is not a graph input")
+                raise violation(E.STATE_FEED_UNKNOWN, path, f"{name!r} is not a graph input")
             if type(value) is not np.ndarray:
                 value = adopt(value, path, self.counters, persistent=False)
             merged[name] = value

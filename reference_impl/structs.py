@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from reference_impl import dtypes
 from reference_impl.dtypes import UINT64_MAX
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 
 #: Implementation limit on type nesting (clause DECL-DEPTH, as onnx-light's kMaxStructTypeDepth): every
 #: TypeProto and every type_ref expansion is one level.
@@ -35,7 +35,7 @@ MAX_TYPE_NODES = 1 << 15
 
 def _too_deep(path: str, levels: int | None = None) -> Exception:
     reached = f" ({levels} levels)" if levels is not None else ""
-    return fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH} levels{reached}, counting "
+    return violation(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH} levels{reached}, counting "
                 "every TypeProto and every type_ref expansion")
 
 
@@ -46,14 +46,14 @@ _MAP_KEY_TYPES = {dtypes.INT8, dtypes.INT16, dtypes.INT32, dtypes.INT64, dtypes.
 def checked_mul(a: int, b: int, path: str) -> int:
     result = a * b
     if result > UINT64_MAX:
-        raise fail(E.SIZE_OVERFLOW, path, f"{a} * {b} overflows uint64")
+        raise violation(E.SIZE_OVERFLOW, path, f"{a} * {b} overflows uint64")
     return result
 
 
 def checked_add(a: int, b: int, path: str) -> int:
     result = a + b
     if result > UINT64_MAX:
-        raise fail(E.SIZE_OVERFLOW, path, f"{a} + {b} overflows uint64")
+        raise violation(E.SIZE_OVERFLOW, path, f"{a} + {b} overflows uint64")
     return result
 
 
@@ -87,19 +87,19 @@ class Catalogue:
         for index, decl in enumerate(struct_types):
             decl_path = f"{path}[{index}]"
             if not decl.HasField("type_id"):
-                raise fail(E.TYPE_ID_MISSING, decl_path, "catalogue declarations need a type_id")
+                raise violation(E.TYPE_ID_MISSING, decl_path, "catalogue declarations need a type_id")
             if decl.type_id == 0:
-                raise fail(E.TYPE_ID_ZERO, f"{decl_path}.type_id", "type_id must be nonzero")
+                raise violation(E.TYPE_ID_ZERO, f"{decl_path}.type_id", "type_id must be nonzero")
             kind = struct_kind(decl)
             if kind is None:
-                raise fail(E.KINDLESS_MISPLACED, decl_path,
+                raise violation(E.KINDLESS_MISPLACED, decl_path,
                            "a kind-less StructTypeProto is never a catalogue declaration")
             if kind == "type_ref":
-                raise fail(E.DECLARATION_NOT_CONCRETE, decl_path,
+                raise violation(E.DECLARATION_NOT_CONCRETE, decl_path,
                            "a declaration selects array, structure or bit_packing, not type_ref")
             if decl.type_id in self.declarations:
                 first = self.declarations[decl.type_id][1]
-                raise fail(E.TYPE_ID_DUPLICATE, f"{decl_path}.type_id",
+                raise violation(E.TYPE_ID_DUPLICATE, f"{decl_path}.type_id",
                            f"type_id {decl.type_id} is already declared at {first}")
             self.declarations[decl.type_id] = (decl, decl_path)
         self._size_memo: dict[int, int | NotFixedSize] = {}
@@ -116,7 +116,7 @@ class Catalogue:
             return
         self._nodes_left -= count
         if self._nodes_left < 0:
-            raise fail(E.RESOURCE_LIMIT, path, f"the model declares more than {self._budget} declarations, "
+            raise violation(E.RESOURCE_LIMIT, path, f"the model declares more than {self._budget} declarations, "
                        "fields and components (implementation limit)")
 
     def end_budget(self) -> None:
@@ -136,7 +136,7 @@ class Catalogue:
         """The declaration for ``type_id`` and its path, or TYPE_REF_UNRESOLVED."""
         found = self.declarations.get(type_id)
         if found is None:
-            raise fail(E.TYPE_REF_UNRESOLVED, path, f"type_ref {type_id} names no declaration")
+            raise violation(E.TYPE_REF_UNRESOLVED, path, f"type_ref {type_id} names no declaration")
         return found
 
     def resolve(self, st, path: str):
@@ -191,7 +191,7 @@ class Catalogue:
                     continue  # unresolved references are reported by check_struct
                 if state.get(child) == 1:
                     cycle = trail[trail.index(child):] + [child]
-                    raise fail(E.TYPE_REF_CYCLE, self.declarations[child][1],
+                    raise violation(E.TYPE_REF_CYCLE, self.declarations[child][1],
                                "reference cycle " + " -> ".join(str(c) for c in cycle))
                 if not state.get(child):
                     state[child] = 1
@@ -248,7 +248,7 @@ def type_bit_size(tp, path: str, catalogue: Catalogue, depth: int = 0) -> int | 
         tensor = tp.tensor_type
         width = dtypes.BIT_WIDTH.get(tensor.elem_type)
         if width is None:
-            raise fail(E.UNSUPPORTED_LEAF, f"{path}.tensor_type.elem_type",
+            raise violation(E.UNSUPPORTED_LEAF, f"{path}.tensor_type.elem_type",
                        f"{dtypes.type_name(tensor.elem_type)} is not a fixed-width scalar leaf")
         if not tensor.HasField("shape"):
             return NotFixedSize(path, "tensor has no shape")
@@ -276,32 +276,32 @@ def check_type(tp, path: str, catalogue: Catalogue, depth: int = 0, refs: list |
     if which in ("tensor_type", "sparse_tensor_type"):
         tensor = getattr(tp, which)
         if tensor.elem_type not in dtypes.KNOWN_TYPES:
-            raise fail(E.TYPE_INVALID, f"{path}.{which}.elem_type",
+            raise violation(E.TYPE_INVALID, f"{path}.{which}.elem_type",
                        f"element type {tensor.elem_type} is not a defined ONNX type")
         for index, dim in enumerate(tensor.shape.dim):
             if dim.WhichOneof("value") == "dim_value" and dim.dim_value < 0:
-                raise fail(E.TYPE_INVALID, f"{path}.{which}.shape.dim[{index}]",
+                raise violation(E.TYPE_INVALID, f"{path}.{which}.shape.dim[{index}]",
                            f"dimension {dim.dim_value} is negative")
         return level
     if which == "sequence_type":
         if not tp.sequence_type.HasField("elem_type"):
-            raise fail(E.TYPE_INVALID, f"{path}.sequence_type", "sequence has no elem_type")
+            raise violation(E.TYPE_INVALID, f"{path}.sequence_type", "sequence has no elem_type")
         return check_type(tp.sequence_type.elem_type, f"{path}.sequence_type.elem_type", catalogue, level, refs)
     if which == "map_type":
         if tp.map_type.key_type not in _MAP_KEY_TYPES:
-            raise fail(E.TYPE_INVALID, f"{path}.map_type.key_type", "map keys are integers or strings")
+            raise violation(E.TYPE_INVALID, f"{path}.map_type.key_type", "map keys are integers or strings")
         if not tp.map_type.HasField("value_type"):
-            raise fail(E.TYPE_INVALID, f"{path}.map_type", "map has no value_type")
+            raise violation(E.TYPE_INVALID, f"{path}.map_type", "map has no value_type")
         return check_type(tp.map_type.value_type, f"{path}.map_type.value_type", catalogue, level, refs)
     if which == "optional_type":
         if not tp.optional_type.HasField("elem_type"):
-            raise fail(E.TYPE_INVALID, f"{path}.optional_type", "optional has no elem_type")
+            raise violation(E.TYPE_INVALID, f"{path}.optional_type", "optional has no elem_type")
         return check_type(tp.optional_type.elem_type, f"{path}.optional_type.elem_type", catalogue, level, refs)
     if which == "struct_type":
         return check_struct(tp.struct_type, f"{path}.struct_type", catalogue, role="type", depth=level,
                             refs=refs)
     if which is None:
-        raise fail(E.TYPE_INVALID, path, "TypeProto selects no value")
+        raise violation(E.TYPE_INVALID, path, "TypeProto selects no value")
     return level
 
 
@@ -317,7 +317,7 @@ def check_struct(st, path: str, catalogue: Catalogue, role: str, depth: int = 0,
         if st.metadata_props:
             extras.append("metadata_props")
         if extras:
-            raise fail(E.TYPE_REF_EXTRA_FIELDS, path,
+            raise violation(E.TYPE_REF_EXTRA_FIELDS, path,
                        f"a type_ref carries only the ID; found {', '.join(extras)}")
         catalogue.lookup(st.type_ref, f"{path}.type_ref")
         catalogue.check_reference_depth(st.type_ref, depth, f"{path}.type_ref")
@@ -325,45 +325,45 @@ def check_struct(st, path: str, catalogue: Catalogue, role: str, depth: int = 0,
             refs.append((st.type_ref, depth, f"{path}.type_ref"))
         return depth
     if role != "declaration" and st.HasField("type_id"):
-        raise fail(E.INLINE_TYPE_ID, f"{path}.type_id",
+        raise violation(E.INLINE_TYPE_ID, f"{path}.type_id",
                    "an inline declaration has no type_id and cannot be referenced")
     if kind is None:
         if role != "type":
-            raise fail(E.KINDLESS_MISPLACED, path,
+            raise violation(E.KINDLESS_MISPLACED, path,
                        "a kind-less StructTypeProto is only an unconstrained category inside TypeProto")
         return depth
     if kind == "array":
         array = st.array
         if not array.HasField("element_type"):
-            raise fail(E.ARRAY_ELEMENT_MISSING, f"{path}.array", "array has no element_type")
+            raise violation(E.ARRAY_ELEMENT_MISSING, f"{path}.array", "array has no element_type")
         if array.dimension == 0:
-            raise fail(E.DIMENSION_INVALID, f"{path}.array.dimension",
+            raise violation(E.DIMENSION_INVALID, f"{path}.array.dimension",
                        "array length must be an explicit integer > 0")
         return check_type(array.element_type, f"{path}.array.element_type", catalogue, depth, refs)
     if kind == "bit_packing":
         packing = st.bit_packing
         catalogue.charge(len(packing.component), f"{path}.bit_packing")
         if not packing.component:
-            raise fail(E.BIT_PACKING_EMPTY, f"{path}.bit_packing", "bit packing has no components")
+            raise violation(E.BIT_PACKING_EMPTY, f"{path}.bit_packing", "bit packing has no components")
         if packing.dimension == 0:
-            raise fail(E.DIMENSION_INVALID, f"{path}.bit_packing.dimension",
+            raise violation(E.DIMENSION_INVALID, f"{path}.bit_packing.dimension",
                        "bit-packing count must be an explicit integer > 0")
         _check_names([c.name for c in packing.component], f"{path}.bit_packing.component")
         for index, component in enumerate(packing.component):
             if not 1 <= component.bit_width <= 64:
-                raise fail(E.BIT_WIDTH_INVALID, f"{path}.bit_packing.component[{index}].bit_width",
+                raise violation(E.BIT_WIDTH_INVALID, f"{path}.bit_packing.component[{index}].bit_width",
                            f"bit width {component.bit_width} is outside 1..64")
         return depth
     fields = st.structure.field
     catalogue.charge(len(fields), f"{path}.structure")
     if not fields:
-        raise fail(E.STRUCTURE_EMPTY, f"{path}.structure", "structure has no fields")
+        raise violation(E.STRUCTURE_EMPTY, f"{path}.structure", "structure has no fields")
     _check_names([f.name for f in fields], f"{path}.structure.field")
     deepest = depth
     for index, field in enumerate(fields):
         content = field.WhichOneof("content")
         if content is None:
-            raise fail(E.FIELD_CONTENT_MISSING, f"{path}.structure.field[{index}]",
+            raise violation(E.FIELD_CONTENT_MISSING, f"{path}.structure.field[{index}]",
                        "field needs a type or a constant")
         if content == "type":
             reached = check_type(field.type, f"{path}.structure.field[{index}].type", catalogue, depth, refs)
@@ -378,9 +378,9 @@ def _check_names(names: list[str], path: str) -> None:
     seen: dict[str, int] = {}
     for index, name in enumerate(names):
         if not name:
-            raise fail(E.NAME_EMPTY, f"{path}[{index}].name", "names must be non-empty")
+            raise violation(E.NAME_EMPTY, f"{path}[{index}].name", "names must be non-empty")
         if name in seen:
-            raise fail(E.NAME_DUPLICATE, f"{path}[{index}].name",
+            raise violation(E.NAME_DUPLICATE, f"{path}[{index}].name",
                        f"name {name!r} repeats {path}[{seen[name]}]")
         seen[name] = index
 
@@ -391,6 +391,6 @@ def check_constant(tensor, path: str) -> None:
 
     for index, dim in enumerate(tensor.dims):
         if dim < 0:
-            raise fail(E.CONSTANT_DIMS_INVALID, f"{path}.dims[{index}]",
+            raise violation(E.CONSTANT_DIMS_INVALID, f"{path}.dims[{index}]",
                        f"constant dimension {dim} is not concrete")
     check_tensor_data(tensor, path)

@@ -11,7 +11,7 @@ import numpy as np
 from reference_impl import dtypes
 from reference_impl.dtypes import UINT64_MAX
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 
 _INT32_FIELD = {dtypes.INT32, dtypes.INT16, dtypes.INT8, dtypes.UINT16, dtypes.UINT8, dtypes.BOOL,
                 dtypes.FLOAT16, dtypes.BFLOAT16, dtypes.FLOAT8E4M3FN, dtypes.FLOAT8E4M3FNUZ,
@@ -37,7 +37,8 @@ def array_shape(dims, itemsize: int, path: str) -> tuple[int, ...]:
         if dim:
             span *= dim
             if span > _INTP_MAX:
-                raise fail(E.RESOURCE_LIMIT, path, f"shape {list(shape)} is beyond what a NumPy array can describe")
+                raise violation(E.RESOURCE_LIMIT, path,
+                                f"shape {list(shape)} is beyond what a NumPy array can describe")
     return shape
 
 
@@ -46,7 +47,7 @@ def element_count(dims, path: str) -> int:
     for dim in dims:
         count *= dim
         if count > UINT64_MAX:
-            raise fail(E.SIZE_OVERFLOW, path, "element count overflows uint64")
+            raise violation(E.SIZE_OVERFLOW, path, "element count overflows uint64")
     return count
 
 
@@ -80,36 +81,36 @@ def _checked(tensor, path: str) -> tuple[int, bytes | None]:
     copies it out of the message)."""
     t = tensor.data_type
     if t not in dtypes.KNOWN_TYPES:
-        raise fail(E.TENSOR_DATA_INVALID, f"{path}.data_type", f"element type {t} is not defined")
+        raise violation(E.TENSOR_DATA_INVALID, f"{path}.data_type", f"element type {t} is not defined")
     if tensor.data_location == 1 or tensor.external_data:
-        raise fail(E.TENSOR_DATA_INVALID, path, "an inline tensor value is required, not external data")
+        raise violation(E.TENSOR_DATA_INVALID, path, "an inline tensor value is required, not external data")
     if tensor.HasField("segment"):
-        raise fail(E.TENSOR_DATA_INVALID, f"{path}.segment", "segmented tensors are not values")
+        raise violation(E.TENSOR_DATA_INVALID, f"{path}.segment", "segmented tensors are not values")
     count = element_count(tensor.dims, f"{path}.dims")
     populated = [name for name in ("float_data", "int32_data", "string_data", "int64_data",
                                    "double_data", "uint64_data") if len(getattr(tensor, name))]
     has_raw = tensor.HasField("raw_data")
     if has_raw and t == dtypes.STRING:
-        raise fail(E.TENSOR_DATA_INVALID, f"{path}.raw_data", "string tensors cannot use raw_data")
+        raise violation(E.TENSOR_DATA_INVALID, f"{path}.raw_data", "string tensors cannot use raw_data")
     if len(populated) + has_raw > 1:
-        raise fail(E.TENSOR_DATA_INVALID, path, "tensor data is stored in more than one field")
+        raise violation(E.TENSOR_DATA_INVALID, path, "tensor data is stored in more than one field")
     if has_raw:
         expected = expected_raw_bytes(t, count)
         raw = tensor.raw_data
         if len(raw) != expected:
-            raise fail(E.TENSOR_DATA_INVALID, f"{path}.raw_data",
+            raise violation(E.TENSOR_DATA_INVALID, f"{path}.raw_data",
                        f"{len(raw)} bytes for {count} elements; expected {expected}")
         return count, raw
     field, held = _typed_field(tensor)
     if populated and populated[0] != field:
-        raise fail(E.TENSOR_DATA_INVALID, f"{path}.{populated[0]}",
+        raise violation(E.TENSOR_DATA_INVALID, f"{path}.{populated[0]}",
                    f"{dtypes.type_name(t)} data belongs in {field}")
     per_value = 2 if t in (dtypes.COMPLEX64, dtypes.COMPLEX128) else 1
     expected = count * per_value
     if t in _PACKED_IN_INT32:
         expected = -(-count // _PACKED_IN_INT32[t])
     if held != expected:
-        raise fail(E.TENSOR_DATA_INVALID, f"{path}.{field}",
+        raise violation(E.TENSOR_DATA_INVALID, f"{path}.{field}",
                    f"{held} values for {count} elements; expected {expected}")
     return count, None
 
@@ -118,7 +119,7 @@ def to_array(tensor, path: str) -> np.ndarray:
     """The tensor's values as NumPy (after check_tensor_data), bounded by MAX_PARAMETER_ELEMENTS."""
     count, raw = _checked(tensor, path)
     if count > MAX_PARAMETER_ELEMENTS:
-        raise fail(E.RESOURCE_LIMIT, path, f"{count} elements exceed the parameter limit")
+        raise violation(E.RESOURCE_LIMIT, path, f"{count} elements exceed the parameter limit")
     t = tensor.data_type
     shape = array_shape(tensor.dims, dtypes.NUMPY_DTYPE[t].itemsize if t in dtypes.NUMPY_DTYPE else 8, path)
     if t == dtypes.STRING:

@@ -19,7 +19,7 @@ from onnx import helper as onnx_helper
 
 from reference_impl import dtypes
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.structs import MAX_DEPTH, Catalogue, struct_kind
 
 
@@ -243,7 +243,7 @@ def compile_type(tp, catalogue: Catalogue, path: str = "type", depth: int = 0) -
         return AnySpec()
     level = depth + 1
     if level > MAX_DEPTH:
-        raise fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
+        raise violation(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
     which = tp.WhichOneof("value")
     if which == "tensor_type":
         tensor = tp.tensor_type
@@ -292,7 +292,7 @@ def compile_struct(st, catalogue: Catalogue, path: str, depth: int = 0) -> Spec:
     found = specs.get(st.type_ref)
     if found is None:
         if depth + 1 > MAX_DEPTH:
-            raise fail(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
+            raise violation(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH}")
         declaration, decl_path = catalogue.lookup(st.type_ref, f"{path}.type_ref")
         found = _compile_declaration(declaration, st.type_ref, None, catalogue, decl_path, depth + 1)
         specs[st.type_ref] = found
@@ -421,25 +421,25 @@ def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOM
             return
     if isinstance(spec, AnySpec):
         if spec.structural_only and not isinstance(value, (StructValue, EncodedValue)):
-            raise fail(code, path, f"expected a struct value, got {type(value).__name__}")
+            raise violation(code, path, f"expected a struct value, got {type(value).__name__}")
         return
     if isinstance(spec, TensorSpec):
         if isinstance(value, EncodedValue):  # a tensor in another physical representation (e.g. a KV block)
             _check_logical_tensor(value, spec, path, code)
             return
         if not isinstance(value, np.ndarray):
-            raise fail(code, path, f"expected a tensor, got {type(value).__name__}")
+            raise violation(code, path, f"expected a tensor, got {type(value).__name__}")
         if spec.elem_type == dtypes.STRING:
             if not holds_strings(value):
-                raise fail(code, path, f"expected a string tensor, got {value.dtype}")
+                raise violation(code, path, f"expected a string tensor, got {value.dtype}")
         elif value.dtype.type is not numpy_dtype(spec.elem_type).type:
-            raise fail(code, path, f"element type {value.dtype} is not {dtypes.type_name(spec.elem_type)}")
+            raise violation(code, path, f"element type {value.dtype} is not {dtypes.type_name(spec.elem_type)}")
         if spec.dims is not None:
             if value.ndim != len(spec.dims):
-                raise fail(code, path, f"rank {value.ndim} is not the declared {len(spec.dims)}")
+                raise violation(code, path, f"rank {value.ndim} is not the declared {len(spec.dims)}")
             for index, (want, got) in enumerate(zip(spec.dims, value.shape)):
                 if isinstance(want, int) and want != got:
-                    raise fail(code, path, f"dimension {index} is {got}, declared {want}")
+                    raise violation(code, path, f"dimension {index} is {got}, declared {want}")
         return
     if isinstance(spec, OptionalSpec):
         if value is not None:
@@ -451,14 +451,14 @@ def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOM
         return
     if isinstance(spec, SequenceSpec):
         if not isinstance(value, list):
-            raise fail(code, path, f"expected a sequence, got {type(value).__name__}")
+            raise violation(code, path, f"expected a sequence, got {type(value).__name__}")
         elem = spec.elem
         for index, item in enumerate(value):
             if (id(item), id(elem)) not in seen:  # (the path is formatted only for what is checked)
                 check_value(item, elem, f"{path}[{index}]", code, seen)
     elif isinstance(spec, MapSpec):
         if not isinstance(value, dict):
-            raise fail(code, path, f"expected a map, got {type(value).__name__}")
+            raise violation(code, path, f"expected a map, got {type(value).__name__}")
         for name, item in value.items():
             check_value(item, spec.value, f"{path}[{name!r}]", code, seen)
     else:
@@ -471,29 +471,30 @@ def _check_logical_tensor(value: EncodedValue, spec: TensorSpec, path: str, code
     meaning and physical representation are independent (the block formats of a paged KV cache)."""
     logical = value.header.logical_type
     if logical.WhichOneof("value") != "tensor_type" or logical.tensor_type.elem_type != spec.elem_type:
-        raise fail(code, path, f"encoded value's logical type is not a {dtypes.type_name(spec.elem_type)} tensor")
+        raise violation(code, path, f"encoded value's logical type is not a {dtypes.type_name(spec.elem_type)} tensor")
     dims = [d.dim_value if d.WhichOneof("value") == "dim_value" else None for d in logical.tensor_type.shape.dim]
     if spec.dims is not None:
         if len(dims) != len(spec.dims):
-            raise fail(code, path, f"encoded value's logical rank {len(dims)} is not the declared {len(spec.dims)}")
+            raise violation(code, path,
+                            f"encoded value's logical rank {len(dims)} is not the declared {len(spec.dims)}")
         for index, (want, got) in enumerate(zip(spec.dims, dims)):
             if isinstance(want, int) and want != got:
-                raise fail(code, path, f"encoded value's logical dimension {index} is {got}, declared {want}")
+                raise violation(code, path, f"encoded value's logical dimension {index} is {got}, declared {want}")
 
 
 def _check_struct_value(value: Any, spec: StructSpec, path: str, code: E, seen: set) -> None:
     if isinstance(value, EncodedValue):
         if spec.type_id is not None and value.type_ref != spec.type_id:
-            raise fail(code, path, f"encoded layout {value.type_ref} is not struct type {spec.type_id}")
+            raise violation(code, path, f"encoded layout {value.type_ref} is not struct type {spec.type_id}")
         if spec.type_id is None and value.header.struct_type != spec.inline:
-            raise fail(code, path, "encoded layout differs from the inline struct declaration")
+            raise violation(code, path, "encoded layout differs from the inline struct declaration")
         return
     if not is_struct(value):
-        raise fail(code, path, f"expected a struct value, got {type(value).__name__}")
+        raise violation(code, path, f"expected a struct value, got {type(value).__name__}")
     if spec.type_id is not None and value.type_id != spec.type_id:
-        raise fail(code, path, f"struct type {value.type_id} is not the declared {spec.type_id}")
+        raise violation(code, path, f"struct type {value.type_id} is not the declared {spec.type_id}")
     if value.keys() != spec._names:
-        raise fail(code, path, f"fields {sorted(value)} are not the declared {sorted(spec._names)}")
+        raise violation(code, path, f"fields {sorted(value)} are not the declared {sorted(spec._names)}")
     for name, field_spec in spec.fields:
         check_value(value[name], field_spec, f"{path}.{name}", code, seen)
 
@@ -523,7 +524,7 @@ def leaves(value: Any, path: str, skip: Container[int] = frozenset()) -> Iterato
             continue
         seen.add(id(item))
         if depth >= MAX_DEPTH:
-            raise fail(E.NESTING_TOO_DEEP, where, f"the value nests containers deeper than {MAX_DEPTH}")
+            raise violation(E.NESTING_TOO_DEEP, where, f"the value nests containers deeper than {MAX_DEPTH}")
         pending.extend((child, child_path, depth + 1) for child, child_path in reversed(_children(item, where, skip)))
 
 

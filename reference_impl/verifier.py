@@ -13,7 +13,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from reference_impl import affine, dtypes, schema
-from reference_impl.errors import ContractError, fail
+from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
 from reference_impl.payload import Extent, check_file, payload_extent
 from reference_impl.structs import (
@@ -53,13 +53,13 @@ def load_model(model_or_bytes) -> object:
         try:
             return schema.parse_model(bytes(model_or_bytes))
         except (DecodeError, RecursionError, ValueError) as error:
-            raise fail(E.MODEL_PARSE_ERROR, "model", f"not a parseable ModelProto: {error}") from None
+            raise violation(E.MODEL_PARSE_ERROR, "model", f"not a parseable ModelProto: {error}") from None
     if isinstance(model_or_bytes, schema.ModelProto):
         return model_or_bytes
     descriptor = getattr(model_or_bytes, "DESCRIPTOR", None)
     if descriptor is not None and descriptor.full_name == "onnx.ModelProto":
         return schema.from_onnx(model_or_bytes)
-    raise fail(E.MODEL_PARSE_ERROR, "model",
+    raise violation(E.MODEL_PARSE_ERROR, "model",
                f"expected model bytes or a ModelProto, got {type(model_or_bytes).__name__}")
 
 
@@ -78,7 +78,7 @@ def verify_model(model_or_bytes, base_dir: str | os.PathLike | None = None) -> V
             for node_index, node in enumerate(function.node):
                 _verify_subgraphs(node, f"model.functions[{index}].node[{node_index}]", verified)
     except RecursionError:
-        raise fail(E.NESTING_TOO_DEEP, "model", "nesting exceeds the implementation limit") from None
+        raise violation(E.NESTING_TOO_DEEP, "model", "nesting exceeds the implementation limit") from None
     finally:
         catalogue.end_budget()
     return verified
@@ -129,9 +129,9 @@ def _check_initializer_names(graph, path: str) -> None:
     named += [(f"{path}.encoded_initializer[{i}]", v.name) for i, v in enumerate(graph.encoded_initializer)]
     for item_path, name in named:
         if not name and ".encoded_initializer[" in item_path:
-            raise fail(E.INITIALIZER_NAME_EMPTY, f"{item_path}.name", "encoded initializers must be named")
+            raise violation(E.INITIALIZER_NAME_EMPTY, f"{item_path}.name", "encoded initializers must be named")
         if name in seen:
-            raise fail(E.INITIALIZER_NAME_DUPLICATE, f"{item_path}.name",
+            raise violation(E.INITIALIZER_NAME_DUPLICATE, f"{item_path}.name",
                        f"name {name!r} is already used by {seen[name]}")
         seen[name] = item_path
 
@@ -140,7 +140,7 @@ def verify_encoded_value(value, path: str, catalogue: Catalogue, base_dir=None) 
     """Validate one EncodedValueProto: layout, payload fields and sizes (and files, given base_dir)."""
     layout = value.WhichOneof("layout")
     if layout is None:
-        raise fail(E.LAYOUT_MISSING, path, "an encoded value selects affine or struct_type")
+        raise violation(E.LAYOUT_MISSING, path, "an encoded value selects affine or struct_type")
     extent = payload_extent(value, path)
     if layout == "affine":
         info = _verify_affine(value, path, extent)
@@ -155,19 +155,19 @@ def _verify_struct_layout(value, path: str, extent: Extent, catalogue: Catalogue
     layout_path = f"{path}.struct_type"
     st = value.struct_type
     if struct_kind(st) is None:
-        raise fail(E.KINDLESS_MISPLACED, layout_path, "a kind-less StructTypeProto is never a payload layout")
+        raise violation(E.KINDLESS_MISPLACED, layout_path, "a kind-less StructTypeProto is never a payload layout")
     check_struct(st, layout_path, catalogue, role="layout")
     bits = catalogue.bit_size(st, layout_path)
     if isinstance(bits, NotFixedSize):
-        raise fail(E.NOT_FIXED_SIZE, bits.path, f"not byte-encodable: {bits.reason}")
+        raise violation(E.NOT_FIXED_SIZE, bits.path, f"not byte-encodable: {bits.reason}")
     if bits == 0:
-        raise fail(E.ROOT_SIZE_ZERO, layout_path,
+        raise violation(E.ROOT_SIZE_ZERO, layout_path,
                    "an encoding root needs a positive size (constant-only structs cannot be roots)")
     if bits % 8:
-        raise fail(E.ROOT_SIZE_NOT_BYTES, layout_path, f"root size {bits} bits is not a whole byte count")
+        raise violation(E.ROOT_SIZE_NOT_BYTES, layout_path, f"root size {bits} bits is not a whole byte count")
     element_bytes = bits // 8
     if extent.length % element_bytes:
-        raise fail(E.PAYLOAD_PARTIAL_RECORD, path,
+        raise violation(E.PAYLOAD_PARTIAL_RECORD, path,
                    f"{extent.length} payload bytes is not a whole number of {element_bytes}-byte records")
     if value.HasField("logical_type"):
         check_type(value.logical_type, f"{path}.logical_type", catalogue)
@@ -177,18 +177,18 @@ def _verify_struct_layout(value, path: str, extent: Extent, catalogue: Catalogue
 def logical_tensor_shape(value, path: str) -> tuple[int, tuple[int, ...]]:
     """Element type and concrete dims of an affine value's logical_type (LOGICAL_TYPE_INVALID otherwise)."""
     if not value.HasField("logical_type") or value.logical_type.WhichOneof("value") != "tensor_type":
-        raise fail(E.LOGICAL_TYPE_INVALID, f"{path}.logical_type", "the affine branch needs a tensor type")
+        raise violation(E.LOGICAL_TYPE_INVALID, f"{path}.logical_type", "the affine branch needs a tensor type")
     tensor = value.logical_type.tensor_type
     if tensor.elem_type not in affine.SCALE_TYPES:
-        raise fail(E.LOGICAL_TYPE_INVALID, f"{path}.logical_type.tensor_type.elem_type",
+        raise violation(E.LOGICAL_TYPE_INVALID, f"{path}.logical_type.tensor_type.elem_type",
                    f"{dtypes.type_name(tensor.elem_type)} is not a floating type")
     if not tensor.HasField("shape"):
-        raise fail(E.LOGICAL_TYPE_INVALID, f"{path}.logical_type.tensor_type",
+        raise violation(E.LOGICAL_TYPE_INVALID, f"{path}.logical_type.tensor_type",
                    "the affine branch needs concrete dimensions")
     dims = []
     for index, dim in enumerate(tensor.shape.dim):
         if dim.WhichOneof("value") != "dim_value" or dim.dim_value < 0:
-            raise fail(E.LOGICAL_TYPE_INVALID, f"{path}.logical_type.tensor_type.shape.dim[{index}]",
+            raise violation(E.LOGICAL_TYPE_INVALID, f"{path}.logical_type.tensor_type.shape.dim[{index}]",
                        "the affine branch needs concrete dimensions")
         dims.append(dim.dim_value)
     return tensor.elem_type, tuple(dims)
@@ -198,57 +198,57 @@ def _verify_affine(value, path: str, extent: Extent) -> EncodedInfo:
     layout = value.affine
     layout_path = f"{path}.affine"
     if layout.storage_type not in affine.STORAGE_TYPES:
-        raise fail(E.AFFINE_STORAGE_INVALID, f"{layout_path}.storage_type",
+        raise violation(E.AFFINE_STORAGE_INVALID, f"{layout_path}.storage_type",
                    f"{dtypes.type_name(layout.storage_type)} is not INT8/UINT8/INT4/UINT4/INT2/UINT2")
     elem_type, shape = logical_tensor_shape(value, path)
     count = element_count(shape, f"{path}.logical_type")
     if not layout.HasField("scale"):
-        raise fail(E.AFFINE_SCALE_INVALID, layout_path, "scale is required")
+        raise violation(E.AFFINE_SCALE_INVALID, layout_path, "scale is required")
     scale = layout.scale
     if scale.data_type not in affine.SCALE_TYPES:
-        raise fail(E.AFFINE_SCALE_INVALID, f"{layout_path}.scale.data_type",
+        raise violation(E.AFFINE_SCALE_INVALID, f"{layout_path}.scale.data_type",
                    f"{dtypes.type_name(scale.data_type)} is not a floating type")
     if scale.data_type != elem_type and not {scale.data_type, elem_type} <= affine.OUTPUT_DTYPES:
-        raise fail(E.AFFINE_SCALE_INVALID, f"{layout_path}.scale.data_type",
+        raise violation(E.AFFINE_SCALE_INVALID, f"{layout_path}.scale.data_type",
                    f"DequantizeLinear cannot produce {dtypes.type_name(elem_type)} from a "
                    f"{dtypes.type_name(scale.data_type)} scale")
     if any(d < 0 for d in scale.dims):
-        raise fail(E.AFFINE_PARAM_SHAPE, f"{layout_path}.scale.dims", "negative dimension")
+        raise violation(E.AFFINE_PARAM_SHAPE, f"{layout_path}.scale.dims", "negative dimension")
     check_tensor_data(scale, f"{layout_path}.scale")
     axis = None
     if layout.HasField("block_size") and not layout.HasField("axis"):
-        raise fail(E.AFFINE_BLOCK_WITHOUT_AXIS, f"{layout_path}.block_size",
+        raise violation(E.AFFINE_BLOCK_WITHOUT_AXIS, f"{layout_path}.block_size",
                    "block_size is valid only with an axis")
     if layout.HasField("axis"):
         axis = affine.normalize_axis(layout.axis, len(shape), f"{layout_path}.axis")
     block = None
     if layout.HasField("block_size"):
         if layout.block_size == 0:
-            raise fail(E.AFFINE_BLOCK_INVALID, f"{layout_path}.block_size", "block_size must be > 0")
+            raise violation(E.AFFINE_BLOCK_INVALID, f"{layout_path}.block_size", "block_size must be > 0")
         block = layout.block_size
     expected = affine.parameter_shape(shape, axis, block)
     if tuple(scale.dims) != expected:
         granularity = "per-tensor" if axis is None else ("blocked" if block else "per-axis")
-        raise fail(E.AFFINE_PARAM_SHAPE, f"{layout_path}.scale.dims",
+        raise violation(E.AFFINE_PARAM_SHAPE, f"{layout_path}.scale.dims",
                    f"{granularity} scale needs shape {list(expected)}, got {list(scale.dims)}")
     if layout.HasField("zero_point"):
         zero_point = layout.zero_point
         if zero_point.data_type != layout.storage_type:
-            raise fail(E.AFFINE_ZERO_POINT_INVALID, f"{layout_path}.zero_point.data_type",
+            raise violation(E.AFFINE_ZERO_POINT_INVALID, f"{layout_path}.zero_point.data_type",
                        f"zero_point has {dtypes.type_name(zero_point.data_type)}, storage is "
                        f"{dtypes.type_name(layout.storage_type)}")
         if tuple(zero_point.dims) != expected:
-            raise fail(E.AFFINE_PARAM_SHAPE, f"{layout_path}.zero_point.dims",
+            raise violation(E.AFFINE_PARAM_SHAPE, f"{layout_path}.zero_point.dims",
                        f"zero_point needs the scale's shape {list(expected)}, got {list(zero_point.dims)}")
         check_tensor_data(zero_point, f"{layout_path}.zero_point")
     bits = checked_mul(count, dtypes.BIT_WIDTH[layout.storage_type], f"{path}.logical_type")
     needed = (bits + 7) // 8
     if extent.length != needed:
-        raise fail(E.AFFINE_PAYLOAD_SIZE, path,
+        raise violation(E.AFFINE_PAYLOAD_SIZE, path,
                    f"{count} codes need exactly {needed} payload bytes, found {extent.length}")
     if not extent.external and bits % 8 and \
             (extent.inline if extent.inline is not None else value.raw_data)[-1] >> (bits % 8):
-        raise fail(E.AFFINE_PADDING_NONZERO, f"{path}.raw_data", "unused final high bits must be zero")
+        raise violation(E.AFFINE_PADDING_NONZERO, f"{path}.raw_data", "unused final high bits must be zero")
     return EncodedInfo(path, extent, logical_count=count)
 
 

@@ -89,7 +89,7 @@ def test_shipped_adapters_follow_the_contract(name):
 
 @pytest.mark.parametrize("spec", ["conformance.adapters.reference:ReferenceState",
                                   "conformance.adapters.lowering:LoweredState",
-                                  "conformance.adapters.testee:TesteeState"])
+                                  "conformance.adapters.testee_client:TesteeState"])
 def test_shipped_state_handles_follow_the_contract(spec):
     _check(_load(spec), StateHandle)
 

@@ -18,7 +18,7 @@ from conformance.execute import FAILED, PASSED, run_case
 from conformance.hold import HOLD_DOMAIN, HOLD_OP
 from reference_impl import ContractError, schema
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 
 CASES = load_cases()
 
@@ -134,7 +134,7 @@ class LoopAdapter(ReferenceAdapter):
             if hold is not None and hold.park() and self.mode == "partial-cancel":
                 # publishes the value computed before the hold, then gives up: one new, one old (forbidden)
                 self.state.current = {**self.state.current, "a": inputs[0]}
-                raise fail(E.STATE_CANCELLED, "hold", "cancelled")
+                raise violation(E.STATE_CANCELLED, "hold", "cancelled")
             return list(inputs)
         return kernel
 

@@ -39,7 +39,7 @@ from reference_impl import ContractError, ErrorCode, affine, graph_utils, schema
 from reference_impl import bindings as bindings_module
 from reference_impl import state as state_module
 from reference_impl import values as values_module
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.executor import Executor
 from reference_impl.executor import kernels as kernels_module
 from reference_impl.executor import program as program_module
@@ -1161,7 +1161,7 @@ def _bind_by_id(self, type_id, layout, path, declaration=None):
     """The decoder registered for an ID, whatever the model now declares under it."""
     decoder = self._decoders.get(type_id)
     if decoder is None:
-        raise fail(ErrorCode.CONSUMER_MISSING, path, "no decoder")
+        raise violation(ErrorCode.CONSUMER_MISSING, path, "no decoder")
     return decoder
 
 

@@ -17,7 +17,7 @@ from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
 from conformance.values import Encoded, Struct
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.kv import contiguous, kernels, paged
 from reference_impl.kv.storage import KVCounters, KVStorage, record
 from reference_impl.values import EncodedValue, StructValue
@@ -335,7 +335,7 @@ def _plain_role(args, attrs, ctx):
     """onnx-light's PagedAttention signature: (Q, K, V, past) and four attributes, nothing more."""
     own = {"block_size", "is_causal", "left_window_size", "max_tokens"}
     if len(args) != 4 or set(attrs) - own:
-        raise fail(E.ATTENTION_INPUT_INVALID, "PagedAttention", f"unsupported: {sorted(set(attrs) - own)}")
+        raise violation(E.ATTENTION_INPUT_INVALID, "PagedAttention", f"unsupported: {sorted(set(attrs) - own)}")
     return kernels.paged_attention_kernel(args, attrs, ctx)
 
 
@@ -357,7 +357,7 @@ RAISED: list[str] = []  # the codes the toys below reported, so their passes are
 
 def _raise(code: E, path: str, message: str):
     RAISED.append(code.value)
-    return fail(code, path, message)
+    return violation(code, path, message)
 
 
 def _other_order(args, attrs, ctx):
@@ -403,7 +403,7 @@ def _renames(code_from: E, code_to: E):
             return kernels.paged_attention_kernel(args, attrs, ctx)
         except Exception as error:
             if getattr(error, "code", None) == code_from:
-                raise fail(code_to, error.path, error.message) from error
+                raise violation(code_to, error.path, error.message) from error
             raise
 
     return {(kernels.KV_DOMAIN, "PagedAttention"): kernel}

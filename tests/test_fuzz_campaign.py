@@ -17,7 +17,7 @@ from fuzz.invariants import Finding, Limits, guarded, twice
 from fuzz.known_issues import known
 from fuzz.triage import ddmin, proto_reduce
 from reference_impl import ErrorCode
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 REGRESSION = ROOT / "corpus" / "regressions" / "verify" / "c1acf6c98134.bin"
@@ -69,7 +69,7 @@ def test_ddmin_keeps_the_property_and_shrinks():
 
 
 def test_proto_reduce_keeps_the_property_and_drops_the_rest():
-    from fuzz.cases import Case, run_case
+    from fuzz.cases import FuzzCase, run_case
     from reference_impl import schema
 
     model = schema.parse_model(REGRESSION.read_bytes())
@@ -78,7 +78,7 @@ def test_proto_reduce_keeps_the_property_and_drops_the_rest():
     data = model.SerializeToString()
 
     def keeps(candidate: bytes) -> bool:
-        return run_case(Case(candidate))[0].code == "EXTERNAL_PATH_INVALID"
+        return run_case(FuzzCase(candidate))[0].code == "EXTERNAL_PATH_INVALID"
 
     assert keeps(data)
     reduced = proto_reduce(data, keeps)
@@ -89,7 +89,7 @@ def test_proto_reduce_keeps_the_property_and_drops_the_rest():
 # ------------------------------------------------------------------------------------------ invariants
 def test_contract_errors_are_verdicts_and_other_exceptions_findings():
     def rejected():
-        raise fail(ErrorCode.TYPE_ID_ZERO, "x", "zero")
+        raise violation(ErrorCode.TYPE_ID_ZERO, "x", "zero")
 
     with pytest.raises(Exception) as info:
         guarded(rejected)

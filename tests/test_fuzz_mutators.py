@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 
 from fuzz import gen, mutators
-from fuzz.cases import Case, run_case
+from fuzz.cases import FuzzCase, run_case
 from fuzz.source import ByteSource, RandomSource
 from fuzz.strategies import near_valid_cases, profile
 from reference_impl import ErrorCode, schema
@@ -45,7 +45,7 @@ def test_near_valid_case_keeps_its_verdict_as_bytes(code):
     """The serialized form of a near-valid model is rejected the same way (what byte-level targets see)."""
     src = RandomSource(f"bytes-{code.value}")
     case = mutators.near_valid(src, gen.gen_model(src), code)
-    as_bytes = Case(case.model_bytes(), case.op, case.name, case.field, case.files, case.expected, case.rule)
+    as_bytes = FuzzCase(case.model_bytes(), case.op, case.name, case.field, case.files, case.expected, case.rule)
     assert run_case(as_bytes)[0].code == code.value
 
 
@@ -66,7 +66,7 @@ def test_generators_replay_from_recorded_bytes():
 def test_exhausted_byte_source_still_yields_a_valid_model():
     generated = gen.gen_model(ByteSource(b""))
     assert isinstance(generated.model, type(schema.ModelProto()))
-    verdict, _ = run_case(Case(generated.model, "all", files=generated.files))
+    verdict, _ = run_case(FuzzCase(generated.model, "all", files=generated.files))
     assert verdict.ok
 
 

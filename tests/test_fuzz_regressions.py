@@ -12,7 +12,7 @@ import pathlib
 
 import pytest
 
-from fuzz.cases import Case, run_case
+from fuzz.cases import FuzzCase, run_case
 from fuzz.invariants import Finding, Limits, guarded
 from fuzz.targets import TARGETS, load
 
@@ -52,7 +52,7 @@ def test_promoted_input_no_longer_finds_anything(target, path, meta):
 
 @pytest.mark.parametrize("record", list(_oracle_cases()))
 def test_oracle_regression_gets_the_contract_verdict(record):
-    case = Case.from_json(json.dumps(record["case"]))
+    case = FuzzCase.from_json(json.dumps(record["case"]))
     try:
         verdict, outputs = guarded(lambda: run_case(case), LIMITS, record["name"])
     except Finding as finding:

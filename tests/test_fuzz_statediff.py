@@ -83,7 +83,7 @@ def test_the_reference_agrees_with_itself(reference):
 
 def test_the_reference_agrees_with_itself_through_the_testee(reference):
     """Buffer ids from another process, values passed back by copy, held runs bridged by Hold requests."""
-    from conformance.adapters.testee import TesteeAdapter
+    from conformance.adapters.testee_client import TesteeAdapter
 
     testee = TesteeAdapter(TESTEE)
     try:

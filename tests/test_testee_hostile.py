@@ -15,7 +15,7 @@ import pytest
 
 from conformance import protocol as P
 from conformance.adapters import SuiteError
-from conformance.adapters import testee as runner_side
+from conformance.adapters import testee_client as runner_side
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GARBAGE = (f"{sys.executable} -c \"import sys, time; sys.stdout.write('not a frame' * 99); sys.stdout.flush(); "

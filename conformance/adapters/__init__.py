@@ -18,7 +18,7 @@ import sys
 from typing import Any, Protocol
 
 from conformance.adapters.base import PROFILES, NotSupported, Rejected, SuiteError
-from conformance.adapters.testee import TesteeAdapter
+from conformance.adapters.testee_client import TesteeAdapter
 
 
 def required(member):

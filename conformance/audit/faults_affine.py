@@ -10,7 +10,7 @@ from conformance.audit.fault import decode_module as decode
 from reference_impl import affine, dtypes, schema, verifier
 from reference_impl.bits import pack_sub_byte, unpack_sub_byte
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.tensors import to_array
 
 _SUB_BYTE = (dtypes.INT4, dtypes.UINT4, dtypes.INT2, dtypes.UINT2)
@@ -228,7 +228,7 @@ def _non_negative_axis(axis, rank, path):
     if axis is None:
         return None
     if not 0 <= axis < rank:
-        raise fail(E.AFFINE_AXIS_INVALID, path, f"axis {axis} is outside [0, {rank})")
+        raise violation(E.AFFINE_AXIS_INVALID, path, f"axis {axis} is outside [0, {rank})")
     return axis
 
 
@@ -345,7 +345,7 @@ class PayloadSizeRoundedDown(Fault):
             count = _logical_count(value)
             width = dtypes.BIT_WIDTH.get(value.affine.storage_type)
             if count is not None and width is not None and count * width % 8:
-                raise fail(E.AFFINE_PAYLOAD_SIZE, value.name, f"{count} codes need {count * width // 8} bytes")
+                raise violation(E.AFFINE_PAYLOAD_SIZE, value.name, f"{count} codes need {count * width // 8} bytes")
 
 
 def _round_half_up(original):

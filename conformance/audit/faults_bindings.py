@@ -6,7 +6,7 @@ from __future__ import annotations
 from conformance.adapters.reference import ReferenceState
 from conformance.audit.fault import Fault, FaultState, Patch, wrap
 from reference_impl import bindings, schema
-from reference_impl.errors import ContractError, fail
+from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
 from reference_impl.values import TensorSpec
 
@@ -160,7 +160,7 @@ class PersistentTypesState(FaultState):
     def run(self, feeds):
         for name in feeds:
             if name not in self.bound and self.types.get(name) in self.persistent_types:
-                raise fail(E.STATE_FEED_OVERRIDES, f"feeds[{name!r}]",
+                raise violation(E.STATE_FEED_OVERRIDES, f"feeds[{name!r}]",
                            f"struct type {self.types[name]} is persistent in this model")
         return super().run(feeds)
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from conformance.audit.fault import TESTEE_COPIES_RETURNED_VALUES, Fault, Patch, wrap
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.kv import contiguous, formats, kernels, paged
 
 # the modules (``reference_impl.kv`` re-exports functions of the same names)
@@ -140,7 +140,7 @@ def _max_tokens_per_call(original):
         if len(args) >= 4 and isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
             new = args[1]
             if isinstance(new, np.ndarray) and new.ndim == 4 and new.shape[2] > limit:
-                raise fail(E.KV_CAPACITY_EXCEEDED, "PagedAttention.max_tokens",
+                raise violation(E.KV_CAPACITY_EXCEEDED, "PagedAttention.max_tokens",
                            f"{new.shape[2]} new tokens exceed max_tokens {limit}")
             attrs = {**attrs, "max_tokens": 1 << 62}
         return original(args, attrs, ctx)

@@ -13,7 +13,7 @@ import numpy as np
 from conformance.audit.fault import INSTALLER, Fault, Patch, encoded_values, skip, wrap
 from conformance.audit.fault import decode_module as decode
 from reference_impl import payload, records, verifier
-from reference_impl.errors import ContractError, fail
+from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
 
 _EXTERNAL = payload.EXTERNAL
@@ -58,7 +58,7 @@ def _lenient_number(text, path):
     try:
         return int(text, 0)
     except (TypeError, ValueError):
-        raise fail(E.EXTERNAL_NUMBER_INVALID, path, f"{text!r} is not a number") from None
+        raise violation(E.EXTERNAL_NUMBER_INVALID, path, f"{text!r} is not a number") from None
 
 
 class LenientExternalNumbers(Fault):
@@ -95,7 +95,7 @@ class EmptyPayloadRejected(Fault):
     def precheck(self, model, base_dir):
         for value in encoded_values(model):
             if value.data_location != _EXTERNAL and not value.raw_data:
-                raise fail(E.PAYLOAD_PARTIAL_RECORD, f"model.graph.encoded_initializer[{value.name!r}]",
+                raise violation(E.PAYLOAD_PARTIAL_RECORD, f"model.graph.encoded_initializer[{value.name!r}]",
                            "the encoded value has no payload")
 
 
@@ -122,7 +122,8 @@ def _decoder_first(original):
             whole = len(data) - len(data) % layout.record_bytes
             decode._check_logical(value, decoder.decode(layout, data[:whole]), path)  # the decoder runs first
             if whole != len(data):
-                raise fail(E.PAYLOAD_PARTIAL_RECORD, path, f"{len(data) - whole} bytes after the last whole record")
+                raise violation(E.PAYLOAD_PARTIAL_RECORD, path,
+                                f"{len(data) - whole} bytes after the last whole record")
         return original(value, catalogue, base_dir, registry, path)
     return decode_value
 
@@ -215,16 +216,17 @@ def _uncontained_open(extent, base_dir, path):
     """The backing file opened by joining its location to the model directory, as written: absolute
     locations, '..' components and links lead wherever they point."""
     if base_dir is None:
-        raise fail(E.EXTERNAL_FILE_INVALID, path, "external payload needs a base directory to resolve")
+        raise violation(E.EXTERNAL_FILE_INVALID, path, "external payload needs a base directory to resolve")
     target = os.path.join(os.fspath(base_dir), extent.location.replace("\\", "/"))
     try:
         fd = os.open(target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except (OSError, ValueError) as err:
-        raise fail(E.EXTERNAL_FILE_INVALID, path, f"backing file {extent.location!r} cannot be opened: {err}") from None
+        raise violation(E.EXTERNAL_FILE_INVALID, path,
+                        f"backing file {extent.location!r} cannot be opened: {err}") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode) or info.st_size < extent.offset + extent.length:
         os.close(fd)
-        raise fail(E.EXTERNAL_FILE_INVALID, path, "backing file is not a regular file covering offset + length")
+        raise violation(E.EXTERNAL_FILE_INVALID, path, "backing file is not a regular file covering offset + length")
     return fd
 
 

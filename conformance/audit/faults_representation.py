@@ -10,7 +10,7 @@ import functools
 from conformance.audit.fault import Fault, Patch, enclosing_depth, skip, struct_types, wrap
 from conformance.audit.wire_edit import renumber
 from reference_impl import decoders, dtypes, records, schema, structs, verifier
-from reference_impl.errors import ContractError, fail
+from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
 from reference_impl.graph_utils import _has_unknown_fields
 from reference_impl.tensors import to_array
@@ -76,7 +76,7 @@ class RejectsUnknownFields(Fault):
 
     def precheck(self, model, base_dir):
         if _has_unknown_fields(model):
-            raise fail(E.MODEL_PARSE_ERROR, "model", "unknown fields are not accepted")
+            raise violation(E.MODEL_PARSE_ERROR, "model", "unknown fields are not accepted")
 
 
 class SavesHeadersWithoutPayload(Fault):
@@ -148,7 +148,7 @@ class SignedTypeIds(Fault):
             ids = [st.type_id] if st.HasField("type_id") else []
             ids += [st.type_ref] if st.WhichOneof("kind") == "type_ref" else []
             if any(i >= 2**63 for i in ids):
-                raise fail(E.TYPE_ID_ZERO, "model.struct_types", "type_id must be positive")
+                raise violation(E.TYPE_ID_ZERO, "model.struct_types", "type_id must be positive")
 
 
 class LastDuplicateWins(Fault):
@@ -211,7 +211,7 @@ def _visited_set_cycle_check(original):
             while stack:
                 node = stack.pop()
                 if node in seen:
-                    raise fail(E.TYPE_REF_CYCLE, self.declarations[node][1], f"type {node} is reached twice")
+                    raise violation(E.TYPE_REF_CYCLE, self.declarations[node][1], f"type {node} is reached twice")
                 seen.add(node)
                 stack.extend(child for child in edges[node] if child in edges)
         return original(self, edges)
@@ -236,7 +236,7 @@ def _sorted_lookup(self, type_id: int, path: str):
     index = bisect.bisect_left(ids, type_id)
     if index < len(ids) and ids[index] == type_id:
         return self.declarations[type_id]
-    raise fail(E.TYPE_REF_UNRESOLVED, path, f"type_ref {type_id} names no declaration")
+    raise violation(E.TYPE_REF_UNRESOLVED, path, f"type_ref {type_id} names no declaration")
 
 
 class AssumesSortedCatalogue(Fault):
@@ -347,7 +347,7 @@ class RejectsKindlessCategory(Fault):
     def precheck(self, model, base_dir):
         for st, role in struct_types(model):
             if role == "type" and st.WhichOneof("kind") is None:
-                raise fail(E.KINDLESS_MISPLACED, "model", "a struct type must select a kind")
+                raise violation(E.KINDLESS_MISPLACED, "model", "a struct type must select a kind")
 
 
 class AcceptsAliasDeclarations(Fault):
@@ -373,9 +373,9 @@ def _encoded_names_only(graph, path: str) -> None:
     for index, value in enumerate(graph.encoded_initializer):
         where = f"{path}.encoded_initializer[{index}].name"
         if not value.name:
-            raise fail(E.INITIALIZER_NAME_EMPTY, where, "encoded initializers must be named")
+            raise violation(E.INITIALIZER_NAME_EMPTY, where, "encoded initializers must be named")
         if value.name in seen:
-            raise fail(E.INITIALIZER_NAME_DUPLICATE, where, f"name {value.name!r} repeats")
+            raise violation(E.INITIALIZER_NAME_DUPLICATE, where, f"name {value.name!r} repeats")
         seen.add(value.name)
 
 
@@ -414,7 +414,7 @@ class InitializerNameClashesWithInput(Fault):
         inputs = {vi.name for vi in model.graph.input}
         for value in model.graph.encoded_initializer:
             if value.name in inputs:
-                raise fail(E.INITIALIZER_NAME_DUPLICATE, "model.graph", f"{value.name!r} is also a graph input")
+                raise violation(E.INITIALIZER_NAME_DUPLICATE, "model.graph", f"{value.name!r} is also a graph input")
 
 
 class GraphStructTypesNotValidated(Fault):
@@ -467,7 +467,7 @@ class RejectsDynamicFieldDims(Fault):
             for tp in types:
                 if tp.WhichOneof("value") == "tensor_type" and any(
                         d.WhichOneof("value") != "dim_value" for d in tp.tensor_type.shape.dim):
-                    raise fail(E.TYPE_INVALID, "model.struct_types", "struct fields need concrete dimensions")
+                    raise violation(E.TYPE_INVALID, "model.struct_types", "struct fields need concrete dimensions")
 
 
 class RequiresFixedSizeStructs(Fault):
@@ -486,7 +486,7 @@ class RequiresFixedSizeStructs(Fault):
         for decl, path in catalogue.declarations.values():
             size = catalogue.bit_size(decl, path)
             if isinstance(size, structs.NotFixedSize):
-                raise fail(E.NOT_FIXED_SIZE, size.path, "every struct type must have a fixed size")
+                raise violation(E.NOT_FIXED_SIZE, size.path, "every struct type must have a fixed size")
 
 
 class ZeroCountsAccepted(Fault):
@@ -529,7 +529,7 @@ class BitWidth64Rejected(Fault):
     def precheck(self, model, base_dir):
         for st, _ in struct_types(model):
             if st.WhichOneof("kind") == "bit_packing" and any(c.bit_width == 64 for c in st.bit_packing.component):
-                raise fail(E.BIT_WIDTH_INVALID, "model", "bit width 64 is outside 1..63")
+                raise violation(E.BIT_WIDTH_INVALID, "model", "bit width 64 is outside 1..63")
 
 
 class NoNestingLimit(Fault):
@@ -684,7 +684,7 @@ class RejectsZeroSizeStructs(Fault):
             except Exception:  # noqa: BLE001
                 continue
             if size == 0:
-                raise fail(E.ROOT_SIZE_ZERO, path, "a struct needs a positive size")
+                raise violation(E.ROOT_SIZE_ZERO, path, "a struct needs a positive size")
 
 
 class FieldsInNameOrder(Fault):

@@ -20,7 +20,7 @@ from reference_impl import ContractError, schema
 from reference_impl import state as state_module
 from reference_impl.bindings import validate_bindings
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.executor import Executor
 from reference_impl.values import TensorSpec, numpy_dtype
 
@@ -118,7 +118,7 @@ class StructInitialRefused(Fault):
     def open_state(self, model_bytes, initial, base_dir=None):
         for name, value in initial.items():
             if isinstance(value, Struct):
-                raise fail(E.STATE_UNRETAINABLE, f"initial[{name!r}]", "only tensors can be retained")
+                raise violation(E.STATE_UNRETAINABLE, f"initial[{name!r}]", "only tensors can be retained")
         return super().open_state(model_bytes, initial, base_dir)
 
 
@@ -353,7 +353,7 @@ class _UnguardedResetCloseState(FaultState):
     def reset(self, initial):
         state = self.state
         if state.closed:
-            raise fail(E.STATE_CLOSED, "state.reset", "the state is closed")
+            raise violation(E.STATE_CLOSED, "state.reset", "the state is closed")
         state._values = state._initial_values({k: to_runtime(v) for k, v in initial.items()})
 
     def close(self):

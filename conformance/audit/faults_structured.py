@@ -12,7 +12,7 @@ import numpy as np
 from conformance.audit.fault import Fault, Patch, encoded_values, type_refs, wrap
 from conformance.audit.fault import decode_module as decode
 from reference_impl import decoders, dtypes, payload, records, verifier
-from reference_impl.errors import ContractError, fail
+from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
 from reference_impl.executor import program
 from reference_impl.values import EncodedValue, StructValue
@@ -103,7 +103,7 @@ class InlineLayoutsUnsupported(Fault):
     def precheck(self, model, base_dir):
         for value in encoded_values(model):
             if value.WhichOneof("layout") == "struct_type" and value.struct_type.WhichOneof("kind") != "type_ref":
-                raise fail(E.CONSUMER_MISSING, "model.graph", "only type_ref layouts are supported")
+                raise violation(E.CONSUMER_MISSING, "model.graph", "only type_ref layouts are supported")
 
 
 def _truncating(original):
@@ -154,7 +154,7 @@ def _one_record(original):
     def verify_struct_layout(value, path, extent, catalogue):
         info = original(value, path, extent, catalogue)
         if info.record_count != 1:
-            raise fail(E.PAYLOAD_PARTIAL_RECORD, path,
+            raise violation(E.PAYLOAD_PARTIAL_RECORD, path,
                        f"{extent.length} bytes are not one {info.element_bytes}-byte element of the type")
         return info
     return verify_struct_layout
@@ -248,7 +248,7 @@ class BindsWithoutVerifying(Fault):
         def bind(registry, type_id, layout, path, declaration=None):
             found = registry._decoders.get(type_id)
             if found is None:
-                raise fail(E.CONSUMER_MISSING, path, f"no decoder or registered consumer for type_id {type_id}")
+                raise violation(E.CONSUMER_MISSING, path, f"no decoder or registered consumer for type_id {type_id}")
             return found
         return [Patch(decoders.DecoderRegistry, "bind", bind)]
 
@@ -290,7 +290,7 @@ class CodecBodiesLoaded(Fault):
                 body = getattr(decl, codec)
                 for node in body.node if decl.HasField(codec) else ():
                     if node.domain not in ("", "ai.onnx", "onnx_light"):
-                        raise fail(E.OPERATOR_UNSUPPORTED, f"model.struct_types.{codec}",
+                        raise violation(E.OPERATOR_UNSUPPORTED, f"model.struct_types.{codec}",
                                    f"{node.domain}.{node.op_type} is not available")
 
 
@@ -302,7 +302,7 @@ def _nested_decoders_first(original):
             for nested in type_refs(root):
                 declaration, _ = catalogue.lookup(nested, path)
                 if declaration.HasField("decoder") and nested not in known:
-                    raise fail(E.CONSUMER_MISSING, path, f"no decoder for nested type {nested}")
+                    raise violation(E.CONSUMER_MISSING, path, f"no decoder for nested type {nested}")
         return original(value, catalogue, base_dir, registry, path)
     return decode_value
 
@@ -347,7 +347,7 @@ class NoGenericFieldAccess(Fault):
     boundary = True
 
     def read_fields(self, model_bytes, value_name, base_dir):
-        raise fail(E.CONSUMER_MISSING, value_name, "no decoder or consumer for this layout")
+        raise violation(E.CONSUMER_MISSING, value_name, "no decoder or consumer for this layout")
 
 
 def _linear_type_defaults(layout, payload):
@@ -417,7 +417,7 @@ class BlockRowsImposed(Fault):
             if value.WhichOneof("layout") == "struct_type" and value.HasField("logical_type") and \
                     value.logical_type.WhichOneof("value") == "tensor_type" and \
                     len(value.logical_type.tensor_type.shape.dim) != 2:
-                raise fail(E.LOGICAL_SHAPE_MISMATCH, f"model.graph.encoded_initializer[{value.name!r}]",
+                raise violation(E.LOGICAL_SHAPE_MISMATCH, f"model.graph.encoded_initializer[{value.name!r}]",
                            "a block layout's logical shape is (records, elements per record)")
 
 
@@ -431,7 +431,7 @@ class LogicalTypeRequired(Fault):
     def precheck(self, model, base_dir):
         for value in encoded_values(model):
             if not value.HasField("logical_type"):
-                raise fail(E.LOGICAL_TYPE_INVALID, f"model.graph.encoded_initializer[{value.name!r}]",
+                raise violation(E.LOGICAL_TYPE_INVALID, f"model.graph.encoded_initializer[{value.name!r}]",
                            "logical_type is required")
 
 

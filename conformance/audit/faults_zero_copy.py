@@ -12,7 +12,7 @@ from conformance.audit.fault import TESTEE_COPIES_RETURNED_VALUES, Fault, FaultS
 from conformance.audit.faults_state import neutral_copy
 from conformance.values import Struct
 from reference_impl import state as state_module
-from reference_impl.errors import ContractError, fail
+from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
 from reference_impl.executor import kernels, program
 from reference_impl.values import EncodedValue, StructValue, leaves
@@ -116,7 +116,7 @@ class _NoStringsState(FaultState):
     def run(self, feeds):
         for name, value in feeds.items():
             if isinstance(value, np.ndarray) and value.dtype.kind in "OUS":
-                raise fail(E.BINDING_STRING, f"feeds[{name!r}]", "string tensors are not supported by a state")
+                raise violation(E.BINDING_STRING, f"feeds[{name!r}]", "string tensors are not supported by a state")
         return super().run(feeds)
 
 
@@ -141,7 +141,7 @@ class _NoAliasingState(FaultState):
             for _, leaf in leaves(to_runtime(value), name):
                 if isinstance(leaf, np.ndarray) and any(np.shares_memory(leaf, kept) for kept in retained):
                     self.state._values = before
-                    raise fail(E.STATE_UNRETAINABLE, f"outputs[{name!r}]", "an output aliases retained state")
+                    raise violation(E.STATE_UNRETAINABLE, f"outputs[{name!r}]", "an output aliases retained state")
         return outputs
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fuzz import gen
-from fuzz.cases import Case
+from fuzz.cases import FuzzCase
 from fuzz.mutators.base import (
     Work,
     entries,
@@ -24,7 +24,7 @@ from reference_impl.errors import ErrorCode as E
 
 # ------------------------------------------------------------------------------------- affine rules
 @mutator(E.AFFINE_STORAGE_INVALID)
-def _storage(src, generated) -> Case:
+def _storage(src, generated) -> FuzzCase:
     work = Work(generated, E.AFFINE_STORAGE_INVALID)
     value = pick_affine(src, work)
     value.affine.storage_type = src.choice((dtypes.FLOAT, dtypes.INT16, dtypes.INT32, dtypes.FLOAT8E4M3FN,
@@ -43,7 +43,7 @@ def _retype_float_tensor(tensor, new_type: int) -> None:
 
 
 @mutator(E.AFFINE_SCALE_INVALID)
-def _scale_invalid(src, generated) -> Case:
+def _scale_invalid(src, generated) -> FuzzCase:
     work = Work(generated, E.AFFINE_SCALE_INVALID)
     value = pick_affine(src, work)
     how = src.integer(0, 2)
@@ -79,7 +79,7 @@ def _wrong_shape(src, shape: tuple) -> tuple:
 
 
 @mutator(E.AFFINE_PARAM_SHAPE)
-def _param_shape(src, generated) -> Case:
+def _param_shape(src, generated) -> FuzzCase:
     work = Work(generated, E.AFFINE_PARAM_SHAPE)
     value = pick_affine(src, work)
     layout = value.affine
@@ -102,7 +102,7 @@ def _param_shape(src, generated) -> Case:
 
 
 @mutator(E.AFFINE_ZERO_POINT_INVALID)
-def _zero_point(src, generated) -> Case:
+def _zero_point(src, generated) -> FuzzCase:
     work = Work(generated, E.AFFINE_ZERO_POINT_INVALID)
     value = pick_affine(src, work)
     layout = value.affine
@@ -118,7 +118,7 @@ def _zero_point(src, generated) -> Case:
 
 
 @mutator(E.AFFINE_AXIS_INVALID)
-def _axis(src, generated) -> Case:
+def _axis(src, generated) -> FuzzCase:
     work = Work(generated, E.AFFINE_AXIS_INVALID)
     value = pick_affine(src, work, lambda v: v.affine.HasField("axis"), granularity=src.choice(("axis", "blocked")))
     rank = rank_of(value)
@@ -127,7 +127,7 @@ def _axis(src, generated) -> Case:
 
 
 @mutator(E.AFFINE_BLOCK_WITHOUT_AXIS)
-def _block_without_axis(src, generated) -> Case:
+def _block_without_axis(src, generated) -> FuzzCase:
     work = Work(generated, E.AFFINE_BLOCK_WITHOUT_AXIS)
     value = pick_affine(src, work, lambda v: not v.affine.HasField("axis"), granularity="tensor")
     value.affine.block_size = src.integer(1, 4)
@@ -135,7 +135,7 @@ def _block_without_axis(src, generated) -> Case:
 
 
 @mutator(E.AFFINE_BLOCK_INVALID)
-def _block_zero(src, generated) -> Case:
+def _block_zero(src, generated) -> FuzzCase:
     work = Work(generated, E.AFFINE_BLOCK_INVALID)
     value = pick_affine(src, work, lambda v: v.affine.HasField("axis"), granularity=src.choice(("axis", "blocked")))
     value.affine.block_size = 0
@@ -143,7 +143,7 @@ def _block_zero(src, generated) -> Case:
 
 
 @mutator(E.AFFINE_PAYLOAD_SIZE)
-def _affine_payload(src, generated) -> Case:
+def _affine_payload(src, generated) -> FuzzCase:
     work = Work(generated, E.AFFINE_PAYLOAD_SIZE)
     value = pick_affine(src, work)
     length = payload_length(value, work.files)
@@ -158,7 +158,7 @@ def _affine_payload(src, generated) -> Case:
 
 
 @mutator(E.AFFINE_PADDING_NONZERO)
-def _padding(src, generated) -> Case:
+def _padding(src, generated) -> FuzzCase:
     work = Work(generated, E.AFFINE_PADDING_NONZERO)
 
     def odd(v) -> bool:

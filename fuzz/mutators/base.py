@@ -15,14 +15,14 @@ import numpy as np
 
 from fuzz import gen
 from fuzz import layouts as L
-from fuzz.cases import Case
+from fuzz.cases import FuzzCase
 from fuzz.source import Source
 from reference_impl import dtypes, examples, schema
 from reference_impl.errors import ErrorCode as E
 
 REGISTERED_IDS = (2001, 1002, 1003, 1102)
 
-Mutator = Callable[[Source, gen.Generated], Case]
+Mutator = Callable[[Source, gen.Generated], FuzzCase]
 MUTATORS: dict[E, Mutator] = {}
 
 #: Codes of the state, execution, export and KV layers are produced by operation scripts instead
@@ -49,8 +49,8 @@ class Work:
         self.catalogue = generated.catalogue
         self.code = code
 
-    def case(self, rule: str, op: str = "verify", name: str = "", field: str = "") -> Case:
-        return Case(self.model, op, name, field, self.files, self.code.value, rule)
+    def case(self, rule: str, op: str = "verify", name: str = "", field: str = "") -> FuzzCase:
+        return FuzzCase(self.model, op, name, field, self.files, self.code.value, rule)
 
     @property
     def graph(self):

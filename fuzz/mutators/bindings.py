@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fuzz import gen
 from fuzz import layouts as L
-from fuzz.cases import Case
+from fuzz.cases import FuzzCase
 from fuzz.mutators.base import (
     MUTATORS,
     Work,
@@ -34,7 +34,7 @@ def _ensure_binding(src, work):
 
 
 @mutator(E.BINDING_NAME_UNKNOWN)
-def _binding_unknown(src, generated) -> Case:
+def _binding_unknown(src, generated) -> FuzzCase:
     work = Work(generated, E.BINDING_NAME_UNKNOWN)
     binding = _ensure_binding(src, work)
     side = src.choice(("input_name", "output_name"))
@@ -60,7 +60,7 @@ MUTATORS[E.BINDING_OUTPUT_DUPLICATE] = lambda src, g: _binding_dup_for(src, g, E
 
 
 @mutator(E.BINDING_INCOMPATIBLE)
-def _binding_incompatible(src, generated) -> Case:
+def _binding_incompatible(src, generated) -> FuzzCase:
     work = Work(generated, E.BINDING_INCOMPATIBLE)
     how = src.integer(0, 4)
     if how == 0:
@@ -86,7 +86,7 @@ def _binding_incompatible(src, generated) -> Case:
 
 
 @mutator(E.BINDING_STRING)
-def _binding_string(src, generated) -> Case:
+def _binding_string(src, generated) -> FuzzCase:
     work = Work(generated, E.BINDING_STRING)
     if src.boolean():
         _add_pair(work, L.tensor_type(dtypes.STRING, ("n",)))
@@ -108,7 +108,7 @@ def _binding_string(src, generated) -> Case:
 
 
 @mutator(E.BINDING_IN_SUBGRAPH)
-def _binding_subgraph(src, generated) -> Case:
+def _binding_subgraph(src, generated) -> FuzzCase:
     work = Work(generated, E.BINDING_IN_SUBGRAPH)
     cond = gen.value_info("cond", L.tensor_type(dtypes.BOOL, ()))
     work.graph.input.append(cond)

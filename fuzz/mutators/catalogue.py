@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fuzz import gen
-from fuzz.cases import Case
+from fuzz.cases import FuzzCase
 from fuzz.mutators.base import (
     MUTATORS,
     Site,
@@ -38,7 +38,7 @@ MUTATORS[E.TYPE_ID_ZERO] = lambda src, g: _type_id_for(src, g, E.TYPE_ID_ZERO)
 
 
 @mutator(E.TYPE_ID_DUPLICATE)
-def _duplicate_id(src: Source, generated: gen.Generated) -> Case:
+def _duplicate_id(src: Source, generated: gen.Generated) -> FuzzCase:
     work = Work(generated, E.TYPE_ID_DUPLICATE)
     if not len(work.model.struct_types):
         fresh_declaration(src, work, "packing")
@@ -49,7 +49,7 @@ def _duplicate_id(src: Source, generated: gen.Generated) -> Case:
 
 
 @mutator(E.DECLARATION_NOT_CONCRETE)
-def _declaration_ref(src: Source, generated: gen.Generated) -> Case:
+def _declaration_ref(src: Source, generated: gen.Generated) -> FuzzCase:
     work = Work(generated, E.DECLARATION_NOT_CONCRETE)
     ids = [d.type_id for d in work.model.struct_types] or [12345]
     decl = work.model.struct_types.add(type_id=work.fresh_id(src), type_ref=src.choice(ids))
@@ -61,7 +61,7 @@ def _declaration_ref(src: Source, generated: gen.Generated) -> Case:
 
 
 @mutator(E.KINDLESS_MISPLACED)
-def _kindless(src: Source, generated: gen.Generated) -> Case:
+def _kindless(src: Source, generated: gen.Generated) -> FuzzCase:
     work = Work(generated, E.KINDLESS_MISPLACED)
     layouts = work.values(lambda v: v.WhichOneof("layout") == "struct_type")
     if layouts and src.boolean():
@@ -77,7 +77,7 @@ def _kindless(src: Source, generated: gen.Generated) -> Case:
 
 
 @mutator(E.TYPE_REF_UNRESOLVED)
-def _unresolved(src: Source, generated: gen.Generated) -> Case:
+def _unresolved(src: Source, generated: gen.Generated) -> FuzzCase:
     work = Work(generated, E.TYPE_REF_UNRESOLVED)
     site = ref_site(src, work)
     site.st.type_ref = work.fresh_id(src) if src.boolean() else src.choice((0, UINT64_MAX, 31337))
@@ -87,7 +87,7 @@ def _unresolved(src: Source, generated: gen.Generated) -> Case:
 
 
 @mutator(E.TYPE_REF_CYCLE)
-def _cycle(src: Source, generated: gen.Generated) -> Case:
+def _cycle(src: Source, generated: gen.Generated) -> FuzzCase:
     work = Work(generated, E.TYPE_REF_CYCLE)
     structures = [d for d in work.model.struct_types if d.WhichOneof("kind") == "structure"]
     if structures and src.boolean():
@@ -113,7 +113,7 @@ def _cycle(src: Source, generated: gen.Generated) -> Case:
 
 
 @mutator(E.TYPE_REF_EXTRA_FIELDS)
-def _ref_extra(src: Source, generated: gen.Generated) -> Case:
+def _ref_extra(src: Source, generated: gen.Generated) -> FuzzCase:
     work = Work(generated, E.TYPE_REF_EXTRA_FIELDS)
     site = ref_site(src, work)
     extra = src.choice(("name", "doc_string", "metadata_props", "decoder", "encoder", "type_id"))
@@ -131,7 +131,7 @@ def _ref_extra(src: Source, generated: gen.Generated) -> Case:
 
 
 @mutator(E.INLINE_TYPE_ID)
-def _inline_id(src: Source, generated: gen.Generated) -> Case:
+def _inline_id(src: Source, generated: gen.Generated) -> FuzzCase:
     work = Work(generated, E.INLINE_TYPE_ID)
 
     def fallback() -> Site:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fuzz import layouts as L
-from fuzz.cases import Case
+from fuzz.cases import FuzzCase
 from fuzz.mutators.base import (
     Site,
     Work,
@@ -38,7 +38,7 @@ def _array_site(src, work) -> Site:
 
 
 @mutator(E.STRUCTURE_EMPTY)
-def _structure_empty(src, generated) -> Case:
+def _structure_empty(src, generated) -> FuzzCase:
     work = Work(generated, E.STRUCTURE_EMPTY)
     site = _structure_site(src, work)
     del site.st.structure.field[:]
@@ -46,7 +46,7 @@ def _structure_empty(src, generated) -> Case:
 
 
 @mutator(E.BIT_PACKING_EMPTY)
-def _packing_empty(src, generated) -> Case:
+def _packing_empty(src, generated) -> FuzzCase:
     work = Work(generated, E.BIT_PACKING_EMPTY)
     site = _packing_site(src, work)
     del site.st.bit_packing.component[:]
@@ -60,7 +60,7 @@ def _named_items(src, work):
 
 
 @mutator(E.NAME_EMPTY)
-def _name_empty(src, generated) -> Case:
+def _name_empty(src, generated) -> FuzzCase:
     work = Work(generated, E.NAME_EMPTY)
     item = src.choice(_named_items(src, work))
     item.name = ""
@@ -68,7 +68,7 @@ def _name_empty(src, generated) -> Case:
 
 
 @mutator(E.NAME_DUPLICATE)
-def _name_duplicate(src, generated) -> Case:
+def _name_duplicate(src, generated) -> FuzzCase:
     work = Work(generated, E.NAME_DUPLICATE)
     if src.boolean():
         site = _packing_site(src, work)
@@ -84,7 +84,7 @@ def _name_duplicate(src, generated) -> Case:
 
 
 @mutator(E.FIELD_CONTENT_MISSING)
-def _field_content(src, generated) -> Case:
+def _field_content(src, generated) -> FuzzCase:
     work = Work(generated, E.FIELD_CONTENT_MISSING)
     fields = _structure_site(src, work).st.structure.field
     if src.boolean():
@@ -99,7 +99,7 @@ def _field_content(src, generated) -> Case:
 
 
 @mutator(E.BIT_WIDTH_INVALID)
-def _bit_width(src, generated) -> Case:
+def _bit_width(src, generated) -> FuzzCase:
     work = Work(generated, E.BIT_WIDTH_INVALID)
     component = src.choice(list(_packing_site(src, work).st.bit_packing.component))
     component.bit_width = src.choice((0, 65, 128, 2**31, 2**32 - 1))
@@ -107,7 +107,7 @@ def _bit_width(src, generated) -> Case:
 
 
 @mutator(E.DIMENSION_INVALID)
-def _dimension(src, generated) -> Case:
+def _dimension(src, generated) -> FuzzCase:
     work = Work(generated, E.DIMENSION_INVALID)
     if src.boolean():
         site = _array_site(src, work)
@@ -119,7 +119,7 @@ def _dimension(src, generated) -> Case:
 
 
 @mutator(E.ARRAY_ELEMENT_MISSING)
-def _array_element(src, generated) -> Case:
+def _array_element(src, generated) -> FuzzCase:
     work = Work(generated, E.ARRAY_ELEMENT_MISSING)
     site = _array_site(src, work)
     site.st.array.ClearField("element_type")
@@ -127,7 +127,7 @@ def _array_element(src, generated) -> Case:
 
 
 @mutator(E.TYPE_INVALID)
-def _type_invalid(src, generated) -> Case:
+def _type_invalid(src, generated) -> FuzzCase:
     work = Work(generated, E.TYPE_INVALID)
     sites = type_sites(work.model)
     if not sites or src.chance(1, 8):
@@ -181,7 +181,7 @@ def _constant_field(src, work):
 
 
 @mutator(E.CONSTANT_DIMS_INVALID)
-def _constant_dims(src, generated) -> Case:
+def _constant_dims(src, generated) -> FuzzCase:
     work = Work(generated, E.CONSTANT_DIMS_INVALID)
     constant = _constant_field(src, work).constant
     dims = list(constant.dims) or [1]
@@ -192,7 +192,7 @@ def _constant_dims(src, generated) -> Case:
 
 
 @mutator(E.TENSOR_DATA_INVALID)
-def _tensor_data(src, generated) -> Case:
+def _tensor_data(src, generated) -> FuzzCase:
     work = Work(generated, E.TENSOR_DATA_INVALID)
     affine = work.values(lambda v: v.WhichOneof("layout") == "affine")
     if affine and src.chance(1, 3):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fuzz import gen
 from fuzz import layouts as L
-from fuzz.cases import Case
+from fuzz.cases import FuzzCase
 from fuzz.mutators.base import (
     Work,
     mutator,
@@ -18,7 +18,7 @@ from reference_impl.errors import ErrorCode as E
 
 # ------------------------------------------------------------------------------ byte-encoding rules
 @mutator(E.NOT_FIXED_SIZE)
-def _not_fixed(src, generated) -> Case:
+def _not_fixed(src, generated) -> FuzzCase:
     work = Work(generated, E.NOT_FIXED_SIZE)
     value = struct_value(src, work)
     how = src.choice(("sequence", "map", "optional", "category", "no shape", "dim_param"))
@@ -37,7 +37,7 @@ def _not_fixed(src, generated) -> Case:
 
 
 @mutator(E.UNSUPPORTED_LEAF)
-def _unsupported_leaf(src, generated) -> Case:
+def _unsupported_leaf(src, generated) -> FuzzCase:
     work = Work(generated, E.UNSUPPORTED_LEAF)
     value = struct_value(src, work)
     dims = src.choice(((), (2,), (1, 3)))
@@ -52,7 +52,7 @@ def _unsupported_leaf(src, generated) -> Case:
 
 
 @mutator(E.SIZE_OVERFLOW)
-def _size_overflow(src, generated) -> Case:
+def _size_overflow(src, generated) -> FuzzCase:
     work = Work(generated, E.SIZE_OVERFLOW)
     value = struct_value(src, work)
     how = src.integer(0, 2)
@@ -70,7 +70,7 @@ def _size_overflow(src, generated) -> Case:
 
 
 @mutator(E.ROOT_SIZE_ZERO)
-def _root_zero(src, generated) -> Case:
+def _root_zero(src, generated) -> FuzzCase:
     work = Work(generated, E.ROOT_SIZE_ZERO)
     value = struct_value(src, work)
     constant = gen.gen_constant(src).tensor
@@ -90,7 +90,7 @@ def _root_zero(src, generated) -> Case:
 
 
 @mutator(E.ROOT_SIZE_NOT_BYTES)
-def _root_bits(src, generated) -> Case:
+def _root_bits(src, generated) -> FuzzCase:
     work = Work(generated, E.ROOT_SIZE_NOT_BYTES)
     value = struct_value(src, work)
     odd = schema.TypeProto()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from fuzz import layouts as L
-from fuzz.cases import Case
+from fuzz.cases import FuzzCase
 from fuzz.known_issues import probe_known
 from fuzz.mutators.base import (
     REGISTERED_IDS,
@@ -24,7 +24,7 @@ from reference_impl.errors import ErrorCode as E
 
 # -------------------------------------------------------------------------------------- graph rules
 @mutator(E.INITIALIZER_NAME_DUPLICATE)
-def _init_duplicate(src, generated) -> Case:
+def _init_duplicate(src, generated) -> FuzzCase:
     work = Work(generated, E.INITIALIZER_NAME_DUPLICATE)
     values = work.values() or [work.add_affine(src)]
     others = [t.name for t in work.graph.initializer] + [v.name for v in values]
@@ -38,7 +38,7 @@ def _init_duplicate(src, generated) -> Case:
 
 
 @mutator(E.INITIALIZER_NAME_EMPTY)
-def _init_empty(src, generated) -> Case:
+def _init_empty(src, generated) -> FuzzCase:
     work = Work(generated, E.INITIALIZER_NAME_EMPTY)
     value = src.choice(work.values() or [work.add_affine(src)])
     value.name = ""
@@ -47,7 +47,7 @@ def _init_empty(src, generated) -> Case:
 
 # ------------------------------------------------------------------------------------ decoding rules
 @mutator(E.VALUE_NOT_FOUND)
-def _not_found(src, generated) -> Case:
+def _not_found(src, generated) -> FuzzCase:
     work = Work(generated, E.VALUE_NOT_FOUND)
     names = [t.name for t in work.graph.initializer] + ["tokens", "missing", ""]
     existing = {v.name for v in work.values()}
@@ -57,7 +57,7 @@ def _not_found(src, generated) -> Case:
 
 
 @mutator(E.CONSUMER_MISSING)
-def _consumer_missing(src, generated) -> Case:
+def _consumer_missing(src, generated) -> FuzzCase:
     work = Work(generated, E.CONSUMER_MISSING)
     values = work.values(lambda v: v.WhichOneof("layout") == "struct_type" and
                          v.struct_type.type_ref not in REGISTERED_IDS)
@@ -66,7 +66,7 @@ def _consumer_missing(src, generated) -> Case:
 
 
 @mutator(E.DECODER_MISMATCH)
-def _decoder_mismatch(src, generated) -> Case:
+def _decoder_mismatch(src, generated) -> FuzzCase:
     work = Work(generated, E.DECODER_MISMATCH)
     type_id = src.choice(REGISTERED_IDS)
     spec = {d.type_id: d for d in examples.spec_struct_types()}[type_id]
@@ -115,7 +115,7 @@ def _decoder_mismatch(src, generated) -> Case:
     return _impostor_value(work, type_id)
 
 
-def _impostor_value(work, type_id: int) -> Case:
+def _impostor_value(work, type_id: int) -> FuzzCase:
     value = schema.EncodedValueProto(name=work.fresh_name("impostor"))
     value.struct_type.type_ref = type_id
     value.raw_data = b""
@@ -131,7 +131,7 @@ def _io_only(model):
     return only
 
 
-def _decoder_mismatch_clean(work, type_id, impostor) -> Case:
+def _decoder_mismatch_clean(work, type_id, impostor) -> FuzzCase:
     """Fallback for models whose other parts depend on the ID: a minimal model around the impostor."""
     work.model.ClearField("struct_types")
     work.model.struct_types.extend([spec_decl(1101), impostor] if type_id == 1102 else [impostor])
@@ -170,7 +170,7 @@ def _layout_uses(st, model, type_id: int) -> bool:
 
 
 @mutator(E.FIELD_NOT_FOUND)
-def _field_not_found(src, generated) -> Case:
+def _field_not_found(src, generated) -> FuzzCase:
     work = Work(generated, E.FIELD_NOT_FOUND)
     value = struct_value(src, work)
     path = src.choice(("missing", "codes.missing", "body..x", ".", "scale.index.extra", "\\"))
@@ -180,7 +180,7 @@ def _field_not_found(src, generated) -> Case:
 
 # --------------------------------------------------------------------------------------- limit rules
 @mutator(E.MODEL_PARSE_ERROR)
-def _parse_error(src, generated) -> Case:
+def _parse_error(src, generated) -> FuzzCase:
     work = Work(generated, E.MODEL_PARSE_ERROR)
     data = work.model.SerializeToString()
     how = src.integer(0, 3)
@@ -202,11 +202,11 @@ def _parse_error(src, generated) -> Case:
         broken, rule = data + b"\x0f", "invalid wire type"
     except Exception:  # noqa: BLE001 - any parse failure is what this rule wants
         pass
-    return Case(broken, "verify", files=work.files, expected=E.MODEL_PARSE_ERROR.value, rule=rule)
+    return FuzzCase(broken, "verify", files=work.files, expected=E.MODEL_PARSE_ERROR.value, rule=rule)
 
 
 @mutator(E.NESTING_TOO_DEEP)
-def _too_deep(src, generated) -> Case:
+def _too_deep(src, generated) -> FuzzCase:
     work = Work(generated, E.NESTING_TOO_DEEP)
     # 33 declarations reach 2 * 33 - 1 = 65 levels (every TypeProto and type_ref expansion counts).
     depth = src.choice((33, 34)) if src.boolean() else src.integer(35, 120)
@@ -238,7 +238,7 @@ def _free_id_block(src, work, size: int) -> int:
 
 
 @mutator(E.RESOURCE_LIMIT)
-def _resource(src, generated) -> Case:
+def _resource(src, generated) -> FuzzCase:
     work = Work(generated, E.RESOURCE_LIMIT)
     if probe_known() and src.boolean():
         return _constant_diamond(src, work)
@@ -259,7 +259,7 @@ def _resource(src, generated) -> Case:
                      op=src.choice(("fields", "decode")), name=value.name)
 
 
-def _constant_diamond(src, work) -> Case:
+def _constant_diamond(src, work) -> FuzzCase:
     """Known oracle issue: constant-only groups reached through 2**levels reference paths."""
     levels = src.integer(15, 19)  # deep enough for 4**15 paths, shallow enough for the depth limit
     first = _free_id_block(src, work, levels + 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fuzz import gen
 from fuzz import layouts as L
-from fuzz.cases import Case
+from fuzz.cases import FuzzCase
 from fuzz.mutators.base import (
     Work,
     any_value,
@@ -25,7 +25,7 @@ from reference_impl.errors import ErrorCode as E
 
 # ------------------------------------------------------------------------------ encoded value rules
 @mutator(E.LAYOUT_MISSING)
-def _layout_missing(src, generated) -> Case:
+def _layout_missing(src, generated) -> FuzzCase:
     work = Work(generated, E.LAYOUT_MISSING)
     values = work.values() or [work.add_affine(src)]
     value = src.choice(values)
@@ -34,7 +34,7 @@ def _layout_missing(src, generated) -> Case:
 
 
 @mutator(E.PAYLOAD_BOTH)
-def _payload_both(src, generated) -> Case:
+def _payload_both(src, generated) -> FuzzCase:
     work = Work(generated, E.PAYLOAD_BOTH)
     value = any_value(src, work)
     if is_external(value):
@@ -47,7 +47,7 @@ def _payload_both(src, generated) -> Case:
 
 
 @mutator(E.PAYLOAD_LOCATION_MISMATCH)
-def _location_mismatch(src, generated) -> Case:
+def _location_mismatch(src, generated) -> FuzzCase:
     work = Work(generated, E.PAYLOAD_LOCATION_MISMATCH)
     value = any_value(src, work, external=True)
     value.ClearField("data_location") if src.boolean() else setattr(value, "data_location", 0)
@@ -55,7 +55,7 @@ def _location_mismatch(src, generated) -> Case:
 
 
 @mutator(E.EXTERNAL_LOCATION_MISSING)
-def _location_missing(src, generated) -> Case:
+def _location_missing(src, generated) -> FuzzCase:
     work = Work(generated, E.EXTERNAL_LOCATION_MISSING)
     value = any_value(src, work, external=True)
     set_entry(value, "location", "" if src.boolean() else None)
@@ -63,7 +63,7 @@ def _location_missing(src, generated) -> Case:
 
 
 @mutator(E.EXTERNAL_LENGTH_MISSING)
-def _length_missing(src, generated) -> Case:
+def _length_missing(src, generated) -> FuzzCase:
     work = Work(generated, E.EXTERNAL_LENGTH_MISSING)
     value = any_value(src, work, external=True)
     set_entry(value, "length", None)
@@ -71,7 +71,7 @@ def _length_missing(src, generated) -> Case:
 
 
 @mutator(E.EXTERNAL_KEY_INVALID)
-def _key_invalid(src, generated) -> Case:
+def _key_invalid(src, generated) -> FuzzCase:
     work = Work(generated, E.EXTERNAL_KEY_INVALID)
     value = any_value(src, work, external=True)
     if src.boolean():
@@ -87,7 +87,7 @@ def _key_invalid(src, generated) -> Case:
 
 
 @mutator(E.EXTERNAL_NUMBER_INVALID)
-def _number_invalid(src, generated) -> Case:
+def _number_invalid(src, generated) -> FuzzCase:
     work = Work(generated, E.EXTERNAL_NUMBER_INVALID)
     value = any_value(src, work, external=True)
     key = src.choice(("length", "offset"))
@@ -97,7 +97,7 @@ def _number_invalid(src, generated) -> Case:
 
 
 @mutator(E.EXTERNAL_EXTENT_OVERFLOW)
-def _extent_overflow(src, generated) -> Case:
+def _extent_overflow(src, generated) -> FuzzCase:
     work = Work(generated, E.EXTERNAL_EXTENT_OVERFLOW)
     candidates = work.values(lambda v: is_external(v) and int(entries(v)["length"]) > 0)
     if candidates and src.chance(3, 4):
@@ -114,7 +114,7 @@ def _extent_overflow(src, generated) -> Case:
 
 
 @mutator(E.EXTERNAL_PATH_INVALID)
-def _path_invalid(src, generated) -> Case:
+def _path_invalid(src, generated) -> FuzzCase:
     work = Work(generated, E.EXTERNAL_PATH_INVALID)
     value = any_value(src, work, external=True)
     location = src.choice(("/etc/passwd", "/" + gen.EXTERNAL_FILE, "C:\\weights.bin", "c:weights.bin",
@@ -125,7 +125,7 @@ def _path_invalid(src, generated) -> Case:
 
 
 @mutator(E.EXTERNAL_FILE_INVALID)
-def _file_invalid(src, generated) -> Case:
+def _file_invalid(src, generated) -> FuzzCase:
     work = Work(generated, E.EXTERNAL_FILE_INVALID)
     candidates = work.values(lambda v: is_external(v))
     value = src.choice(candidates) if candidates and src.chance(3, 4) else any_value(src, work, True)
@@ -145,7 +145,7 @@ def _file_invalid(src, generated) -> Case:
 
 
 @mutator(E.PAYLOAD_PARTIAL_RECORD)
-def _partial_record(src, generated) -> Case:
+def _partial_record(src, generated) -> FuzzCase:
     work = Work(generated, E.PAYLOAD_PARTIAL_RECORD)
     from reference_impl import verify_model
 
@@ -168,7 +168,7 @@ def _partial_record(src, generated) -> Case:
 
 
 @mutator(E.LOGICAL_TYPE_INVALID)
-def _logical_invalid(src, generated) -> Case:
+def _logical_invalid(src, generated) -> FuzzCase:
     work = Work(generated, E.LOGICAL_TYPE_INVALID)
     affine = work.values(lambda v: v.WhichOneof("layout") == "affine")
     value = src.choice(affine) if affine and src.chance(3, 4) else work.add_affine(src)
@@ -212,7 +212,7 @@ def _decoded_count(value) -> int:
 
 
 @mutator(E.LOGICAL_SHAPE_MISMATCH)
-def _logical_mismatch(src, generated) -> Case:
+def _logical_mismatch(src, generated) -> FuzzCase:
     work = Work(generated, E.LOGICAL_SHAPE_MISMATCH)
     value = spec_value(src, work)
     if value is None:  # the model reuses the spec's IDs: use a fresh copy of the spec catalogue

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from fuzz.cases import Case, scratch
+from fuzz.cases import FuzzCase, scratch
 from fuzz.invariants import Finding, guarded
 from fuzz.subjects import canonical_bytes, compare, observe, parse_disagreement
 
@@ -43,13 +43,13 @@ def is_raw(data: bytes) -> bool:
     return bool(data[:1]) and bool(data[0] & 1)
 
 
-def case_for(data: bytes) -> Case:
+def case_for(data: bytes) -> FuzzCase:
     if is_raw(data):
-        return Case(data[1:])
+        return FuzzCase(data[1:])
     from fuzz.targets.structured import build
 
     generated, case = build(data[1:])
-    return case if case is not None else Case(generated.model, "all", files=generated.files)
+    return case if case is not None else FuzzCase(generated.model, "all", files=generated.files)
 
 
 def one_input(data: bytes) -> None:

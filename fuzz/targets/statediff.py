@@ -25,7 +25,7 @@ def _holds(subject) -> bool:
 
 
 def _by_value(subject) -> bool:
-    from conformance.adapters.testee import TesteeAdapter
+    from conformance.adapters.testee_client import TesteeAdapter
 
     return isinstance(subject, TesteeAdapter)
 

@@ -10,7 +10,7 @@ on nearly valid models instead of parse errors.
 from __future__ import annotations
 
 from fuzz import checks, gen, mutators
-from fuzz.cases import Case, run_case, scratch
+from fuzz.cases import FuzzCase, run_case, scratch
 from fuzz.invariants import Finding, guarded, twice
 from fuzz.source import ByteSource
 
@@ -28,7 +28,7 @@ def _expect(fn, what: str):
     return guarded(run, what=what)
 
 
-def build(data: bytes) -> tuple[gen.Generated, Case | None]:
+def build(data: bytes) -> tuple[gen.Generated, FuzzCase | None]:
     """The generated model and, for near-valid inputs, the broken case (None for valid inputs)."""
     src = ByteSource(data)
     near = src.integer(0, 3) != 0
@@ -42,7 +42,7 @@ def one_input(data: bytes) -> None:
         base_dir = scratch().populate(generated.files)
         _expect(lambda: checks.check_valid(generated, base_dir), "valid")
         _expect(lambda: checks.check_runtime(generated, base_dir), "runtime")
-        whole = Case(generated.model, "all", files=generated.files)
+        whole = FuzzCase(generated.model, "all", files=generated.files)
         twice(lambda: run_case(whole), what="valid-all")
         return
     verdict, _ = twice(lambda: run_case(case), what=f"near-valid {case.expected}")

@@ -17,7 +17,7 @@ from onnx import numpy_helper
 
 from reference_impl.decode import decode_value
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.values import EncodedValue, StructSpec, StructValue, check_value, compile_struct
 
 LOCAL_DOMAIN = "onnx_light"
@@ -118,7 +118,7 @@ def make_decode(node, session) -> Kernel:
     def decode(inputs, ctx):
         value = inputs[0]
         if not isinstance(value, EncodedValue):
-            raise fail(E.CONSUMER_MISSING if isinstance(value, StructValue) else E.EXECUTION_FAILED,
+            raise violation(E.CONSUMER_MISSING if isinstance(value, StructValue) else E.EXECUTION_FAILED,
                        ctx.path, f"Decode needs an encoded value, got {type(value).__name__}")
         return [decode_value(value.to_proto(), session.catalogue, base_dir=value.base_dir or session.base_dir,
                              registry=session.registry)]
@@ -128,20 +128,20 @@ def make_decode(node, session) -> Kernel:
 def make_get_field(node, session) -> Kernel:
     name = attribute_values(node).get("field")
     if not name:
-        raise fail(E.OPERATOR_UNSUPPORTED, "GetField", "GetField needs a 'field' attribute")
+        raise violation(E.OPERATOR_UNSUPPORTED, "GetField", "GetField needs a 'field' attribute")
 
     def get_field(inputs, ctx):
         value = inputs[0]
         if isinstance(value, EncodedValue):
-            raise fail(E.CONSUMER_MISSING, ctx.path,
+            raise violation(E.CONSUMER_MISSING, ctx.path,
                        f"field {name!r} of byte-encoded records needs a decoder or codec")
         if not isinstance(value, StructValue):
-            raise fail(E.EXECUTION_FAILED, ctx.path, f"GetField needs a struct, got {type(value).__name__}")
+            raise violation(E.EXECUTION_FAILED, ctx.path, f"GetField needs a struct, got {type(value).__name__}")
         if name in value:
             return [value[name]]
         constant = session.struct_constant(value.type_id, name)
         if constant is None:
-            raise fail(E.FIELD_NOT_FOUND, ctx.path, f"struct has no field {name!r}")
+            raise violation(E.FIELD_NOT_FOUND, ctx.path, f"struct has no field {name!r}")
         return [constant]
     return get_field
 
@@ -157,11 +157,11 @@ def make_make_struct(node, session) -> Kernel:
     names = attrs.get("fields")
     if names is None:
         if not isinstance(spec, StructSpec):
-            raise fail(E.OPERATOR_UNSUPPORTED, "MakeStruct",
+            raise violation(E.OPERATOR_UNSUPPORTED, "MakeStruct",
                        "MakeStruct needs 'fields' or a structure type_id")
         names = [field for field, _ in spec.fields]
     if len(names) != len(node.input):
-        raise fail(E.OPERATOR_UNSUPPORTED, "MakeStruct", f"{len(node.input)} inputs for {len(names)} fields")
+        raise violation(E.OPERATOR_UNSUPPORTED, "MakeStruct", f"{len(node.input)} inputs for {len(names)} fields")
 
     def make_struct(inputs, ctx):
         value = StructValue(dict(zip(names, inputs)), type_id)

@@ -17,7 +17,7 @@ import numpy as np
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from reference_impl.errors import ContractError, fail
+from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
 from reference_impl.executor.kernels import (
     LOCAL_DOMAIN,
@@ -54,7 +54,7 @@ class RunContext:
 
     def check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.cancelled:
-            raise fail(E.STATE_CANCELLED, self.path, "execution was cancelled")
+            raise violation(E.STATE_CANCELLED, self.path, "execution was cancelled")
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class Program:
                  constants: Mapping[str, Any], session, opsets: Mapping[str, int], path: str,
                  depth: int = 0):
         if depth > MAX_DEPTH:
-            raise fail(E.NESTING_TOO_DEEP, path, f"graphs and function calls nest deeper than {MAX_DEPTH}")
+            raise violation(E.NESTING_TOO_DEEP, path, f"graphs and function calls nest deeper than {MAX_DEPTH}")
         self.input_names = tuple(input_names)
         self.output_names = tuple(output_names)
         self.constants = dict(constants)
@@ -101,16 +101,16 @@ class Program:
             try:
                 args = [values[name] for name in step.inputs]
             except KeyError as err:
-                raise fail(E.EXECUTION_FAILED, step.path,
+                raise violation(E.EXECUTION_FAILED, step.path,
                            f"{step.op}: input {err.args[0]!r} has no value") from None
             try:
                 results = step.kernel(args, ctx, values)
             except ContractError:
                 raise
             except Exception as err:  # an operator failed: classify it, keep the cause
-                raise fail(E.EXECUTION_FAILED, step.path, f"{step.op}: {type(err).__name__}: {err}") from err
+                raise violation(E.EXECUTION_FAILED, step.path, f"{step.op}: {type(err).__name__}: {err}") from err
             if len(results) < len(step.outputs):
-                raise fail(E.EXECUTION_FAILED, step.path, f"{step.op} produced {len(results)} outputs")
+                raise violation(E.EXECUTION_FAILED, step.path, f"{step.op} produced {len(results)} outputs")
             for name, value in zip(step.outputs, results):
                 if name:
                     values[name] = value
@@ -119,7 +119,7 @@ class Program:
         try:
             return [values[name] for name in self.output_names]
         except KeyError as err:
-            raise fail(E.EXECUTION_FAILED, self.path, f"output {err.args[0]!r} was never produced") from None
+            raise violation(E.EXECUTION_FAILED, self.path, f"output {err.args[0]!r} was never produced") from None
 
 
 def compile_node(node, session, opsets: Mapping[str, int], path: str, depth: int = 0) -> Step:
@@ -140,7 +140,7 @@ def _kernel_for(node, session, opsets: Mapping[str, int], path: str, depth: int)
     if node.domain == LOCAL_DOMAIN:
         factory = LOCAL_KERNELS.get(node.op_type)
         if factory is None:
-            raise fail(E.OPERATOR_UNSUPPORTED, path, f"{LOCAL_DOMAIN}.{node.op_type} is not a known consumer")
+            raise violation(E.OPERATOR_UNSUPPORTED, path, f"{LOCAL_DOMAIN}.{node.op_type} is not a known consumer")
         return _plain(factory(node, session)), 0
     if key in session.functions:
         return _function_call(node, session, key, path, depth)
@@ -182,7 +182,7 @@ def _standard(node, opsets: Mapping[str, int], path: str) -> Kernel:
     except ContractError:
         raise
     except Exception as err:
-        raise fail(E.OPERATOR_UNSUPPORTED, path, f"{node.domain}.{node.op_type}: {err}") from err
+        raise violation(E.OPERATOR_UNSUPPORTED, path, f"{node.domain}.{node.op_type}: {err}") from err
     needs_context = op.need_context()
     linked = op.has_linked_attribute
     op_type = node.op_type
@@ -202,7 +202,7 @@ def _tensor_operand(value: Any, op_type: str, path: str) -> Any:
     if type(value) is np.ndarray:  # the common case, before the checks for anything else
         return value
     if is_struct(value) or isinstance(value, EncodedValue):
-        raise fail(E.CONSUMER_MISSING, path,
+        raise violation(E.CONSUMER_MISSING, path,
                    f"{type(value).__name__} reaches tensor operator {op_type} without an explicit "
                    "decoder or registered consumer")
     if isinstance(value, InvocationBorrow):
@@ -222,12 +222,12 @@ def _if(node, session, opsets: Mapping[str, int], path: str, depth: int) -> tupl
                                          session.graph_constants(graph, f"{path}.{att.name}"), session, opsets,
                                          f"{path}.{att.name}", depth + 1)
     if set(branches) != {"then_branch", "else_branch"}:
-        raise fail(E.OPERATOR_UNSUPPORTED, path, "If needs then_branch and else_branch")
+        raise violation(E.OPERATOR_UNSUPPORTED, path, "If needs then_branch and else_branch")
 
     def run(args, ctx, values):
         cond = args[0]
         if not isinstance(cond, np.ndarray) or cond.size != 1:
-            raise fail(E.EXECUTION_FAILED, ctx.path, "If condition must be a one-element tensor")
+            raise violation(E.EXECUTION_FAILED, ctx.path, "If condition must be a one-element tensor")
         branch = branches["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"]
         return branch.run({}, ctx, outer=values)
     return run, 1 + max(branch.height for branch in branches.values())
@@ -240,10 +240,10 @@ def function_program(session, key: tuple[str, str], depth: int, path: str) -> Pr
     program = session.function_programs.get(key)
     if program is not None:
         if depth + 1 + program.height > MAX_DEPTH:
-            raise fail(E.NESTING_TOO_DEEP, path, f"graphs and function calls nest deeper than {MAX_DEPTH}")
+            raise violation(E.NESTING_TOO_DEEP, path, f"graphs and function calls nest deeper than {MAX_DEPTH}")
         return program
     if key in session.compiling_functions:
-        raise fail(E.OPERATOR_UNSUPPORTED, path, f"local function {key[0]}.{key[1]} calls itself (directly or "
+        raise violation(E.OPERATOR_UNSUPPORTED, path, f"local function {key[0]}.{key[1]} calls itself (directly or "
                    "through other functions); recursive functions are not supported")
     function = session.functions[key]
     body_opsets = dict(session.opsets)

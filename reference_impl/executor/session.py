@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from reference_impl import schema
 from reference_impl.bindings import Binding, validate_bindings
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.executor.program import CancelToken, Program, RunContext
 from reference_impl.tensors import to_array
 from reference_impl.values import (
@@ -86,9 +86,9 @@ class Executor:
             try:
                 array = numpy_helper.to_array(tensor)
             except MemoryError:
-                raise fail(E.RESOURCE_LIMIT, where, "the dense initializer does not fit in memory") from None
+                raise violation(E.RESOURCE_LIMIT, where, "the dense initializer does not fit in memory") from None
             except Exception as err:  # noqa: BLE001 - onnx raises ValueError, TypeError, OSError ...
-                raise fail(E.TENSOR_DATA_INVALID, where,
+                raise violation(E.TENSOR_DATA_INVALID, where,
                            f"onnx cannot convert the dense initializer: {type(err).__name__}: {err}") from None
             array.flags.writeable = False
             constants[tensor.name] = array
@@ -133,11 +133,11 @@ class Executor:
                 continue
             spec = self.input_specs.get(name)
             if spec is None:
-                raise fail(E.STATE_FEED_UNKNOWN, f"feeds[{name!r}]", f"{name!r} is not a graph input")
+                raise violation(E.STATE_FEED_UNKNOWN, f"feeds[{name!r}]", f"{name!r} is not a graph input")
             check_value(value, spec, f"feeds[{name!r}]")
         for name in self.required_inputs:
             if name not in feeds and (validated is None or name not in validated):
-                raise fail(E.STATE_FEED_MISSING, f"feeds[{name!r}]", f"required input {name!r} has no feed")
+                raise violation(E.STATE_FEED_MISSING, f"feeds[{name!r}]", f"required input {name!r} has no feed")
 
 
 def reject_borrows(value: Any, path: str, skip: Container[int] = frozenset()) -> None:
@@ -147,7 +147,7 @@ def reject_borrows(value: Any, path: str, skip: Container[int] = frozenset()) ->
         return
     for leaf_path, leaf in leaves(value, path, skip):
         if isinstance(leaf, InvocationBorrow):
-            raise fail(E.OWNERLESS_BORROW, leaf_path,
+            raise violation(E.OWNERLESS_BORROW, leaf_path,
                        "an invocation-only borrow cannot become a returned output or retained state; "
                        "the producer must supply a lifetime owner")
 

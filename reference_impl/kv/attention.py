@@ -20,7 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.kv.storage import counting_active, record_workspace
 
 _PATH = "Attention"
@@ -58,7 +58,7 @@ class AttentionOutputs(NamedTuple):
 
 
 def _bad(path: str, message: str):
-    return fail(E.ATTENTION_INPUT_INVALID, f"{_PATH}.{path}", message)
+    return violation(E.ATTENTION_INPUT_INVALID, f"{_PATH}.{path}", message)
 
 
 # ----------------------------------------------------------------------------- shapes and validation

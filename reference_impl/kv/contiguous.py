@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.kv.storage import (
     KVCounters,
     KVStorage,
@@ -50,7 +50,7 @@ class CapacityPolicy:
         if self.fixed:
             capacity = current if current is not None else self.initial
             if needed > capacity:
-                raise fail(E.KV_CAPACITY_EXCEEDED, path, f"{needed} tokens exceed the fixed capacity {capacity}")
+                raise violation(E.KV_CAPACITY_EXCEEDED, path, f"{needed} tokens exceed the fixed capacity {capacity}")
             return capacity
         capacity = max(self.initial, current or 0)
         while capacity < needed:
@@ -88,9 +88,9 @@ def empty_cache(batch: int, heads: int, head_size: int, capacity: int, dtype=np.
 # ----------------------------------------------------------------------------- functional append
 def _check_new(past: np.ndarray, new: np.ndarray, path: str) -> None:
     if past.ndim != 4 or new.ndim != 4 or past.shape[:2] != new.shape[:2] or past.shape[3] != new.shape[3]:
-        raise fail(E.KV_SHAPE_MISMATCH, path, f"new tokens {new.shape} do not extend the cache {past.shape}")
+        raise violation(E.KV_SHAPE_MISMATCH, path, f"new tokens {new.shape} do not extend the cache {past.shape}")
     if past.dtype != new.dtype:
-        raise fail(E.KV_SHAPE_MISMATCH, path, f"new tokens are {new.dtype}, the cache holds {past.dtype}")
+        raise violation(E.KV_SHAPE_MISMATCH, path, f"new tokens are {new.dtype}, the cache holds {past.dtype}")
 
 
 def _claim_in_place(storage: KVStorage | None, past: np.ndarray, needed: int) -> bool:
@@ -197,24 +197,24 @@ def tensor_scatter(past_cache: np.ndarray, update: np.ndarray, write_indices: np
     past_cache, update = np.asarray(past_cache), np.asarray(update)
     rank = past_cache.ndim
     if mode not in MODES:
-        raise fail(E.KV_SHAPE_MISMATCH, "TensorScatter.mode", f"mode {mode!r} is not linear or circular")
+        raise violation(E.KV_SHAPE_MISMATCH, "TensorScatter.mode", f"mode {mode!r} is not linear or circular")
     if not -rank <= axis < rank or axis % rank == 0:
-        raise fail(E.KV_SHAPE_MISMATCH, "TensorScatter.axis", f"axis {axis} is the batch axis or out of range")
+        raise violation(E.KV_SHAPE_MISMATCH, "TensorScatter.axis", f"axis {axis} is the batch axis or out of range")
     axis %= rank
     capacity, count = past_cache.shape[axis], update.shape[axis] if update.ndim == rank else -1
     if update.ndim != rank or count > capacity or any(
             a != b for i, (a, b) in enumerate(zip(past_cache.shape, update.shape)) if i != axis):
-        raise fail(E.KV_SHAPE_MISMATCH, "TensorScatter.update",
+        raise violation(E.KV_SHAPE_MISMATCH, "TensorScatter.update",
                    f"update {update.shape} does not fit past_cache {past_cache.shape} on axis {axis}")
     batch = past_cache.shape[0]
     starts = np.zeros(batch, np.int64) if write_indices is None else np.asarray(write_indices, np.int64)
     if starts.shape != (batch,) or np.any(starts < 0):
-        raise fail(E.KV_SHAPE_MISMATCH, "TensorScatter.write_indices", "need one nonnegative index per row")
+        raise violation(E.KV_SHAPE_MISMATCH, "TensorScatter.write_indices", "need one nonnegative index per row")
     positions = starts[:, None] + np.arange(count)[None, :]
     if mode == "circular":
         positions %= capacity
     elif np.any(positions >= capacity):
-        raise fail(E.KV_CAPACITY_EXCEEDED, "TensorScatter.write_indices",
+        raise violation(E.KV_CAPACITY_EXCEEDED, "TensorScatter.write_indices",
                    "linear mode requires write_indices + sequence_length <= max_sequence_length")
     present = past_cache.copy()
     _scatter_rows(np.moveaxis(present, axis, 1), np.moveaxis(update, axis, 1), positions)
@@ -248,9 +248,9 @@ class ContiguousKVCache:
     def __init__(self, batch: int, kv_heads: int, head_size: int, capacity: int, *, v_head_size=None,
                  dtype=np.float32, mode: str = "linear", grow: bool = False, path: str = "kv.cache"):
         if mode not in MODES:
-            raise fail(E.KV_SHAPE_MISMATCH, f"{path}.mode", f"mode {mode!r} is not linear or circular")
+            raise violation(E.KV_SHAPE_MISMATCH, f"{path}.mode", f"mode {mode!r} is not linear or circular")
         if mode == "circular" and grow:
-            raise fail(E.KV_CAPACITY_INVALID, f"{path}.capacity", "a circular cache has a fixed capacity")
+            raise violation(E.KV_CAPACITY_INVALID, f"{path}.capacity", "a circular cache has a fixed capacity")
         self.path = path
         self.mode = mode
         self.grow = grow
@@ -295,14 +295,14 @@ class ContiguousKVCache:
             shape = storage.data.shape
             if update.ndim != 4 or update.shape[:2] != shape[:2] or update.shape[3] != shape[3] \
                     or update.dtype != storage.data.dtype:
-                raise fail(E.KV_SHAPE_MISMATCH, f"{self.path}.append.{name}",
+                raise violation(E.KV_SHAPE_MISMATCH, f"{self.path}.append.{name}",
                            f"{update.dtype}{list(update.shape)} does not fit a cache of "
                            f"{storage.data.dtype}{list(shape[:2])}[*]{list(shape[3:])}")
         if key.shape[2] != value.shape[2]:
-            raise fail(E.KV_SHAPE_MISMATCH, f"{self.path}.append", "key and value token counts differ")
+            raise violation(E.KV_SHAPE_MISMATCH, f"{self.path}.append", "key and value token counts differ")
         count = key.shape[2]
         if self.mode == "circular" and count > self.capacity:
-            raise fail(E.KV_SHAPE_MISMATCH, f"{self.path}.append",
+            raise violation(E.KV_SHAPE_MISMATCH, f"{self.path}.append",
                        f"{count} tokens exceed the ring of {self.capacity}")
         return count
 
@@ -330,7 +330,7 @@ class ContiguousKVCache:
         positions = self._positions(count)
         needed = int(positions.max(initial=-1)) + 1 if self.mode == "linear" else self.capacity
         if self.mode == "linear" and needed > self.capacity and not self.grow:
-            raise fail(E.KV_CAPACITY_EXCEEDED, f"{self.path}.append",
+            raise violation(E.KV_CAPACITY_EXCEEDED, f"{self.path}.append",
                        f"{needed} tokens exceed the fixed capacity {self.capacity}")
         key_target, key_moved = self._target(self._key, positions, needed)
         value_target, value_moved = self._target(self._value, positions, needed)

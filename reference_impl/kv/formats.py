@@ -26,7 +26,7 @@ from reference_impl import affine, dtypes, schema
 from reference_impl.bits import pack_sub_byte
 from reference_impl.decoders import DecoderRegistry, default_registry
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.records import compile_layout
 from reference_impl.structs import Catalogue
 from reference_impl.tensors import to_array
@@ -100,7 +100,7 @@ class BlockFormat:
             return text
         name, _, group = str(text).partition("/")
         if name not in NAMES or (group and (name not in _AFFINE or not group.isdigit() or int(group) <= 0)):
-            raise fail(E.KV_BLOCK_INVALID, "kv.format", f"unknown block format {text!r}; use one of {NAMES}"
+            raise violation(E.KV_BLOCK_INVALID, "kv.format", f"unknown block format {text!r}; use one of {NAMES}"
                        " (affine types may add /group)")
         return cls(name, int(group) if group else None)
 
@@ -116,7 +116,7 @@ class BlockFormat:
         the codebook packs whole 32-value records (affine formats pad their last group)."""
         values = tokens * heads * head_size
         if self.name == "codebook2" and values % 32:
-            raise fail(E.KV_BLOCK_INVALID, path,
+            raise violation(E.KV_BLOCK_INVALID, path,
                        f"codebook2 needs a multiple of 32 values per block; {tokens} tokens x {heads} heads x "
                        f"{head_size} = {values}")
 
@@ -175,7 +175,7 @@ def encode_block(x: np.ndarray, fmt: BlockFormat | str) -> EncodedValue | np.nda
         return EncodedValue(proto, payload)
     flat = x.reshape(-1)
     if flat.size % 32:
-        raise fail(E.KV_BLOCK_INVALID, "kv.format", f"codebook2 needs a multiple of 32 values, got {flat.size}")
+        raise violation(E.KV_BLOCK_INVALID, "kv.format", f"codebook2 needs a multiple of 32 values, got {flat.size}")
     groups = flat.reshape(-1, 32)
     scale = np.max(np.abs(groups), axis=1).astype(np.float32)
     normalized = groups / np.where(scale > 0, scale, 1.0)[:, None]
@@ -202,7 +202,7 @@ class BlockCodec:
         dims = tuple(d.dim_value for d in tensor.shape.dim)
         if header.logical_type.WhichOneof("value") != "tensor_type" or tensor.elem_type != dtypes.FLOAT \
                 or len(dims) != 3 or dims[1:] != (heads, head_size) or dims[0] <= 0:
-            raise fail(E.KV_BLOCK_INVALID, f"{path}.logical_type",
+            raise violation(E.KV_BLOCK_INVALID, f"{path}.logical_type",
                        f"a block is FLOAT[tokens, {heads}, {head_size}], got {dims}")
         self.shape = dims
         self.count = dims[0] * heads * head_size
@@ -214,14 +214,14 @@ class BlockCodec:
             self.layout = compile_layout(header.struct_type, catalogue, f"{path}.struct_type")
             self.decoder = registry.bind(header.struct_type.type_ref, self.layout, f"{path}.struct_type")
             if value.payload.nbytes % self.layout.record_bytes:
-                raise fail(E.PAYLOAD_PARTIAL_RECORD, path, "payload is not a whole number of records")
+                raise violation(E.PAYLOAD_PARTIAL_RECORD, path, "payload is not a whole number of records")
         else:
-            raise fail(E.CONSUMER_MISSING, f"{path}.struct_type", "a block needs an affine layout or a type_ref")
+            raise violation(E.CONSUMER_MISSING, f"{path}.struct_type", "a block needs an affine layout or a type_ref")
 
     def _bind_dense(self, value: np.ndarray, heads: int, head_size: int) -> None:
         if value.dtype != np.float32 or value.ndim != 3 or value.shape[1:] != (heads, head_size) \
                 or value.shape[0] <= 0:
-            raise fail(E.KV_BLOCK_INVALID, self.path,
+            raise violation(E.KV_BLOCK_INVALID, self.path,
                        f"a dense block is float32[tokens, {heads}, {head_size}], got {value.dtype}{list(value.shape)}")
         self.kind = "dense"
         self.shape = value.shape
@@ -231,7 +231,7 @@ class BlockCodec:
         self.kind = "affine"
         self.storage_type = layout.storage_type
         if self.storage_type not in affine.STORAGE_TYPES:
-            raise fail(E.AFFINE_STORAGE_INVALID, f"{self.path}.affine.storage_type", "not an affine type")
+            raise violation(E.AFFINE_STORAGE_INVALID, f"{self.path}.affine.storage_type", "not an affine type")
         self.scale = to_array(layout.scale, f"{self.path}.affine.scale").astype(np.float32)
         self.zero_point = to_array(layout.zero_point, f"{self.path}.affine.zero_point").astype(np.int64) \
             if layout.HasField("zero_point") else None
@@ -240,11 +240,11 @@ class BlockCodec:
         self.block_size = layout.block_size if layout.HasField("block_size") else None
         expected = affine.parameter_shape(self.shape, self.axis, self.block_size)
         if self.scale.shape != expected or (self.zero_point is not None and self.zero_point.shape != expected):
-            raise fail(E.AFFINE_PARAM_SHAPE, f"{self.path}.affine", f"parameters need shape {expected}")
+            raise violation(E.AFFINE_PARAM_SHAPE, f"{self.path}.affine", f"parameters need shape {expected}")
         self.parameter_bytes = self.scale.nbytes + (0 if self.zero_point is None else affine.payload_bytes(
             self.storage_type, self.zero_point.size))
         if nbytes != affine.payload_bytes(self.storage_type, self.count):
-            raise fail(E.AFFINE_PAYLOAD_SIZE, self.path, f"{nbytes} payload bytes for {self.count} codes")
+            raise violation(E.AFFINE_PAYLOAD_SIZE, self.path, f"{nbytes} payload bytes for {self.count} codes")
 
     @property
     def signature(self) -> tuple | None:
@@ -285,7 +285,7 @@ class BlockCodec:
                                      self.block_size, self.shape)
         flat = self.decoder.decode(self.layout, payload)
         if flat.size != self.count:
-            raise fail(E.LOGICAL_SHAPE_MISMATCH, self.path, f"decoder produced {flat.size} of {self.count} values")
+            raise violation(E.LOGICAL_SHAPE_MISMATCH, self.path, f"decoder produced {flat.size} of {self.count} values")
         return flat.astype(np.float32, copy=False).reshape(self.shape)
 
 
@@ -306,7 +306,7 @@ def decode_many(codecs: list[BlockCodec], values: list) -> np.ndarray:
         return _dequantize_heads(payload, first.storage_type, scale, zero_point, shape, first.block_size)
     flat = first.decoder.decode(first.layout, payload)
     if flat.size != first.count * len(codecs):
-        raise fail(E.LOGICAL_SHAPE_MISMATCH, first.path,
+        raise violation(E.LOGICAL_SHAPE_MISMATCH, first.path,
                    f"decoder produced {flat.size} values for {len(codecs)} blocks")
     return flat.astype(np.float32, copy=False).reshape(shape)
 

@@ -21,7 +21,7 @@ from functools import partial
 import numpy as np
 
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.kv import contiguous
 from reference_impl.kv.attention import AttentionAttrs, attention, check_mask
 from reference_impl.kv.paged import PagedKVCache, struct_geometry
@@ -36,7 +36,7 @@ _ATTRS = set(AttentionAttrs.__dataclass_fields__)
 def _attrs(attrs: dict, path: str, ignore: tuple[str, ...] = ()) -> AttentionAttrs:
     unknown = set(attrs) - _ATTRS - set(ignore)
     if unknown:
-        raise fail(E.ATTENTION_INPUT_INVALID, path, f"unknown attributes {sorted(unknown)}")
+        raise violation(E.ATTENTION_INPUT_INVALID, path, f"unknown attributes {sorted(unknown)}")
     values = {name: value for name, value in attrs.items() if name in _ATTRS}
     for name in ("scale", "softcap"):
         if name in values:
@@ -65,13 +65,13 @@ def paged_attention_kernel(args: list, attrs: dict, ctx) -> list:
     geometry from the new K/V once they agree with Q. Everything is checked before the first write.
     """
     if len(args) not in (4, 5):
-        raise fail(E.ATTENTION_INPUT_INVALID, "PagedAttention", "inputs are (Q, K, V, past[, attn_mask])")
+        raise violation(E.ATTENTION_INPUT_INVALID, "PagedAttention", "inputs are (Q, K, V, past[, attn_mask])")
     q, k, v, value = args[:4]
     mask = args[4] if len(args) == 5 else None
     for name, x in (("Q", q), ("K", k), ("V", v)):
         if not isinstance(x, np.ndarray) or x.ndim != 4 or x.shape[0] != 1 or x.dtype != np.float32 \
                 or min(x.shape[1], x.shape[3]) < 1:
-            raise fail(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}",
+            raise violation(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}",
                        "expected a float32 (1, heads, S, size) tensor with at least one head of size >= 1")
     block_size = _int_attribute(attrs, "block_size", 16)
     max_tokens = _int_attribute(attrs, "max_tokens", 4096)
@@ -84,20 +84,21 @@ def paged_attention_kernel(args: list, attrs: dict, ctx) -> list:
     else:
         for name, x, size in (("K", k, geometry[1]), ("V", v, geometry[2])):
             if x.shape[1] != geometry[0] or x.shape[3] != size:
-                raise fail(E.KV_SHAPE_MISMATCH, f"PagedAttention.{name}",
+                raise violation(E.KV_SHAPE_MISMATCH, f"PagedAttention.{name}",
                            f"new tokens {list(x.shape)} do not fit the cache's {geometry[0]} heads of {size}")
         _check_fit(q, geometry[0], geometry[1], settings, "Q")
     if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
-        raise fail(E.ATTENTION_INPUT_INVALID, "PagedAttention.V",
+        raise violation(E.ATTENTION_INPUT_INVALID, "PagedAttention.V",
                    f"V {list(v.shape)} and K {list(k.shape)} disagree on heads or token count")
     cache = PagedKVCache.from_struct(value, *geometry, block_size, "PagedAttention.past")
     if max_tokens <= 0:
-        raise fail(E.KV_CAPACITY_INVALID, "PagedAttention.max_tokens", f"max_tokens must be positive, got {max_tokens}")
+        raise violation(E.KV_CAPACITY_INVALID, "PagedAttention.max_tokens",
+                        f"max_tokens must be positive, got {max_tokens}")
     if cache.count + k.shape[2] > max_tokens:
-        raise fail(E.KV_CAPACITY_EXCEEDED, "PagedAttention.max_tokens",
+        raise violation(E.KV_CAPACITY_EXCEEDED, "PagedAttention.max_tokens",
                    f"{cache.count} + {k.shape[2]} tokens exceed max_tokens {max_tokens}")
     if q.shape[2] > cache.count + k.shape[2]:
-        raise fail(E.ATTENTION_INPUT_INVALID, "PagedAttention.Q",
+        raise violation(E.ATTENTION_INPUT_INVALID, "PagedAttention.Q",
                    f"{q.shape[2]} queries but only {cache.count + k.shape[2]} tokens")
     if mask is not None:
         mask = check_mask(mask, q.dtype, q.shape[:3] + (cache.count + k.shape[2],))
@@ -110,7 +111,7 @@ def paged_attention_kernel(args: list, attrs: dict, ctx) -> list:
 def _int_attribute(attrs: dict, name: str, default: int) -> int:
     value = attrs.get(name, default)
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise fail(E.KV_CAPACITY_INVALID, f"PagedAttention.{name}",
+        raise violation(E.KV_CAPACITY_INVALID, f"PagedAttention.{name}",
                    f"{name} must be an INT attribute, got {type(value).__name__}")
     return int(value)
 
@@ -119,13 +120,14 @@ def _check_fit(q: np.ndarray, kv_heads: int, head_size: int, settings: Attention
     """Queries fit keys of ``kv_heads`` x ``head_size`` (GQA grouping, equal head sizes, head attributes);
     ``blame`` names the input reported when they do not."""
     if q.shape[1] % kv_heads or q.shape[3] != head_size:
-        raise fail(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{blame}",
+        raise violation(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{blame}",
                    f"{q.shape[1]} query heads of size {q.shape[3]} do not fit {kv_heads} key/value heads of "
                    f"size {head_size}")
     for name, given, actual in (("q_num_heads", settings.q_num_heads, q.shape[1]),
                                 ("kv_num_heads", settings.kv_num_heads, kv_heads)):
         if given is not None and given != actual:
-            raise fail(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}", f"{given} contradicts the {actual} heads")
+            raise violation(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}",
+                            f"{given} contradicts the {actual} heads")
 
 
 def kv_kernels(capacity: int | None = None, fixed: bool = False) -> dict:
@@ -141,7 +143,7 @@ def kv_kernels(capacity: int | None = None, fixed: bool = False) -> dict:
         initial = contiguous.CapacityPolicy().initial if capacity is None else \
             check_capacity(capacity, "kv_kernels.capacity")
         if initial > MAX_STORAGE_BYTES:  # at least one byte per token: no allocation could hold it
-            raise fail(E.KV_CAPACITY_INVALID, "kv_kernels.capacity",
+            raise violation(E.KV_CAPACITY_INVALID, "kv_kernels.capacity",
                        f"{initial} tokens exceed the {MAX_STORAGE_BYTES}-byte allocation limit")
         policy = contiguous.CapacityPolicy(initial, bool(fixed))
     return {("", "Attention"): partial(attention_kernel, policy=policy),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 from reference_impl.kv.formats import (
     DENSE,
     KV_BLOCK,
@@ -226,14 +226,14 @@ def make_block(start: int, valid: int, key: EncodedValue | np.ndarray, value: En
     catalogue, registry = _bindings()
     for name, item in (("key", key), ("value", value)):
         if not isinstance(item, (EncodedValue, np.ndarray)):
-            raise fail(E.KV_BLOCK_INVALID, f"{path}.{name}",
+            raise violation(E.KV_BLOCK_INVALID, f"{path}.{name}",
                        f"expected a float tensor or an encoded value, got {type(item).__name__}")
     key_codec = BlockCodec(key, heads, head_size, catalogue, registry, f"{path}.key")
     value_codec = BlockCodec(value, heads, v_head_size, catalogue, registry, f"{path}.value")
     if key_codec.shape[0] != value_codec.shape[0]:
-        raise fail(E.KV_BLOCK_INVALID, path, "key and value blocks hold different token counts")
+        raise violation(E.KV_BLOCK_INVALID, path, "key and value blocks hold different token counts")
     if not 0 < valid <= key_codec.shape[0] or start < 0:
-        raise fail(E.KV_BLOCK_INVALID, path,
+        raise violation(E.KV_BLOCK_INVALID, path,
                    f"token range start={start} valid={valid} does not fit {key_codec.shape[0]} slots")
     if places == (None, None):
         places = (_place_of(key, heads * head_size), _place_of(value, heads * v_head_size))
@@ -312,10 +312,10 @@ class PagedKVCache:
         previous = None
         for index, block in enumerate(self.blocks):
             if previous is not None and block.start != previous.start + previous.valid:
-                raise fail(E.KV_BLOCK_INVALID, f"kv.paged.blocks[{index}].start",
+                raise violation(E.KV_BLOCK_INVALID, f"kv.paged.blocks[{index}].start",
                            f"starts at {block.start}, the previous block ends at {previous.start + previous.valid}")
             if block.tokens > self.block_size:
-                raise fail(E.KV_BLOCK_INVALID, f"kv.paged.blocks[{index}]",
+                raise violation(E.KV_BLOCK_INVALID, f"kv.paged.blocks[{index}]",
                            f"{block.tokens} slots exceed the block size {self.block_size}")
             previous = block
 
@@ -393,11 +393,11 @@ class PagedKVCache:
             if x.ndim == 4 and x.shape[0] == 1:
                 x = x[0]
             if x.ndim != 3 or x.shape[0] != self.kv_heads or x.shape[2] != size or x.dtype != np.float32:
-                raise fail(E.KV_SHAPE_MISMATCH, f"kv.paged.append.{name}",
+                raise violation(E.KV_SHAPE_MISMATCH, f"kv.paged.append.{name}",
                            f"expected float32 [{self.kv_heads}, n, {size}], got {x.dtype}{list(x.shape)}")
             out.append(np.ascontiguousarray(x.transpose(1, 0, 2)))
         if out[0].shape[0] != out[1].shape[0]:
-            raise fail(E.KV_SHAPE_MISMATCH, "kv.paged.append", "key and value token counts differ")
+            raise violation(E.KV_SHAPE_MISMATCH, "kv.paged.append", "key and value token counts differ")
         return out[0], out[1]
 
     # ------------------------------------------------------------------------- conversion
@@ -407,7 +407,7 @@ class PagedKVCache:
         blocks = list(self.blocks)
         for index in indices:
             if not -len(blocks) <= index < len(blocks):
-                raise fail(E.KV_BLOCK_INVALID, f"kv.paged.blocks[{index}]", f"no block {index}")
+                raise violation(E.KV_BLOCK_INVALID, f"kv.paged.blocks[{index}]", f"no block {index}")
             block = blocks[index]
             k, v = block.key_codec.decode(block.key), block.value_codec.decode(block.value)
             new_key = block.key if key_format is None else _encode(k, key_format)
@@ -446,7 +446,7 @@ class PagedKVCache:
         """Adopt a KV_PAGED_CACHE struct value, checking every block's layout and token range (a block
         value this module made from a checked block of the same geometry is not checked again)."""
         if not isinstance(value, StructValue) or value.type_id != KV_PAGED_CACHE:
-            raise fail(E.KV_BLOCK_INVALID, path, "expected a KV_PAGED_CACHE struct value")
+            raise violation(E.KV_BLOCK_INVALID, path, "expected a KV_PAGED_CACHE struct value")
         geometry = (kv_heads, head_size, v_head_size)
         blocks = []
         for index, item in enumerate(value["blocks"]):
@@ -455,13 +455,13 @@ class PagedKVCache:
                 continue
             where = f"{path}.blocks[{index}]"
             if not isinstance(item, StructValue) or item.type_id != KV_BLOCK:
-                raise fail(E.KV_BLOCK_INVALID, where, "expected a KV_BLOCK struct value")
+                raise violation(E.KV_BLOCK_INVALID, where, "expected a KV_BLOCK struct value")
             blocks.append(make_block(_scalar(item["start"], f"{where}.start"),
                                      _scalar(item["valid_length"], f"{where}.valid_length"),
                                      item["key"], item["value"], geometry, where))
         cache = cls(kv_heads, head_size, v_head_size, block_size, tuple(blocks))
         if _scalar(value["length"], f"{path}.length") != cache.count:
-            raise fail(E.KV_BLOCK_INVALID, f"{path}.length", f"length is not the {cache.count} valid tokens")
+            raise violation(E.KV_BLOCK_INVALID, f"{path}.length", f"length is not the {cache.count} valid tokens")
         return cache
 
 
@@ -485,13 +485,13 @@ def struct_geometry(value, path: str = "cache") -> tuple[int, int, int] | None:
     """(kv_heads, head_size, v_head_size) of a KV_PAGED_CACHE struct value, read from its first block's
     logical types; None when it has no blocks yet. ``from_struct`` then checks every block against it."""
     if not isinstance(value, StructValue) or value.type_id != KV_PAGED_CACHE:
-        raise fail(E.KV_BLOCK_INVALID, path, "expected a KV_PAGED_CACHE struct value")
+        raise violation(E.KV_BLOCK_INVALID, path, "expected a KV_PAGED_CACHE struct value")
     blocks = value["blocks"]
     if not blocks:
         return None
     first, where = blocks[0], f"{path}.blocks[0]"
     if not isinstance(first, StructValue) or first.type_id != KV_BLOCK:
-        raise fail(E.KV_BLOCK_INVALID, where, "expected a KV_BLOCK struct value")
+        raise violation(E.KV_BLOCK_INVALID, where, "expected a KV_BLOCK struct value")
     dims = []
     for name in ("key", "value"):
         item = first[name]
@@ -502,14 +502,14 @@ def struct_geometry(value, path: str = "cache") -> tuple[int, int, int] | None:
             shape = tuple(d.dim_value for d in logical.tensor_type.shape.dim) \
                 if logical.WhichOneof("value") == "tensor_type" else ()
         else:
-            raise fail(E.KV_BLOCK_INVALID, f"{where}.{name}",
+            raise violation(E.KV_BLOCK_INVALID, f"{where}.{name}",
                        f"expected a float tensor or an encoded value, got {type(item).__name__}")
         if len(shape) != 3 or min(shape) <= 0:
-            raise fail(E.KV_BLOCK_INVALID, f"{where}.{name}.logical_type",
+            raise violation(E.KV_BLOCK_INVALID, f"{where}.{name}.logical_type",
                        f"a block is FLOAT[tokens, heads, head_size] with positive sizes, got {shape}")
         dims.append(shape)
     if dims[0][1] != dims[1][1]:
-        raise fail(E.KV_BLOCK_INVALID, f"{where}.value.logical_type",
+        raise violation(E.KV_BLOCK_INVALID, f"{where}.value.logical_type",
                    f"the value block has {dims[1][1]} heads, the key block {dims[0][1]}")
     return dims[0][1], dims[0][2], dims[1][2]
 
@@ -517,7 +517,7 @@ def struct_geometry(value, path: str = "cache") -> tuple[int, int, int] | None:
 def _scalar(value, path: str) -> int:
     array = np.asarray(value)
     if array.shape != () or array.dtype != np.int64:
-        raise fail(E.KV_BLOCK_INVALID, path, "expected an int64 scalar")
+        raise violation(E.KV_BLOCK_INVALID, path, "expected an int64 scalar")
     return int(array)
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reference_impl.errors import ErrorCode as E
-from reference_impl.errors import fail
+from reference_impl.errors import violation
 
 #: Allocations larger than this are refused rather than attempted (hostile capacities).
 MAX_STORAGE_BYTES = 1 << 32
@@ -93,16 +93,16 @@ def record_workspace(nbytes: int) -> None:
 def check_capacity(capacity, path: str) -> int:
     """A capacity is a positive Python/NumPy integer (not a bool)."""
     if isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer)):
-        raise fail(E.KV_CAPACITY_INVALID, path, f"capacity must be an integer, got {type(capacity).__name__}")
+        raise violation(E.KV_CAPACITY_INVALID, path, f"capacity must be an integer, got {type(capacity).__name__}")
     if capacity <= 0:
-        raise fail(E.KV_CAPACITY_INVALID, path, f"capacity must be positive, got {capacity}")
+        raise violation(E.KV_CAPACITY_INVALID, path, f"capacity must be positive, got {capacity}")
     return int(capacity)
 
 
 def check_dims(dims: tuple, path: str) -> tuple[int, ...]:
     for dim in dims:
         if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)) or dim <= 0:
-            raise fail(E.KV_SHAPE_MISMATCH, path, f"cache dimensions must be positive integers, got {dims}")
+            raise violation(E.KV_SHAPE_MISMATCH, path, f"cache dimensions must be positive integers, got {dims}")
     return tuple(int(d) for d in dims)
 
 
@@ -139,7 +139,7 @@ class KVStorage:
         dtype = np.dtype(dtype)
         nbytes = batch * heads * capacity * head_size * dtype.itemsize
         if nbytes > MAX_STORAGE_BYTES:
-            raise fail(E.KV_CAPACITY_INVALID, f"{path}.capacity",
+            raise violation(E.KV_CAPACITY_INVALID, f"{path}.capacity",
                        f"{nbytes} bytes exceed the {MAX_STORAGE_BYTES}-byte allocation limit")
         shape = (batch, capacity, heads, head_size) if token_major else (batch, heads, capacity, head_size)
         self.data = np.zeros(shape, dtype=dtype)  # the storage's own; only ever written through ``slots``
@@ -276,4 +276,4 @@ def check_cancel(cancel, path: str) -> None:
         return
     cancelled = cancel() if callable(cancel) else getattr(cancel, "cancelled", False)
     if cancelled:
-        raise fail(E.STATE_CANCELLED, path, "the append was cancelled; the cache is unchanged")
+        raise violation(E.STATE_CANCELLED, path, "the append was cancelled; the cache is unchanged")

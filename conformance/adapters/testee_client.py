@@ -1,4 +1,5 @@
-"""The testee adapter: a runtime in another process (any language) behind the framed protocol.
+"""The testee client: the adapter that drives a runtime in another process (any language) over the
+framed protocol; the reference runtime's server side is ``conformance.testee``.
 
 A per-request timeout guards every call. A crashed or hung testee fails the case in progress; the
 process is killed and started again on the next call, and the run goes on. The testee is untrusted:
