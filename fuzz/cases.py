@@ -154,7 +154,7 @@ def execute(case: FuzzCase, base_dir: str | os.PathLike | None) -> dict:
         value = _value(model, case.name)
         if value is None:
             raise violation(ErrorCode.VALUE_NOT_FOUND, "model.graph.encoded_initializer",
-                       f"no encoded value named {case.name!r}")
+                            f"no encoded value named {case.name!r}")
         if case.op == "fields":
             out[case.name] = read_fields(value, catalogue, base_dir)
         else:

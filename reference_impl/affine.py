@@ -298,16 +298,16 @@ def check_out(out, shape: tuple[int, ...], dtype: np.dtype, sources=(), path: st
         raise violation(E.LOGICAL_SHAPE_MISMATCH, path, f"the output buffer is a {type(out).__name__}, not an array")
     if out.dtype != dtype or out.shape != tuple(shape):
         raise violation(E.LOGICAL_SHAPE_MISMATCH, path, f"the output buffer is {out.dtype}{list(out.shape)}, the "
-                   f"decoded value is {np.dtype(dtype)}{list(shape)}")
+                        f"decoded value is {np.dtype(dtype)}{list(shape)}")
     if not out.flags.c_contiguous:
         raise violation(E.STATE_UNRETAINABLE, path, f"the output buffer is not C-contiguous (strides {out.strides}); "
-                   "decoding into it would need a copy")
+                        "decoding into it would need a copy")
     if not out.flags.writeable:
         raise violation(E.STATE_UNRETAINABLE, path, "the output buffer is read-only")
     for source in sources:
         if source is not None and np.may_share_memory(out, source):
             raise violation(E.STATE_UNRETAINABLE, path, "the output buffer overlaps the payload or parameters it is "
-                       "decoded from")
+                            "decoded from")
 
 
 def quantize(x: np.ndarray, storage_type: int, scale: np.ndarray, zero_point: np.ndarray | None = None,

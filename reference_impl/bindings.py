@@ -50,12 +50,12 @@ def validate_bindings(model, catalogue: Catalogue | None = None) -> tuple[Bindin
         _check_name(binding.output_name, outputs, f"{path}.output_name", "output")
         if binding.input_name in seen_inputs:
             raise violation(E.BINDING_INPUT_DUPLICATE, f"{path}.input_name",
-                       f"input {binding.input_name!r} is already selected by binding "
-                       f"{seen_inputs[binding.input_name]}")
+                            f"input {binding.input_name!r} is already selected by binding "
+                            f"{seen_inputs[binding.input_name]}")
         if binding.output_name in seen_outputs:
             raise violation(E.BINDING_OUTPUT_DUPLICATE, f"{path}.output_name",
-                       f"output {binding.output_name!r} is already selected by binding "
-                       f"{seen_outputs[binding.output_name]}")
+                            f"output {binding.output_name!r} is already selected by binding "
+                            f"{seen_outputs[binding.output_name]}")
         seen_inputs[binding.input_name] = index
         seen_outputs[binding.output_name] = index
         in_vi, out_vi = inputs[binding.input_name], outputs[binding.output_name]
@@ -68,11 +68,11 @@ def validate_bindings(model, catalogue: Catalogue | None = None) -> tuple[Bindin
             where = string_path(spec, name)
             if where:
                 raise violation(E.BINDING_STRING, f"{path}.{side}_name",
-                           f"persistent value contains a string tensor at {where}")
+                                f"persistent value contains a string tensor at {where}")
         reason = incompatibility(in_spec, out_spec)
         if reason:
             raise violation(E.BINDING_INCOMPATIBLE, path,
-                       f"{binding.input_name!r} <- {binding.output_name!r}: {reason}")
+                            f"{binding.input_name!r} <- {binding.output_name!r}: {reason}")
         resolved.append(Binding(binding.input_name, binding.output_name, in_spec, path))
     return tuple(resolved)
 
@@ -84,8 +84,8 @@ def _reject_field_selection(binding, path: str) -> None:
         legacy = _LEGACY_FIELD_PATHS.get(item.field_number)
         if legacy is not None:
             raise violation(E.BINDING_NAME_UNKNOWN, f"{path}.{legacy}",
-                       f"field {item.field_number} ({legacy}) selects part of a value; partial field "
-                       "selection is unsupported, bindings name whole inputs and outputs")
+                            f"field {item.field_number} ({legacy}) selects part of a value; partial field "
+                            "selection is unsupported, bindings name whole inputs and outputs")
 
 
 def _check_name(name: str, declared: dict, path: str, side: str) -> None:
@@ -130,5 +130,5 @@ def _reject_nested_declarations(model) -> None:
                 sub_path = f"{path}.attribute[{attr.name!r}]{suffix}"
                 if len(sub.persistent_bindings):
                     raise violation(E.BINDING_IN_SUBGRAPH, f"{sub_path}.persistent_bindings",
-                               "persistent bindings are supported on the root graph only")
+                                    "persistent bindings are supported on the root graph only")
                 pending += [(inner, f"{sub_path}.node[{i}]") for i, inner in enumerate(sub.node)]

@@ -68,7 +68,7 @@ def decode_value(value, catalogue: Catalogue, base_dir=None, registry: DecoderRe
     st = value.struct_type
     if struct_kind(st) != "type_ref":
         raise violation(E.CONSUMER_MISSING, f"{path}.struct_type",
-                   "an inline layout has no registered decoder; use generic field access (read_fields)")
+                        "an inline layout has no registered decoder; use generic field access (read_fields)")
     layout = compile_layout(st, catalogue, f"{path}.struct_type")
     declaration, _ = catalogue.lookup(st.type_ref, f"{path}.struct_type.type_ref")
     decoder = _registry(registry).bind(st.type_ref, layout, f"{path}.struct_type", declaration)
@@ -116,12 +116,12 @@ def _check_logical(value, result: np.ndarray, path: str) -> np.ndarray:
     logical = value.logical_type
     if logical.WhichOneof("value") != "tensor_type":
         raise violation(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
-                   "the decoder produced a tensor but logical_type is not a tensor type")
+                        "the decoder produced a tensor but logical_type is not a tensor type")
     tensor = logical.tensor_type
     expected_dtype = dtypes.NUMPY_DTYPE.get(tensor.elem_type)
     if expected_dtype is None or result.dtype != expected_dtype:
         raise violation(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
-                   f"decoder produced {result.dtype}, logical type is {dtypes.type_name(tensor.elem_type)}")
+                        f"decoder produced {result.dtype}, logical type is {dtypes.type_name(tensor.elem_type)}")
     if not tensor.HasField("shape"):
         return result
     dims = [d.dim_value if d.WhichOneof("value") == "dim_value" else None for d in tensor.shape.dim]
@@ -129,8 +129,8 @@ def _check_logical(value, result: np.ndarray, path: str) -> np.ndarray:
         if len(dims) == 1:
             return result
         raise violation(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
-                   "a multi-dimensional logical shape must be concrete to be decoded")
+                        "a multi-dimensional logical shape must be concrete to be decoded")
     if math.prod(dims) != result.size:
         raise violation(E.LOGICAL_SHAPE_MISMATCH, f"{path}.logical_type",
-                   f"decoder produced {result.size} elements, logical shape is {dims}")
+                        f"decoder produced {result.size} elements, logical shape is {dims}")
     return result.reshape(array_shape(dims, result.itemsize, f"{path}.logical_type"))

@@ -56,7 +56,7 @@ class DecoderRegistry:
         identity = _codec_identity(declaration) if declaration is not None else decoder.signature[1]
         if decoder.signature != (layout.signature(), identity):
             raise violation(E.DECODER_MISMATCH, path,
-                       f"decoder {decoder.name} was registered for a different declaration of {type_id}")
+                            f"decoder {decoder.name} was registered for a different declaration of {type_id}")
         return decoder
 
 

@@ -52,10 +52,10 @@ def rename_value(model, old: str, new: str):
     names = _defined_names(graph)
     if old not in names:
         raise violation(E.REWRITE_NAME_CONFLICT, f"model.graph[{old!r}]",
-                   f"{old!r} is not a value of the root graph")
+                        f"{old!r} is not a value of the root graph")
     if new in names:
         raise violation(E.REWRITE_NAME_CONFLICT, f"model.graph[{new!r}]",
-                   f"renaming {old!r} to {new!r} would merge two values")
+                        f"renaming {old!r} to {new!r} would merge two values")
     clone = copy_model(model)
     graph = clone.graph
     for group in (graph.input, graph.output, graph.value_info, graph.initializer, graph.encoded_initializer):
@@ -186,10 +186,10 @@ def check_rewrite(before, after) -> None:
                                catalogue, f"{side} {name!r}")
             if was != now:
                 raise violation(E.REWRITE_DROPS_BINDING, path,
-                           f"the rewrite changed the type of bound {side} {name!r}")
+                                f"the rewrite changed the type of bound {side} {name!r}")
         if (binding.input_name, binding.output_name) not in after_bindings:
             raise violation(E.REWRITE_DROPS_BINDING, path,
-                       f"the rewrite dropped binding {binding.input_name!r} <- {binding.output_name!r}")
+                            f"the rewrite dropped binding {binding.input_name!r} <- {binding.output_name!r}")
     validate_bindings(after, catalogue)
 
 
@@ -222,8 +222,8 @@ def export_standard(model, *, lower: bool = False) -> StandardExport:
     bindings = tuple((b.input_name, b.output_name) for b in model.graph.persistent_bindings)
     if bindings and not lower:
         raise violation(E.EXPORT_PERSISTENCE, "model.graph.persistent_bindings",
-                   "standard ONNX has no persistent bindings; export with lower=True to get a stateless "
-                   "model and its caller-managed feedback mapping")
+                        "standard ONNX has no persistent bindings; export with lower=True to get a stateless "
+                        "model and its caller-managed feedback mapping")
     _reject_structured(model)
     if bindings:
         validate_bindings(model)
@@ -232,7 +232,7 @@ def export_standard(model, *, lower: bool = False) -> StandardExport:
     plain = schema.to_onnx(clone)
     if _has_unknown_fields(plain):
         raise violation(E.EXPORT_UNSUPPORTED, "model",
-                   "the model carries extension fields standard ONNX would drop")
+                        "the model carries extension fields standard ONNX would drop")
     return StandardExport(plain, bindings)
 
 
@@ -246,15 +246,15 @@ def _reject_structured(model) -> None:
         if isinstance(graph, schema.GraphProto):
             if len(graph.encoded_initializer):
                 raise violation(E.EXPORT_UNSUPPORTED, f"{path}.encoded_initializer",
-                           "encoded values have no standard form")
+                                "encoded values have no standard form")
             if path != "model.graph" and len(graph.persistent_bindings):
                 raise violation(E.EXPORT_PERSISTENCE, f"{path}.persistent_bindings",
-                           "nested persistent bindings cannot be exported")
+                                "nested persistent bindings cannot be exported")
             for group in ("input", "output", "value_info"):
                 for index, vi in enumerate(getattr(graph, group)):
                     if vi.HasField("type") and contains_struct(vi.type):
                         raise violation(E.EXPORT_UNSUPPORTED, f"{path}.{group}[{index}]",
-                                   "struct-typed values have no standard form")
+                                        "struct-typed values have no standard form")
         for n_index, node in enumerate(graph.node):
             for s_index, sub in enumerate(_subgraphs(node)):
                 pending.append((sub, f"{path}.node[{n_index}].graph[{s_index}]"))

@@ -112,7 +112,7 @@ def payload_extent(value, path: str) -> Extent:
     if value.data_location != EXTERNAL:
         if len(value.external_data):
             raise violation(E.PAYLOAD_LOCATION_MISMATCH, f"{path}.external_data",
-                       "external_data requires data_location EXTERNAL")
+                            "external_data requires data_location EXTERNAL")
         raw = value.raw_data
         return Extent(length=len(raw), inline=raw)
     if has_raw:
@@ -131,16 +131,16 @@ def payload_extent(value, path: str) -> Extent:
         raise violation(E.EXTERNAL_LOCATION_MISSING, f"{path}.external_data", "EXTERNAL requires a location")
     if "length" not in entries:
         raise violation(E.EXTERNAL_LENGTH_MISSING, f"{path}.external_data",
-                   "EXTERNAL requires an explicit length")
+                        "EXTERNAL requires an explicit length")
     check_location(entries["location"], f"{path}.external_data.location")
     length = _decimal(entries["length"], f"{path}.external_data.length")
     offset = _decimal(entries.get("offset", "0"), f"{path}.external_data.offset")
     if offset + length > UINT64_MAX:
         raise violation(E.EXTERNAL_EXTENT_OVERFLOW, f"{path}.external_data",
-                   f"offset {offset} + length {length} overflows uint64")
+                        f"offset {offset} + length {length} overflows uint64")
     if offset + length > INT64_MAX:  # implementation limit, as onnx-light: file offsets are signed
         raise violation(E.EXTERNAL_EXTENT_OVERFLOW, f"{path}.external_data",
-                   f"offset {offset} + length {length} exceeds the addressable file range (INT64_MAX)")
+                        f"offset {offset} + length {length} exceeds the addressable file range (INT64_MAX)")
     return Extent(length=length, location=entries["location"], offset=offset)
 
 
@@ -173,9 +173,9 @@ def open_external(extent: Extent, base_dir: str | os.PathLike | None, path: str)
         # With O_NOFOLLOW a final link fails with ELOOP; a linked directory fails with ENOTDIR.
         if err.errno == errno.ELOOP or _is_symlink(part, current):
             raise violation(E.EXTERNAL_PATH_INVALID, path, f"{extent.location!r} passes through the symbolic link "
-                       f"{part!r}; links are not followed out of (or within) the model directory") from None
+                            f"{part!r}; links are not followed out of (or within) the model directory") from None
         raise violation(E.EXTERNAL_FILE_INVALID, path, f"{extent.location!r} cannot be opened inside the model "
-                   f"directory: {_reason(err)}") from None
+                        f"directory: {_reason(err)}") from None
     except ValueError as err:  # a name the operating system cannot represent
         raise violation(E.EXTERNAL_PATH_INVALID, path, f"{extent.location!r}: {err}") from None
     finally:
@@ -186,7 +186,7 @@ def open_external(extent: Extent, base_dir: str | os.PathLike | None, path: str)
             raise violation(E.EXTERNAL_FILE_INVALID, path, f"backing file {extent.location!r} is not a regular file")
         if info.st_size < extent.offset + extent.length:
             raise violation(E.EXTERNAL_FILE_INVALID, path, f"backing file has {info.st_size} bytes; offset + length "
-                       f"is {extent.offset + extent.length}")
+                            f"is {extent.offset + extent.length}")
     except BaseException:
         os.close(fd)
         raise
@@ -236,7 +236,7 @@ def _read_extent(fd: int, extent: Extent, path: str) -> np.ndarray:
     """Read the extent into process-owned memory; a file that shrank since it was checked is refused."""
     if extent.length > MAX_READ_EXTENT:
         raise violation(E.RESOURCE_LIMIT, path, f"reading {extent.length} external bytes exceeds the read limit "
-                   f"of {MAX_READ_EXTENT}")
+                        f"of {MAX_READ_EXTENT}")
     buffer = bytearray(extent.length)
     view = memoryview(buffer)
     done = 0
@@ -244,7 +244,7 @@ def _read_extent(fd: int, extent: Extent, path: str) -> np.ndarray:
         count = os.preadv(fd, [view[done:]], extent.offset + done)
         if count == 0:
             raise violation(E.EXTERNAL_FILE_INVALID, path, f"backing file {extent.location!r} ended after "
-                       f"{extent.offset + done} bytes while its extent was read (it shrank)")
+                            f"{extent.offset + done} bytes while its extent was read (it shrank)")
         done += count
     array = np.frombuffer(buffer, dtype=np.uint8)
     array.flags.writeable = False

@@ -37,7 +37,7 @@ def check_budget(elements: int, bytes_per_element: int, path: str) -> None:
     within MAX_READ_ELEMENTS and MAX_DECODE_BYTES."""
     if elements > MAX_READ_ELEMENTS or elements * bytes_per_element > MAX_DECODE_BYTES:
         raise violation(E.RESOURCE_LIMIT, path, f"producing {elements} elements needs about "
-                   f"{elements * bytes_per_element} bytes, over the decode limit of {MAX_DECODE_BYTES}")
+                        f"{elements * bytes_per_element} bytes, over the decode limit of {MAX_DECODE_BYTES}")
 
 
 @dataclass(frozen=True)

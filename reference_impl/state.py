@@ -137,7 +137,7 @@ def _adopt_other(value: Any, path: str, counters: Counters, persistent: bool) ->
     """Anything but arrays, encoded values and containers: DLPack producers, or refused."""
     if isinstance(value, InvocationBorrow):
         raise violation(E.OWNERLESS_BORROW, path,
-                   "an invocation-only borrow cannot become a returned output or retained state")
+                        "an invocation-only borrow cannot become a returned output or retained state")
     try:
         exports_dlpack = hasattr(value, "__dlpack__")
     except Exception:  # noqa: BLE001 - a foreign object whose attribute lookup itself fails
@@ -145,7 +145,7 @@ def _adopt_other(value: Any, path: str, counters: Counters, persistent: bool) ->
     if exports_dlpack:
         return _adopt_dlpack(value, path, counters, persistent)
     raise violation(E.STATE_UNRETAINABLE, path,
-               f"{type(value).__name__} is not a buffer the state can retain without materializing a copy")
+                    f"{type(value).__name__} is not a buffer the state can retain without materializing a copy")
 
 
 def _adopt_array(array: np.ndarray, path: str, counters: Counters, persistent: bool,
@@ -156,19 +156,19 @@ def _adopt_array(array: np.ndarray, path: str, counters: Counters, persistent: b
             raise violation(E.BINDING_STRING, path, "string tensors cannot be persistent")
         if persistent:
             raise violation(E.STATE_UNRETAINABLE, path,
-                       "an object array holds Python objects, not tensor data the state can retain")
+                            "an object array holds Python objects, not tensor data the state can retain")
         return array  # ordinary string feeds keep their materialized form
     if not dtype.isnative:
         raise violation(E.STATE_UNRETAINABLE, path,
-                   f"byte order of {array.dtype} would need a converting copy")
+                        f"byte order of {array.dtype} would need a converting copy")
     if not owned and not flags.c_contiguous:
         # A caller's strided buffer is refused (a runtime would have to copy it); a strided view the
         # executor produced this call (e.g. a KV cache prefix of its capacity buffer) is retained as is.
         raise violation(E.STATE_UNRETAINABLE, path,
-                   f"non-contiguous layout (strides {array.strides}) would need a copy")
+                        f"non-contiguous layout (strides {array.strides}) would need a copy")
     if array.base is not None and _ownerless(array):  # an array without a base owns its memory
         raise violation(E.OWNERLESS_BORROW, path,
-                   "the buffer has no owner the state can keep alive (borrowed raw pointer)")
+                        "the buffer has no owner the state can keep alive (borrowed raw pointer)")
     if flags.writeable:
         if owned:
             array.flags.writeable = False
@@ -242,7 +242,7 @@ def _reject_ownerless_outputs(found: Mapping[str, list[tuple[str, Any]]]) -> Non
         for where, leaf in pairs:
             if isinstance(leaf, np.ndarray) and leaf.base is not None and _ownerless(leaf):
                 raise violation(E.OWNERLESS_BORROW, f"outputs[{name!r}]{where}",
-                           "an output aliases a borrowed buffer without an owner; it cannot be returned")
+                                "an output aliases a borrowed buffer without an owner; it cannot be returned")
 
 
 def _adopt_encoded(value: EncodedValue, path: str, counters: Counters, persistent: bool) -> EncodedValue:
@@ -459,7 +459,7 @@ class State:
                 if err.code is E.STATE_CANCELLED:
                     raise
                 raise violation(E.STATE_RUN_FAILED, err.path, f"{err.code.value}: {err.message} (state unchanged)",
-                           causes=(err.code, *err.causes)) from err
+                                causes=(err.code, *err.causes)) from err
             checked = validated.checked()  # check_value adds what it checks (once per value and type)
             adopted: dict[int, tuple[Any, Any]] = {}
             next_values = {}
@@ -519,7 +519,7 @@ class State:
             raise violation(E.STATE_CLOSED, what, "the state is closed")
         if not self._lock.acquire(blocking=False):
             raise violation(E.STATE_BUSY, what, "a call is already active on this state; simultaneous or "
-                       "re-entrant calls are rejected, not serialized")
+                            "re-entrant calls are rejected, not serialized")
         if self._closed:
             self._lock.release()
             raise violation(E.STATE_CLOSED, what, "the state is closed")
@@ -527,7 +527,7 @@ class State:
     def _initial_values(self, initial: Mapping[str, Any]) -> Mapping[str, Any]:
         if not isinstance(initial, Mapping):
             raise violation(E.STATE_INITIAL_MISSING, "initial",
-                       f"initial values are a mapping of bound input names, not {type(initial).__name__}")
+                            f"initial values are a mapping of bound input names, not {type(initial).__name__}")
         for name in initial:
             if name not in self._bound:
                 raise violation(E.STATE_INITIAL_UNKNOWN, f"initial[{name!r}]", f"{name!r} is not a bound input")
@@ -538,7 +538,7 @@ class State:
             path = f"initial[{binding.input_name!r}]"
             if binding.input_name not in initial:
                 raise violation(E.STATE_INITIAL_MISSING, path, f"bound input {binding.input_name!r} needs an "
-                           "initial value")
+                                "initial value")
             containers: dict[int, tuple[Any, Any]] = {}
             value = adopt(initial[binding.input_name], path, self.counters, persistent=True, adopted=containers)
             keys: set[tuple[int, int]] = set()

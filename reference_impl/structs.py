@@ -36,7 +36,7 @@ MAX_TYPE_NODES = 1 << 15
 def _too_deep(path: str, levels: int | None = None) -> Exception:
     reached = f" ({levels} levels)" if levels is not None else ""
     return violation(E.NESTING_TOO_DEEP, path, f"types nest deeper than {MAX_DEPTH} levels{reached}, counting "
-                "every TypeProto and every type_ref expansion")
+                     "every TypeProto and every type_ref expansion")
 
 
 _MAP_KEY_TYPES = {dtypes.INT8, dtypes.INT16, dtypes.INT32, dtypes.INT64, dtypes.UINT8, dtypes.UINT16,
@@ -93,14 +93,14 @@ class Catalogue:
             kind = struct_kind(decl)
             if kind is None:
                 raise violation(E.KINDLESS_MISPLACED, decl_path,
-                           "a kind-less StructTypeProto is never a catalogue declaration")
+                                "a kind-less StructTypeProto is never a catalogue declaration")
             if kind == "type_ref":
                 raise violation(E.DECLARATION_NOT_CONCRETE, decl_path,
-                           "a declaration selects array, structure or bit_packing, not type_ref")
+                                "a declaration selects array, structure or bit_packing, not type_ref")
             if decl.type_id in self.declarations:
                 first = self.declarations[decl.type_id][1]
                 raise violation(E.TYPE_ID_DUPLICATE, f"{decl_path}.type_id",
-                           f"type_id {decl.type_id} is already declared at {first}")
+                                f"type_id {decl.type_id} is already declared at {first}")
             self.declarations[decl.type_id] = (decl, decl_path)
         self._size_memo: dict[int, int | NotFixedSize] = {}
 
@@ -117,7 +117,7 @@ class Catalogue:
         self._nodes_left -= count
         if self._nodes_left < 0:
             raise violation(E.RESOURCE_LIMIT, path, f"the model declares more than {self._budget} declarations, "
-                       "fields and components (implementation limit)")
+                            "fields and components (implementation limit)")
 
     def end_budget(self) -> None:
         """Stop charging: the model is verified, later walks over it are bounded by what was checked."""
@@ -192,7 +192,7 @@ class Catalogue:
                 if state.get(child) == 1:
                     cycle = trail[trail.index(child):] + [child]
                     raise violation(E.TYPE_REF_CYCLE, self.declarations[child][1],
-                               "reference cycle " + " -> ".join(str(c) for c in cycle))
+                                    "reference cycle " + " -> ".join(str(c) for c in cycle))
                 if not state.get(child):
                     state[child] = 1
                     trail.append(child)
@@ -249,7 +249,7 @@ def type_bit_size(tp, path: str, catalogue: Catalogue, depth: int = 0) -> int | 
         width = dtypes.BIT_WIDTH.get(tensor.elem_type)
         if width is None:
             raise violation(E.UNSUPPORTED_LEAF, f"{path}.tensor_type.elem_type",
-                       f"{dtypes.type_name(tensor.elem_type)} is not a fixed-width scalar leaf")
+                            f"{dtypes.type_name(tensor.elem_type)} is not a fixed-width scalar leaf")
         if not tensor.HasField("shape"):
             return NotFixedSize(path, "tensor has no shape")
         size = width
@@ -277,11 +277,11 @@ def check_type(tp, path: str, catalogue: Catalogue, depth: int = 0, refs: list |
         tensor = getattr(tp, which)
         if tensor.elem_type not in dtypes.KNOWN_TYPES:
             raise violation(E.TYPE_INVALID, f"{path}.{which}.elem_type",
-                       f"element type {tensor.elem_type} is not a defined ONNX type")
+                            f"element type {tensor.elem_type} is not a defined ONNX type")
         for index, dim in enumerate(tensor.shape.dim):
             if dim.WhichOneof("value") == "dim_value" and dim.dim_value < 0:
                 raise violation(E.TYPE_INVALID, f"{path}.{which}.shape.dim[{index}]",
-                           f"dimension {dim.dim_value} is negative")
+                                f"dimension {dim.dim_value} is negative")
         return level
     if which == "sequence_type":
         if not tp.sequence_type.HasField("elem_type"):
@@ -318,7 +318,7 @@ def check_struct(st, path: str, catalogue: Catalogue, role: str, depth: int = 0,
             extras.append("metadata_props")
         if extras:
             raise violation(E.TYPE_REF_EXTRA_FIELDS, path,
-                       f"a type_ref carries only the ID; found {', '.join(extras)}")
+                            f"a type_ref carries only the ID; found {', '.join(extras)}")
         catalogue.lookup(st.type_ref, f"{path}.type_ref")
         catalogue.check_reference_depth(st.type_ref, depth, f"{path}.type_ref")
         if refs is not None:
@@ -326,11 +326,11 @@ def check_struct(st, path: str, catalogue: Catalogue, role: str, depth: int = 0,
         return depth
     if role != "declaration" and st.HasField("type_id"):
         raise violation(E.INLINE_TYPE_ID, f"{path}.type_id",
-                   "an inline declaration has no type_id and cannot be referenced")
+                        "an inline declaration has no type_id and cannot be referenced")
     if kind is None:
         if role != "type":
             raise violation(E.KINDLESS_MISPLACED, path,
-                       "a kind-less StructTypeProto is only an unconstrained category inside TypeProto")
+                            "a kind-less StructTypeProto is only an unconstrained category inside TypeProto")
         return depth
     if kind == "array":
         array = st.array
@@ -338,7 +338,7 @@ def check_struct(st, path: str, catalogue: Catalogue, role: str, depth: int = 0,
             raise violation(E.ARRAY_ELEMENT_MISSING, f"{path}.array", "array has no element_type")
         if array.dimension == 0:
             raise violation(E.DIMENSION_INVALID, f"{path}.array.dimension",
-                       "array length must be an explicit integer > 0")
+                            "array length must be an explicit integer > 0")
         return check_type(array.element_type, f"{path}.array.element_type", catalogue, depth, refs)
     if kind == "bit_packing":
         packing = st.bit_packing
@@ -347,12 +347,12 @@ def check_struct(st, path: str, catalogue: Catalogue, role: str, depth: int = 0,
             raise violation(E.BIT_PACKING_EMPTY, f"{path}.bit_packing", "bit packing has no components")
         if packing.dimension == 0:
             raise violation(E.DIMENSION_INVALID, f"{path}.bit_packing.dimension",
-                       "bit-packing count must be an explicit integer > 0")
+                            "bit-packing count must be an explicit integer > 0")
         _check_names([c.name for c in packing.component], f"{path}.bit_packing.component")
         for index, component in enumerate(packing.component):
             if not 1 <= component.bit_width <= 64:
                 raise violation(E.BIT_WIDTH_INVALID, f"{path}.bit_packing.component[{index}].bit_width",
-                           f"bit width {component.bit_width} is outside 1..64")
+                                f"bit width {component.bit_width} is outside 1..64")
         return depth
     fields = st.structure.field
     catalogue.charge(len(fields), f"{path}.structure")
@@ -364,7 +364,7 @@ def check_struct(st, path: str, catalogue: Catalogue, role: str, depth: int = 0,
         content = field.WhichOneof("content")
         if content is None:
             raise violation(E.FIELD_CONTENT_MISSING, f"{path}.structure.field[{index}]",
-                       "field needs a type or a constant")
+                            "field needs a type or a constant")
         if content == "type":
             reached = check_type(field.type, f"{path}.structure.field[{index}].type", catalogue, depth, refs)
             if reached > deepest:
@@ -381,7 +381,7 @@ def _check_names(names: list[str], path: str) -> None:
             raise violation(E.NAME_EMPTY, f"{path}[{index}].name", "names must be non-empty")
         if name in seen:
             raise violation(E.NAME_DUPLICATE, f"{path}[{index}].name",
-                       f"name {name!r} repeats {path}[{seen[name]}]")
+                            f"name {name!r} repeats {path}[{seen[name]}]")
         seen[name] = index
 
 
@@ -392,5 +392,5 @@ def check_constant(tensor, path: str) -> None:
     for index, dim in enumerate(tensor.dims):
         if dim < 0:
             raise violation(E.CONSTANT_DIMS_INVALID, f"{path}.dims[{index}]",
-                       f"constant dimension {dim} is not concrete")
+                            f"constant dimension {dim} is not concrete")
     check_tensor_data(tensor, path)

@@ -99,19 +99,19 @@ def _checked(tensor, path: str) -> tuple[int, bytes | None]:
         raw = tensor.raw_data
         if len(raw) != expected:
             raise violation(E.TENSOR_DATA_INVALID, f"{path}.raw_data",
-                       f"{len(raw)} bytes for {count} elements; expected {expected}")
+                            f"{len(raw)} bytes for {count} elements; expected {expected}")
         return count, raw
     field, held = _typed_field(tensor)
     if populated and populated[0] != field:
         raise violation(E.TENSOR_DATA_INVALID, f"{path}.{populated[0]}",
-                   f"{dtypes.type_name(t)} data belongs in {field}")
+                        f"{dtypes.type_name(t)} data belongs in {field}")
     per_value = 2 if t in (dtypes.COMPLEX64, dtypes.COMPLEX128) else 1
     expected = count * per_value
     if t in _PACKED_IN_INT32:
         expected = -(-count // _PACKED_IN_INT32[t])
     if held != expected:
         raise violation(E.TENSOR_DATA_INVALID, f"{path}.{field}",
-                   f"{held} values for {count} elements; expected {expected}")
+                        f"{held} values for {count} elements; expected {expected}")
     return count, None
 
 

@@ -60,7 +60,7 @@ def load_model(model_or_bytes) -> object:
     if descriptor is not None and descriptor.full_name == "onnx.ModelProto":
         return schema.from_onnx(model_or_bytes)
     raise violation(E.MODEL_PARSE_ERROR, "model",
-               f"expected model bytes or a ModelProto, got {type(model_or_bytes).__name__}")
+                    f"expected model bytes or a ModelProto, got {type(model_or_bytes).__name__}")
 
 
 def verify_model(model_or_bytes, base_dir: str | os.PathLike | None = None) -> VerifiedModel:
@@ -132,7 +132,7 @@ def _check_initializer_names(graph, path: str) -> None:
             raise violation(E.INITIALIZER_NAME_EMPTY, f"{item_path}.name", "encoded initializers must be named")
         if name in seen:
             raise violation(E.INITIALIZER_NAME_DUPLICATE, f"{item_path}.name",
-                       f"name {name!r} is already used by {seen[name]}")
+                            f"name {name!r} is already used by {seen[name]}")
         seen[name] = item_path
 
 
@@ -162,13 +162,13 @@ def _verify_struct_layout(value, path: str, extent: Extent, catalogue: Catalogue
         raise violation(E.NOT_FIXED_SIZE, bits.path, f"not byte-encodable: {bits.reason}")
     if bits == 0:
         raise violation(E.ROOT_SIZE_ZERO, layout_path,
-                   "an encoding root needs a positive size (constant-only structs cannot be roots)")
+                        "an encoding root needs a positive size (constant-only structs cannot be roots)")
     if bits % 8:
         raise violation(E.ROOT_SIZE_NOT_BYTES, layout_path, f"root size {bits} bits is not a whole byte count")
     element_bytes = bits // 8
     if extent.length % element_bytes:
         raise violation(E.PAYLOAD_PARTIAL_RECORD, path,
-                   f"{extent.length} payload bytes is not a whole number of {element_bytes}-byte records")
+                        f"{extent.length} payload bytes is not a whole number of {element_bytes}-byte records")
     if value.HasField("logical_type"):
         check_type(value.logical_type, f"{path}.logical_type", catalogue)
     return EncodedInfo(path, extent, element_bytes=element_bytes, record_count=extent.length // element_bytes)
@@ -181,15 +181,15 @@ def logical_tensor_shape(value, path: str) -> tuple[int, tuple[int, ...]]:
     tensor = value.logical_type.tensor_type
     if tensor.elem_type not in affine.SCALE_TYPES:
         raise violation(E.LOGICAL_TYPE_INVALID, f"{path}.logical_type.tensor_type.elem_type",
-                   f"{dtypes.type_name(tensor.elem_type)} is not a floating type")
+                        f"{dtypes.type_name(tensor.elem_type)} is not a floating type")
     if not tensor.HasField("shape"):
         raise violation(E.LOGICAL_TYPE_INVALID, f"{path}.logical_type.tensor_type",
-                   "the affine branch needs concrete dimensions")
+                        "the affine branch needs concrete dimensions")
     dims = []
     for index, dim in enumerate(tensor.shape.dim):
         if dim.WhichOneof("value") != "dim_value" or dim.dim_value < 0:
             raise violation(E.LOGICAL_TYPE_INVALID, f"{path}.logical_type.tensor_type.shape.dim[{index}]",
-                       "the affine branch needs concrete dimensions")
+                            "the affine branch needs concrete dimensions")
         dims.append(dim.dim_value)
     return tensor.elem_type, tuple(dims)
 
@@ -199,7 +199,7 @@ def _verify_affine(value, path: str, extent: Extent) -> EncodedInfo:
     layout_path = f"{path}.affine"
     if layout.storage_type not in affine.STORAGE_TYPES:
         raise violation(E.AFFINE_STORAGE_INVALID, f"{layout_path}.storage_type",
-                   f"{dtypes.type_name(layout.storage_type)} is not INT8/UINT8/INT4/UINT4/INT2/UINT2")
+                        f"{dtypes.type_name(layout.storage_type)} is not INT8/UINT8/INT4/UINT4/INT2/UINT2")
     elem_type, shape = logical_tensor_shape(value, path)
     count = element_count(shape, f"{path}.logical_type")
     if not layout.HasField("scale"):
@@ -207,18 +207,18 @@ def _verify_affine(value, path: str, extent: Extent) -> EncodedInfo:
     scale = layout.scale
     if scale.data_type not in affine.SCALE_TYPES:
         raise violation(E.AFFINE_SCALE_INVALID, f"{layout_path}.scale.data_type",
-                   f"{dtypes.type_name(scale.data_type)} is not a floating type")
+                        f"{dtypes.type_name(scale.data_type)} is not a floating type")
     if scale.data_type != elem_type and not {scale.data_type, elem_type} <= affine.OUTPUT_DTYPES:
         raise violation(E.AFFINE_SCALE_INVALID, f"{layout_path}.scale.data_type",
-                   f"DequantizeLinear cannot produce {dtypes.type_name(elem_type)} from a "
-                   f"{dtypes.type_name(scale.data_type)} scale")
+                        f"DequantizeLinear cannot produce {dtypes.type_name(elem_type)} from a "
+                        f"{dtypes.type_name(scale.data_type)} scale")
     if any(d < 0 for d in scale.dims):
         raise violation(E.AFFINE_PARAM_SHAPE, f"{layout_path}.scale.dims", "negative dimension")
     check_tensor_data(scale, f"{layout_path}.scale")
     axis = None
     if layout.HasField("block_size") and not layout.HasField("axis"):
         raise violation(E.AFFINE_BLOCK_WITHOUT_AXIS, f"{layout_path}.block_size",
-                   "block_size is valid only with an axis")
+                        "block_size is valid only with an axis")
     if layout.HasField("axis"):
         axis = affine.normalize_axis(layout.axis, len(shape), f"{layout_path}.axis")
     block = None
@@ -230,22 +230,22 @@ def _verify_affine(value, path: str, extent: Extent) -> EncodedInfo:
     if tuple(scale.dims) != expected:
         granularity = "per-tensor" if axis is None else ("blocked" if block else "per-axis")
         raise violation(E.AFFINE_PARAM_SHAPE, f"{layout_path}.scale.dims",
-                   f"{granularity} scale needs shape {list(expected)}, got {list(scale.dims)}")
+                        f"{granularity} scale needs shape {list(expected)}, got {list(scale.dims)}")
     if layout.HasField("zero_point"):
         zero_point = layout.zero_point
         if zero_point.data_type != layout.storage_type:
             raise violation(E.AFFINE_ZERO_POINT_INVALID, f"{layout_path}.zero_point.data_type",
-                       f"zero_point has {dtypes.type_name(zero_point.data_type)}, storage is "
-                       f"{dtypes.type_name(layout.storage_type)}")
+                            f"zero_point has {dtypes.type_name(zero_point.data_type)}, storage is "
+                            f"{dtypes.type_name(layout.storage_type)}")
         if tuple(zero_point.dims) != expected:
             raise violation(E.AFFINE_PARAM_SHAPE, f"{layout_path}.zero_point.dims",
-                       f"zero_point needs the scale's shape {list(expected)}, got {list(zero_point.dims)}")
+                            f"zero_point needs the scale's shape {list(expected)}, got {list(zero_point.dims)}")
         check_tensor_data(zero_point, f"{layout_path}.zero_point")
     bits = checked_mul(count, dtypes.BIT_WIDTH[layout.storage_type], f"{path}.logical_type")
     needed = (bits + 7) // 8
     if extent.length != needed:
         raise violation(E.AFFINE_PAYLOAD_SIZE, path,
-                   f"{count} codes need exactly {needed} payload bytes, found {extent.length}")
+                        f"{count} codes need exactly {needed} payload bytes, found {extent.length}")
     if not extent.external and bits % 8 and \
             (extent.inline if extent.inline is not None else value.raw_data)[-1] >> (bits % 8):
         raise violation(E.AFFINE_PADDING_NONZERO, f"{path}.raw_data", "unused final high bits must be zero")

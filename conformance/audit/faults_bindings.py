@@ -161,7 +161,7 @@ class PersistentTypesState(FaultState):
         for name in feeds:
             if name not in self.bound and self.types.get(name) in self.persistent_types:
                 raise violation(E.STATE_FEED_OVERRIDES, f"feeds[{name!r}]",
-                           f"struct type {self.types[name]} is persistent in this model")
+                                f"struct type {self.types[name]} is persistent in this model")
         return super().run(feeds)
 
 

@@ -141,7 +141,7 @@ def _max_tokens_per_call(original):
             new = args[1]
             if isinstance(new, np.ndarray) and new.ndim == 4 and new.shape[2] > limit:
                 raise violation(E.KV_CAPACITY_EXCEEDED, "PagedAttention.max_tokens",
-                           f"{new.shape[2]} new tokens exceed max_tokens {limit}")
+                                f"{new.shape[2]} new tokens exceed max_tokens {limit}")
             attrs = {**attrs, "max_tokens": 1 << 62}
         return original(args, attrs, ctx)
     return kernel

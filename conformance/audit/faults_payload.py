@@ -96,7 +96,7 @@ class EmptyPayloadRejected(Fault):
         for value in encoded_values(model):
             if value.data_location != _EXTERNAL and not value.raw_data:
                 raise violation(E.PAYLOAD_PARTIAL_RECORD, f"model.graph.encoded_initializer[{value.name!r}]",
-                           "the encoded value has no payload")
+                                "the encoded value has no payload")
 
 
 def _bounds_deferred(original):

@@ -155,7 +155,7 @@ def _one_record(original):
         info = original(value, path, extent, catalogue)
         if info.record_count != 1:
             raise violation(E.PAYLOAD_PARTIAL_RECORD, path,
-                       f"{extent.length} bytes are not one {info.element_bytes}-byte element of the type")
+                            f"{extent.length} bytes are not one {info.element_bytes}-byte element of the type")
         return info
     return verify_struct_layout
 
@@ -291,7 +291,7 @@ class CodecBodiesLoaded(Fault):
                 for node in body.node if decl.HasField(codec) else ():
                     if node.domain not in ("", "ai.onnx", "onnx_light"):
                         raise violation(E.OPERATOR_UNSUPPORTED, f"model.struct_types.{codec}",
-                                   f"{node.domain}.{node.op_type} is not available")
+                                        f"{node.domain}.{node.op_type} is not available")
 
 
 def _nested_decoders_first(original):
@@ -418,7 +418,7 @@ class BlockRowsImposed(Fault):
                     value.logical_type.WhichOneof("value") == "tensor_type" and \
                     len(value.logical_type.tensor_type.shape.dim) != 2:
                 raise violation(E.LOGICAL_SHAPE_MISMATCH, f"model.graph.encoded_initializer[{value.name!r}]",
-                           "a block layout's logical shape is (records, elements per record)")
+                                "a block layout's logical shape is (records, elements per record)")
 
 
 class LogicalTypeRequired(Fault):
@@ -432,7 +432,7 @@ class LogicalTypeRequired(Fault):
         for value in encoded_values(model):
             if not value.HasField("logical_type"):
                 raise violation(E.LOGICAL_TYPE_INVALID, f"model.graph.encoded_initializer[{value.name!r}]",
-                           "logical_type is required")
+                                "logical_type is required")
 
 
 class LogicalTypeNotEnforced(Fault):

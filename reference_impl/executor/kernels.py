@@ -119,7 +119,7 @@ def make_decode(node, session) -> Kernel:
         value = inputs[0]
         if not isinstance(value, EncodedValue):
             raise violation(E.CONSUMER_MISSING if isinstance(value, StructValue) else E.EXECUTION_FAILED,
-                       ctx.path, f"Decode needs an encoded value, got {type(value).__name__}")
+                            ctx.path, f"Decode needs an encoded value, got {type(value).__name__}")
         return [decode_value(value.to_proto(), session.catalogue, base_dir=value.base_dir or session.base_dir,
                              registry=session.registry)]
     return decode
@@ -134,7 +134,7 @@ def make_get_field(node, session) -> Kernel:
         value = inputs[0]
         if isinstance(value, EncodedValue):
             raise violation(E.CONSUMER_MISSING, ctx.path,
-                       f"field {name!r} of byte-encoded records needs a decoder or codec")
+                            f"field {name!r} of byte-encoded records needs a decoder or codec")
         if not isinstance(value, StructValue):
             raise violation(E.EXECUTION_FAILED, ctx.path, f"GetField needs a struct, got {type(value).__name__}")
         if name in value:
@@ -158,7 +158,7 @@ def make_make_struct(node, session) -> Kernel:
     if names is None:
         if not isinstance(spec, StructSpec):
             raise violation(E.OPERATOR_UNSUPPORTED, "MakeStruct",
-                       "MakeStruct needs 'fields' or a structure type_id")
+                            "MakeStruct needs 'fields' or a structure type_id")
         names = [field for field, _ in spec.fields]
     if len(names) != len(node.input):
         raise violation(E.OPERATOR_UNSUPPORTED, "MakeStruct", f"{len(node.input)} inputs for {len(names)} fields")

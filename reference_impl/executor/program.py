@@ -102,7 +102,7 @@ class Program:
                 args = [values[name] for name in step.inputs]
             except KeyError as err:
                 raise violation(E.EXECUTION_FAILED, step.path,
-                           f"{step.op}: input {err.args[0]!r} has no value") from None
+                                f"{step.op}: input {err.args[0]!r} has no value") from None
             try:
                 results = step.kernel(args, ctx, values)
             except ContractError:
@@ -203,8 +203,8 @@ def _tensor_operand(value: Any, op_type: str, path: str) -> Any:
         return value
     if is_struct(value) or isinstance(value, EncodedValue):
         raise violation(E.CONSUMER_MISSING, path,
-                   f"{type(value).__name__} reaches tensor operator {op_type} without an explicit "
-                   "decoder or registered consumer")
+                        f"{type(value).__name__} reaches tensor operator {op_type} without an explicit "
+                        "decoder or registered consumer")
     if isinstance(value, InvocationBorrow):
         return value.array
     if isinstance(value, list):
@@ -244,7 +244,7 @@ def function_program(session, key: tuple[str, str], depth: int, path: str) -> Pr
         return program
     if key in session.compiling_functions:
         raise violation(E.OPERATOR_UNSUPPORTED, path, f"local function {key[0]}.{key[1]} calls itself (directly or "
-                   "through other functions); recursive functions are not supported")
+                        "through other functions); recursive functions are not supported")
     function = session.functions[key]
     body_opsets = dict(session.opsets)
     body_opsets.update({o.domain: o.version for o in function.opset_import})

@@ -89,7 +89,7 @@ class Executor:
                 raise violation(E.RESOURCE_LIMIT, where, "the dense initializer does not fit in memory") from None
             except Exception as err:  # noqa: BLE001 - onnx raises ValueError, TypeError, OSError ...
                 raise violation(E.TENSOR_DATA_INVALID, where,
-                           f"onnx cannot convert the dense initializer: {type(err).__name__}: {err}") from None
+                                f"onnx cannot convert the dense initializer: {type(err).__name__}: {err}") from None
             array.flags.writeable = False
             constants[tensor.name] = array
         return constants
@@ -148,8 +148,8 @@ def reject_borrows(value: Any, path: str, skip: Container[int] = frozenset()) ->
     for leaf_path, leaf in leaves(value, path, skip):
         if isinstance(leaf, InvocationBorrow):
             raise violation(E.OWNERLESS_BORROW, leaf_path,
-                       "an invocation-only borrow cannot become a returned output or retained state; "
-                       "the producer must supply a lifetime owner")
+                            "an invocation-only borrow cannot become a returned output or retained state; "
+                            "the producer must supply a lifetime owner")
 
 
 def run_model(model, feeds: Mapping[str, Any], **options: Any) -> dict[str, Any]:

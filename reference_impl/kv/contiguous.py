@@ -205,7 +205,7 @@ def tensor_scatter(past_cache: np.ndarray, update: np.ndarray, write_indices: np
     if update.ndim != rank or count > capacity or any(
             a != b for i, (a, b) in enumerate(zip(past_cache.shape, update.shape)) if i != axis):
         raise violation(E.KV_SHAPE_MISMATCH, "TensorScatter.update",
-                   f"update {update.shape} does not fit past_cache {past_cache.shape} on axis {axis}")
+                        f"update {update.shape} does not fit past_cache {past_cache.shape} on axis {axis}")
     batch = past_cache.shape[0]
     starts = np.zeros(batch, np.int64) if write_indices is None else np.asarray(write_indices, np.int64)
     if starts.shape != (batch,) or np.any(starts < 0):
@@ -215,7 +215,7 @@ def tensor_scatter(past_cache: np.ndarray, update: np.ndarray, write_indices: np
         positions %= capacity
     elif np.any(positions >= capacity):
         raise violation(E.KV_CAPACITY_EXCEEDED, "TensorScatter.write_indices",
-                   "linear mode requires write_indices + sequence_length <= max_sequence_length")
+                        "linear mode requires write_indices + sequence_length <= max_sequence_length")
     present = past_cache.copy()
     _scatter_rows(np.moveaxis(present, axis, 1), np.moveaxis(update, axis, 1), positions)
     return present
@@ -296,14 +296,14 @@ class ContiguousKVCache:
             if update.ndim != 4 or update.shape[:2] != shape[:2] or update.shape[3] != shape[3] \
                     or update.dtype != storage.data.dtype:
                 raise violation(E.KV_SHAPE_MISMATCH, f"{self.path}.append.{name}",
-                           f"{update.dtype}{list(update.shape)} does not fit a cache of "
-                           f"{storage.data.dtype}{list(shape[:2])}[*]{list(shape[3:])}")
+                                f"{update.dtype}{list(update.shape)} does not fit a cache of "
+                                f"{storage.data.dtype}{list(shape[:2])}[*]{list(shape[3:])}")
         if key.shape[2] != value.shape[2]:
             raise violation(E.KV_SHAPE_MISMATCH, f"{self.path}.append", "key and value token counts differ")
         count = key.shape[2]
         if self.mode == "circular" and count > self.capacity:
             raise violation(E.KV_SHAPE_MISMATCH, f"{self.path}.append",
-                       f"{count} tokens exceed the ring of {self.capacity}")
+                            f"{count} tokens exceed the ring of {self.capacity}")
         return count
 
     def _positions(self, count: int) -> np.ndarray:
@@ -331,7 +331,7 @@ class ContiguousKVCache:
         needed = int(positions.max(initial=-1)) + 1 if self.mode == "linear" else self.capacity
         if self.mode == "linear" and needed > self.capacity and not self.grow:
             raise violation(E.KV_CAPACITY_EXCEEDED, f"{self.path}.append",
-                       f"{needed} tokens exceed the fixed capacity {self.capacity}")
+                            f"{needed} tokens exceed the fixed capacity {self.capacity}")
         key_target, key_moved = self._target(self._key, positions, needed)
         value_target, value_moved = self._target(self._value, positions, needed)
         check_cancel(cancel, f"{self.path}.append")

@@ -101,7 +101,7 @@ class BlockFormat:
         name, _, group = str(text).partition("/")
         if name not in NAMES or (group and (name not in _AFFINE or not group.isdigit() or int(group) <= 0)):
             raise violation(E.KV_BLOCK_INVALID, "kv.format", f"unknown block format {text!r}; use one of {NAMES}"
-                       " (affine types may add /group)")
+                            " (affine types may add /group)")
         return cls(name, int(group) if group else None)
 
     @property
@@ -117,8 +117,8 @@ class BlockFormat:
         values = tokens * heads * head_size
         if self.name == "codebook2" and values % 32:
             raise violation(E.KV_BLOCK_INVALID, path,
-                       f"codebook2 needs a multiple of 32 values per block; {tokens} tokens x {heads} heads x "
-                       f"{head_size} = {values}")
+                            f"codebook2 needs a multiple of 32 values per block; {tokens} tokens x {heads} heads x "
+                            f"{head_size} = {values}")
 
 
 DENSE = BlockFormat("dense")
@@ -203,7 +203,7 @@ class BlockCodec:
         if header.logical_type.WhichOneof("value") != "tensor_type" or tensor.elem_type != dtypes.FLOAT \
                 or len(dims) != 3 or dims[1:] != (heads, head_size) or dims[0] <= 0:
             raise violation(E.KV_BLOCK_INVALID, f"{path}.logical_type",
-                       f"a block is FLOAT[tokens, {heads}, {head_size}], got {dims}")
+                            f"a block is FLOAT[tokens, {heads}, {head_size}], got {dims}")
         self.shape = dims
         self.count = dims[0] * heads * head_size
         layout = header.WhichOneof("layout")
@@ -307,7 +307,7 @@ def decode_many(codecs: list[BlockCodec], values: list) -> np.ndarray:
     flat = first.decoder.decode(first.layout, payload)
     if flat.size != first.count * len(codecs):
         raise violation(E.LOGICAL_SHAPE_MISMATCH, first.path,
-                   f"decoder produced {flat.size} values for {len(codecs)} blocks")
+                        f"decoder produced {flat.size} values for {len(codecs)} blocks")
     return flat.astype(np.float32, copy=False).reshape(shape)
 
 

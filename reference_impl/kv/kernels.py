@@ -72,7 +72,7 @@ def paged_attention_kernel(args: list, attrs: dict, ctx) -> list:
         if not isinstance(x, np.ndarray) or x.ndim != 4 or x.shape[0] != 1 or x.dtype != np.float32 \
                 or min(x.shape[1], x.shape[3]) < 1:
             raise violation(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{name}",
-                       "expected a float32 (1, heads, S, size) tensor with at least one head of size >= 1")
+                            "expected a float32 (1, heads, S, size) tensor with at least one head of size >= 1")
     block_size = _int_attribute(attrs, "block_size", 16)
     max_tokens = _int_attribute(attrs, "max_tokens", 4096)
     settings = _attrs({"is_causal": 1, **attrs}, "PagedAttention",
@@ -85,21 +85,21 @@ def paged_attention_kernel(args: list, attrs: dict, ctx) -> list:
         for name, x, size in (("K", k, geometry[1]), ("V", v, geometry[2])):
             if x.shape[1] != geometry[0] or x.shape[3] != size:
                 raise violation(E.KV_SHAPE_MISMATCH, f"PagedAttention.{name}",
-                           f"new tokens {list(x.shape)} do not fit the cache's {geometry[0]} heads of {size}")
+                                f"new tokens {list(x.shape)} do not fit the cache's {geometry[0]} heads of {size}")
         _check_fit(q, geometry[0], geometry[1], settings, "Q")
     if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
         raise violation(E.ATTENTION_INPUT_INVALID, "PagedAttention.V",
-                   f"V {list(v.shape)} and K {list(k.shape)} disagree on heads or token count")
+                        f"V {list(v.shape)} and K {list(k.shape)} disagree on heads or token count")
     cache = PagedKVCache.from_struct(value, *geometry, block_size, "PagedAttention.past")
     if max_tokens <= 0:
         raise violation(E.KV_CAPACITY_INVALID, "PagedAttention.max_tokens",
                         f"max_tokens must be positive, got {max_tokens}")
     if cache.count + k.shape[2] > max_tokens:
         raise violation(E.KV_CAPACITY_EXCEEDED, "PagedAttention.max_tokens",
-                   f"{cache.count} + {k.shape[2]} tokens exceed max_tokens {max_tokens}")
+                        f"{cache.count} + {k.shape[2]} tokens exceed max_tokens {max_tokens}")
     if q.shape[2] > cache.count + k.shape[2]:
         raise violation(E.ATTENTION_INPUT_INVALID, "PagedAttention.Q",
-                   f"{q.shape[2]} queries but only {cache.count + k.shape[2]} tokens")
+                        f"{q.shape[2]} queries but only {cache.count + k.shape[2]} tokens")
     if mask is not None:
         mask = check_mask(mask, q.dtype, q.shape[:3] + (cache.count + k.shape[2],))
     formats = cache.check_formats(attrs.get("key_format", "dense"), attrs.get("value_format", "dense"),
@@ -112,7 +112,7 @@ def _int_attribute(attrs: dict, name: str, default: int) -> int:
     value = attrs.get(name, default)
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise violation(E.KV_CAPACITY_INVALID, f"PagedAttention.{name}",
-                   f"{name} must be an INT attribute, got {type(value).__name__}")
+                        f"{name} must be an INT attribute, got {type(value).__name__}")
     return int(value)
 
 
@@ -121,8 +121,8 @@ def _check_fit(q: np.ndarray, kv_heads: int, head_size: int, settings: Attention
     ``blame`` names the input reported when they do not."""
     if q.shape[1] % kv_heads or q.shape[3] != head_size:
         raise violation(E.ATTENTION_INPUT_INVALID, f"PagedAttention.{blame}",
-                   f"{q.shape[1]} query heads of size {q.shape[3]} do not fit {kv_heads} key/value heads of "
-                   f"size {head_size}")
+                        f"{q.shape[1]} query heads of size {q.shape[3]} do not fit {kv_heads} key/value heads of "
+                        f"size {head_size}")
     for name, given, actual in (("q_num_heads", settings.q_num_heads, q.shape[1]),
                                 ("kv_num_heads", settings.kv_num_heads, kv_heads)):
         if given is not None and given != actual:
@@ -144,7 +144,7 @@ def kv_kernels(capacity: int | None = None, fixed: bool = False) -> dict:
             check_capacity(capacity, "kv_kernels.capacity")
         if initial > MAX_STORAGE_BYTES:  # at least one byte per token: no allocation could hold it
             raise violation(E.KV_CAPACITY_INVALID, "kv_kernels.capacity",
-                       f"{initial} tokens exceed the {MAX_STORAGE_BYTES}-byte allocation limit")
+                            f"{initial} tokens exceed the {MAX_STORAGE_BYTES}-byte allocation limit")
         policy = contiguous.CapacityPolicy(initial, bool(fixed))
     return {("", "Attention"): partial(attention_kernel, policy=policy),
             (KV_DOMAIN, "PagedAttention"): paged_attention_kernel}

@@ -227,14 +227,14 @@ def make_block(start: int, valid: int, key: EncodedValue | np.ndarray, value: En
     for name, item in (("key", key), ("value", value)):
         if not isinstance(item, (EncodedValue, np.ndarray)):
             raise violation(E.KV_BLOCK_INVALID, f"{path}.{name}",
-                       f"expected a float tensor or an encoded value, got {type(item).__name__}")
+                            f"expected a float tensor or an encoded value, got {type(item).__name__}")
     key_codec = BlockCodec(key, heads, head_size, catalogue, registry, f"{path}.key")
     value_codec = BlockCodec(value, heads, v_head_size, catalogue, registry, f"{path}.value")
     if key_codec.shape[0] != value_codec.shape[0]:
         raise violation(E.KV_BLOCK_INVALID, path, "key and value blocks hold different token counts")
     if not 0 < valid <= key_codec.shape[0] or start < 0:
         raise violation(E.KV_BLOCK_INVALID, path,
-                   f"token range start={start} valid={valid} does not fit {key_codec.shape[0]} slots")
+                        f"token range start={start} valid={valid} does not fit {key_codec.shape[0]} slots")
     if places == (None, None):
         places = (_place_of(key, heads * head_size), _place_of(value, heads * v_head_size))
     return KVBlock(int(start), int(valid), key, value, key_codec, value_codec, *places)
@@ -316,7 +316,7 @@ class PagedKVCache:
                            f"starts at {block.start}, the previous block ends at {previous.start + previous.valid}")
             if block.tokens > self.block_size:
                 raise violation(E.KV_BLOCK_INVALID, f"kv.paged.blocks[{index}]",
-                           f"{block.tokens} slots exceed the block size {self.block_size}")
+                                f"{block.tokens} slots exceed the block size {self.block_size}")
             previous = block
 
     @property
@@ -394,7 +394,7 @@ class PagedKVCache:
                 x = x[0]
             if x.ndim != 3 or x.shape[0] != self.kv_heads or x.shape[2] != size or x.dtype != np.float32:
                 raise violation(E.KV_SHAPE_MISMATCH, f"kv.paged.append.{name}",
-                           f"expected float32 [{self.kv_heads}, n, {size}], got {x.dtype}{list(x.shape)}")
+                                f"expected float32 [{self.kv_heads}, n, {size}], got {x.dtype}{list(x.shape)}")
             out.append(np.ascontiguousarray(x.transpose(1, 0, 2)))
         if out[0].shape[0] != out[1].shape[0]:
             raise violation(E.KV_SHAPE_MISMATCH, "kv.paged.append", "key and value token counts differ")
@@ -503,14 +503,14 @@ def struct_geometry(value, path: str = "cache") -> tuple[int, int, int] | None:
                 if logical.WhichOneof("value") == "tensor_type" else ()
         else:
             raise violation(E.KV_BLOCK_INVALID, f"{where}.{name}",
-                       f"expected a float tensor or an encoded value, got {type(item).__name__}")
+                            f"expected a float tensor or an encoded value, got {type(item).__name__}")
         if len(shape) != 3 or min(shape) <= 0:
             raise violation(E.KV_BLOCK_INVALID, f"{where}.{name}.logical_type",
-                       f"a block is FLOAT[tokens, heads, head_size] with positive sizes, got {shape}")
+                            f"a block is FLOAT[tokens, heads, head_size] with positive sizes, got {shape}")
         dims.append(shape)
     if dims[0][1] != dims[1][1]:
         raise violation(E.KV_BLOCK_INVALID, f"{where}.value.logical_type",
-                   f"the value block has {dims[1][1]} heads, the key block {dims[0][1]}")
+                        f"the value block has {dims[1][1]} heads, the key block {dims[0][1]}")
     return dims[0][1], dims[0][2], dims[1][2]
 
 

@@ -31,16 +31,16 @@ def _check(q: np.ndarray, caches: Sequence[PagedKVCache], attrs: A.AttentionAttr
     A.check_attrs(attrs)
     if attrs.softmax_precision not in (None, 1) or attrs.qk_matmul_output_mode:
         raise violation(E.ATTENTION_INPUT_INVALID, "PagedAttention",
-                   "paged attention computes in float32 and exposes no qk_matmul_output")
+                        "paged attention computes in float32 and exposes no qk_matmul_output")
     if q.ndim != 4 or q.dtype != _F32 or q.shape[0] != len(caches):
         raise violation(E.ATTENTION_INPUT_INVALID, "PagedAttention.Q",
-                   f"expected float32 (B, Hq, Sq, D) with one cache per batch row, got {q.dtype}{list(q.shape)} "
-                   f"and {len(caches)} caches")
+                        f"expected float32 (B, Hq, Sq, D) with one cache per batch row, got {q.dtype}{list(q.shape)} "
+                        f"and {len(caches)} caches")
     for index, cache in enumerate(caches):
         if q.shape[1] % cache.kv_heads or q.shape[3] != cache.head_size:
             raise violation(E.ATTENTION_INPUT_INVALID, f"PagedAttention.cache[{index}]",
-                       f"{q.shape[1]} query heads of size {q.shape[3]} do not fit {cache.kv_heads} key/value "
-                       f"heads of size {cache.head_size}")
+                            f"{q.shape[1]} query heads of size {q.shape[3]} do not fit {cache.kv_heads} key/value "
+                            f"heads of size {cache.head_size}")
 
 
 def paged_attention(q: np.ndarray, caches: PagedKVCache | Sequence[PagedKVCache],

@@ -140,7 +140,7 @@ class KVStorage:
         nbytes = batch * heads * capacity * head_size * dtype.itemsize
         if nbytes > MAX_STORAGE_BYTES:
             raise violation(E.KV_CAPACITY_INVALID, f"{path}.capacity",
-                       f"{nbytes} bytes exceed the {MAX_STORAGE_BYTES}-byte allocation limit")
+                            f"{nbytes} bytes exceed the {MAX_STORAGE_BYTES}-byte allocation limit")
         shape = (batch, capacity, heads, head_size) if token_major else (batch, heads, capacity, head_size)
         self.data = np.zeros(shape, dtype=dtype)  # the storage's own; only ever written through ``slots``
         self.address = self.data.__array_interface__["data"][0]
