@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from corpus.builders.kv import add_attributes
 from fuzz.source import Source
 from reference_impl import ContractError
 from reference_impl.errors import ErrorCode as E
@@ -257,16 +258,6 @@ def _tensor_io(graph, name: str, dims, elem: int = 1, output: bool = False) -> N
     (graph.output if output else graph.input).append(info)
 
 
-def _attributes(node, attrs: dict) -> None:
-    for name, value in attrs.items():
-        if isinstance(value, str):
-            node.attribute.add(name=name, type=3, s=value.encode())
-        elif isinstance(value, float):
-            node.attribute.add(name=name, type=1, f=value)
-        else:
-            node.attribute.add(name=name, type=2, i=int(value))
-
-
 def gen_decode_model(src: Source) -> DecodeModel:
     from reference_impl import schema
     from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
@@ -316,7 +307,7 @@ def gen_decode_model(src: Source) -> DecodeModel:
             _tensor_io(graph, name, (1, heads, "p", head_size))
         for name in ("present_key", "present_value"):
             _tensor_io(graph, name, (1, heads, "t", head_size), output=True)
-    _attributes(node, attrs)
+    add_attributes(node, attrs)
     dm = DecodeModel(model, paged, heads, q_heads, head_size, mask, mask_heads, attrs)
     for input_name, output_name in dm.bound.items():
         graph.persistent_bindings.add(input_name=input_name, output_name=output_name)

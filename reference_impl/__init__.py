@@ -10,11 +10,9 @@ shared ``broken_pipe`` manners, does not import NumPy, onnx and the whole oracle
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-import types
 from typing import TYPE_CHECKING
+
+from reference_impl.lazy_package import keep_function_over_submodule, lazy_exports
 
 if TYPE_CHECKING:  # what type checkers see (mypy runs over the public API in CI): the names, eagerly
     from reference_impl import schema  # noqa: F401
@@ -57,35 +55,5 @@ _SUBMODULES = ("schema",)
 __all__ = sorted([*_EXPORTS, *_SUBMODULES], key=lambda name: (name[0].islower(), name))
 
 
-def __getattr__(name: str):
-    """A public name from its submodule, or a submodule not imported yet (``reference_impl.schema``).
-    Nothing is cached here, so a name always is its submodule's current attribute."""
-    module = _EXPORTS.get(name)
-    if module is not None:
-        loaded = sys.modules.get(f"{__name__}.{module}")  # function-local imports ask on every call
-        return getattr(loaded if loaded is not None else importlib.import_module(f"{__name__}.{module}"), name)
-    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
-
-class _Package(types.ModuleType):
-    """The package module. ``decode`` is the public function of the submodule of the same name: importing
-    that submodule binds the name to the module on its parent, which must not replace the function."""
-
-    @property
-    def decode(self):
-        from reference_impl.decode import decode
-
-        return decode
-
-    @decode.setter
-    def decode(self, value) -> None:
-        pass  # the import system binding the submodule (or a patch of the submodule's function)
-
-
-sys.modules[__name__].__class__ = _Package
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
+keep_function_over_submodule(__name__, "decode")

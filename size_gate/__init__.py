@@ -10,9 +10,7 @@ loads only the modules measuring needs: start-up time counts for a command-line 
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
+from reference_impl.lazy_package import keep_function_over_submodule, lazy_exports
 
 #: public name -> the submodule that defines it
 _EXPORTS = {
@@ -26,32 +24,5 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS, key=lambda name: (name[0].islower(), name))
 
 
-def __getattr__(name: str):
-    """A public name from its submodule; nothing is cached, so it is always the submodule's own."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    loaded = sys.modules.get(f"{__name__}.{module}")
-    return getattr(loaded if loaded is not None else importlib.import_module(f"{__name__}.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
-
-
-class _Package(types.ModuleType):
-    """The package module. ``compare`` is the public function of the submodule of the same name: importing
-    that submodule binds the name to the module on its parent, which must not replace the function."""
-
-    @property
-    def compare(self):
-        from size_gate.compare import compare
-
-        return compare
-
-    @compare.setter
-    def compare(self, value) -> None:
-        pass  # the import system binding the submodule
-
-
-sys.modules[__name__].__class__ = _Package
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+keep_function_over_submodule(__name__, "compare")

@@ -32,7 +32,7 @@ def attention_numpy(q, k, v):
     return weights @ v
 
 
-def _attributes(node, attrs: dict) -> None:
+def add_attributes(node, attrs: dict) -> None:
     """INT, FLOAT and STRING attributes from Python values (None: left out, the operator's default)."""
     for name, value in attrs.items():
         if value is None:
@@ -65,7 +65,7 @@ def attention_model(heads: int, head_size: int, free_tokens: bool = False, name:
     g = m.graph
     node = g.node.add(op_type="Attention", input=["q", "k", "v", _mask_vi(g, mask, q_heads, "s"), "past_key",
                                                    "past_value"], output=["y", "present_key", "present_value"])
-    _attributes(node, attrs)
+    add_attributes(node, attrs)
     _tensor_vi(g, "q", [1, q_heads, "s", head_size])
     _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else "s", head_size])
     _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else "s", head_size])
@@ -105,7 +105,7 @@ def paged_model(heads: int, head_size: int, block_size, key_format: str = "dense
     node = g.node.add(op_type="PagedAttention", domain="ai.rt", input=inputs, output=["y", "next_cache"])
     formats = {name: fmt for name, fmt in (("key_format", key_format), ("value_format", value_format))
                if fmt != "dense"}
-    _attributes(node, {"block_size": block_size, **formats, **attrs})
+    add_attributes(node, {"block_size": block_size, **formats, **attrs})
     _tensor_vi(g, "q", [1, q_heads, tokens, head_size])
     _tensor_vi(g, "k", [1, heads, "sk" if free_tokens else tokens, head_size])
     _tensor_vi(g, "v", [1, heads, "sv" if free_tokens else tokens, head_size])
