@@ -101,7 +101,7 @@ def compile_layout(st, catalogue: Catalogue, path: str = "layout") -> RecordLayo
     if isinstance(bits, NotFixedSize):
         raise violation(E.NOT_FIXED_SIZE, bits.path, bits.reason)
     layout = RecordLayout(record_bits=bits)
-    _compile_struct(st, catalogue, "", 0, (), layout, path)
+    _compile_struct(st, catalogue, "", 0, (), layout, path, {})
     return layout
 
 
@@ -115,20 +115,52 @@ def _add_leaf(layout: RecordLayout, leaf: Leaf, path: str) -> None:
     layout.leaves[leaf.path] = leaf
 
 
-def _visit(layout: RecordLayout, path: str) -> None:
-    layout.nodes_visited += 1
+def _add_constant(layout: RecordLayout, name: str, constant, path: str) -> None:
+    if len(layout.constants) >= MAX_LEAVES:
+        raise violation(E.RESOURCE_LIMIT, path, f"layout has more than {MAX_LEAVES} constants")
+    layout.constants[name] = constant
+
+
+def _visit(layout: RecordLayout, path: str, nodes: int = 1) -> None:
+    layout.nodes_visited += nodes
     if layout.nodes_visited > 4 * MAX_LEAVES:
         raise violation(E.RESOURCE_LIMIT, path, f"layout expands to more than {4 * MAX_LEAVES} type nodes")
 
 
-def _compile_struct(st, catalogue, prefix, offset, dims, layout, path) -> None:
+def _compile_struct(st, catalogue, prefix, offset, dims, layout, path, expanded) -> None:
+    """Leaves and constants of ``st`` at ``offset`` below ``prefix``. A referenced declaration is
+    compiled once per layout (``expanded``, by type_id) and then placed wherever it is referenced: a
+    catalogue sharing a type along many paths (a diamond) costs one placement per path, not one walk.
+    Placement counts the same leaves, constants and type nodes against the limits as a walk would."""
     _visit(layout, path)
-    st, path = catalogue.resolve(st, path)
+    if struct_kind(st) == "type_ref":
+        relative = expanded.get(st.type_ref)
+        if relative is None:
+            decl, decl_path = catalogue.lookup(st.type_ref, f"{path}.type_ref")
+            relative = RecordLayout(record_bits=0)
+            _compile_body(decl, catalogue, "", 0, (), relative, decl_path, expanded)
+            expanded[st.type_ref] = relative
+        _place(relative, prefix, offset, dims, layout, path)
+        return
+    _compile_body(st, catalogue, prefix, offset, dims, layout, path, expanded)
+
+
+def _place(relative: RecordLayout, prefix: str, offset: int, dims: tuple, layout: RecordLayout, path: str) -> None:
+    """Copy a declaration's relative leaves and constants into ``layout`` at ``offset`` below ``prefix``."""
+    _visit(layout, path, relative.nodes_visited)
+    for leaf in relative.leaves.values():
+        placed = _join(prefix, leaf.path) if leaf.path else prefix
+        _add_leaf(layout, Leaf(placed, leaf.elem_type, leaf.width, offset + leaf.offset, dims + leaf.dims), path)
+    for name, constant in relative.constants.items():
+        _add_constant(layout, _join(prefix, name), constant, path)
+
+
+def _compile_body(st, catalogue, prefix, offset, dims, layout, path, expanded) -> None:
     kind = struct_kind(st)
     if kind == "array":
         element_bits = type_bit_size(st.array.element_type, path, catalogue)
         _compile_type(st.array.element_type, catalogue, prefix, offset,
-                      dims + ((st.array.dimension, element_bits),), layout, f"{path}.array.element_type")
+                      dims + ((st.array.dimension, element_bits),), layout, f"{path}.array.element_type", expanded)
     elif kind == "bit_packing":
         stride = sum(c.bit_width for c in st.bit_packing.component)
         running = 0
@@ -141,19 +173,17 @@ def _compile_struct(st, catalogue, prefix, offset, dims, layout, path) -> None:
         for index, fld in enumerate(st.structure.field):
             name = _join(prefix, fld.name)
             if fld.WhichOneof("content") == "constant":
-                if len(layout.constants) >= MAX_LEAVES:
-                    raise violation(E.RESOURCE_LIMIT, path, f"layout has more than {MAX_LEAVES} constants")
-                layout.constants[name] = fld.constant
+                _add_constant(layout, name, fld.constant, path)
                 continue
             field_path = f"{path}.structure.field[{index}].type"
-            _compile_type(fld.type, catalogue, name, offset + running, dims, layout, field_path)
+            _compile_type(fld.type, catalogue, name, offset + running, dims, layout, field_path, expanded)
             running += type_bit_size(fld.type, field_path, catalogue)
 
 
-def _compile_type(tp, catalogue, prefix, offset, dims, layout, path) -> None:
+def _compile_type(tp, catalogue, prefix, offset, dims, layout, path, expanded) -> None:
     _visit(layout, path)
     if tp.WhichOneof("value") == "struct_type":
-        _compile_struct(tp.struct_type, catalogue, prefix, offset, dims, layout, f"{path}.struct_type")
+        _compile_struct(tp.struct_type, catalogue, prefix, offset, dims, layout, f"{path}.struct_type", expanded)
         return
     tensor = tp.tensor_type
     width = dtypes.BIT_WIDTH[tensor.elem_type]
