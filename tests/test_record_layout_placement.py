@@ -72,7 +72,7 @@ def _summary(layout) -> tuple:
             layout.nodes_visited)
 
 
-@pytest.mark.clause("ENC-SIZE-RECURSIVE", "ENC-SIZE-TABLE")
+@pytest.mark.clause("ENC-SIZE-TABLE")
 def test_placed_references_equal_the_inline_layout():
     declarations = {decl.type_id: decl for decl in _catalogue()}
     catalogue = Catalogue(list(declarations.values()))
