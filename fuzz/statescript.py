@@ -302,14 +302,29 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.tobytes() == b.tobytes() or bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))
 
 
+class LoadedModel:
+    """A state model loaded into the executor once, for every ``Runner`` of a script: the Probe kernel's
+    calls go to the runner attached last (a script's runs are sequential)."""
+
+    def __init__(self, sm: StateModel):
+        self.runner: Runner | None = None
+        self.executor = Executor(sm.model, kernels={PROBE: self._probe})
+
+    def _probe(self, args, attrs, ctx):
+        assert self.runner is not None, "a Probe call outside a runner"
+        return self.runner._probe(args, attrs, ctx)
+
+
 class Runner:
     """One ``State`` plus the two references it must agree with."""
 
-    def __init__(self, sm: StateModel, initial: dict):
+    def __init__(self, sm: StateModel, initial: dict, loaded: LoadedModel | None = None):
         self.sm = sm
         self.hook = None
         self.inner_codes: list[str] = []
-        self.executor = Executor(sm.model, kernels={PROBE: self._probe})
+        loaded = loaded or LoadedModel(sm)
+        loaded.runner = self
+        self.executor = loaded.executor
         self.state = make_state(self.executor, initial={k: v.copy() for k, v in initial.items()})
         self.expected = {k: v.copy() for k, v in initial.items()}  # NumPy reference
         self.manual = dict(self.state.values)  # the spec's manual loop over the executor
@@ -456,8 +471,9 @@ def _drop(model, how: str) -> None:
         graph.output[2].type.tensor_type.elem_type = dtypes.DOUBLE
 
 
-def run_script(script: Script) -> list[str]:
-    runner = Runner(script.sm, script.initial)
+def run_script(script: Script, loaded: LoadedModel | None = None) -> list[str]:
+    """Apply every operation of ``script`` to a new state (over ``loaded``, or a model loaded now)."""
+    runner = Runner(script.sm, script.initial, loaded)
     return [runner.apply(op) for op in script.ops]
 
 
