@@ -89,7 +89,8 @@ def test_attention_over_the_whole_dequantized_cache_is_caught():
 @pytest.mark.clause("KV-MUTATION-FAILED")
 def test_max_tokens_checked_against_the_call_alone_is_caught():
     assert _failed(MaxTokensPerCall(), "Required.KV.PagedCapacity") == {
-        "Required.KV.PagedCapacity.MaxTokensExceededWritesNothing"}
+        "Required.KV.PagedCapacity.MaxTokensExceededWritesNothing",
+        "Required.KV.PagedCapacity.MaxTokensCountsCallerBlocks"}
 
 
 @pytest.mark.clause("KV-CAPACITY-INVALID", "KV-MUTATION-FAILED")
