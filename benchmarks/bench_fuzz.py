@@ -2,6 +2,7 @@
 
     python benchmarks/bench_fuzz.py                      # every target, 5 s each, in process
     python benchmarks/bench_fuzz.py --campaign 60        # plus a real atheris campaign on the verify target
+    python benchmarks/bench_fuzz.py --against REV --targets structured,state   # against an earlier revision
 
 In process, each target replays its seed corpus round-robin against a peer doing only part of the
 work on the same inputs (protobuf parsing for raw models, case generation for structure-aware ones,
@@ -89,6 +90,47 @@ def in_process(seconds: float, targets: list[str] | None = None) -> None:
         print(f"{name:13s} {len(inputs):6d} {rate:8.0f}  {label:24s} {peer:11.0f} {peer / rate:6.1f}x")
 
 
+#: One target's in-process rate on this checkout's seed corpus, run in a fresh interpreter under ``root``.
+_RATE = """
+import pathlib, sys, time
+root, target, seconds, seeds = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+sys.path.insert(0, root)
+from fuzz.targets import load
+one_input = load(target).one_input
+inputs = [p.read_bytes() for p in sorted(pathlib.Path(seeds).iterdir())]
+for data in inputs[:10]:
+    one_input(data)
+count, start = 0, time.perf_counter()
+while time.perf_counter() - start < seconds:
+    one_input(inputs[count % len(inputs)])
+    count += 1
+print(count / (time.perf_counter() - start))
+"""
+
+
+def against(revision: str, seconds: float, targets: list[str], rounds: int = 3) -> None:
+    """Each target's rate here and at ``revision`` (a temporary git worktree), on the same inputs (this
+    checkout's seeds), in fresh interpreters taking turns, so a busy machine slows both alike."""
+    with tempfile.TemporaryDirectory() as tmp:
+        other = pathlib.Path(tmp, "other")
+        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(other), revision], cwd=ROOT, check=True)
+        try:
+            print(f"\nin-process exec/s here and at {revision} (same inputs, {rounds} alternating rounds, median)")
+            for name in targets:
+                rates: dict[str, list[float]] = {"here": [], "then": []}
+                for index in range(rounds):
+                    order = (("here", ROOT), ("then", other)) if index % 2 == 0 else (("then", other), ("here", ROOT))
+                    for side, root in order:
+                        out = subprocess.run([sys.executable, "-c", _RATE, str(root), name, str(seconds),
+                                              str(ROOT / "corpus" / "seeds" / name)],
+                                             cwd=tmp, check=True, capture_output=True, text=True).stdout
+                        rates[side].append(float(out.split()[-1]))
+                here, then = sorted(rates["here"])[rounds // 2], sorted(rates["then"])[rounds // 2]
+                print(f"{name:13s} here {here:7.0f}  then {then:7.0f}  ratio {here / then:5.2f}x")
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=ROOT, check=False)
+
+
 def campaign(seconds: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         command = [sys.executable, "-m", "fuzz", "run", "verify", "--time", str(seconds), "--jobs", "1",
@@ -106,8 +148,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="per target, in process")
     parser.add_argument("--campaign", type=float, default=0.0, help="also run an atheris campaign this long")
     parser.add_argument("--targets", default=None, help="comma-separated targets (default: every target)")
+    parser.add_argument("--against", default=None, metavar="REV",
+                        help="also compare each target's rate with the code at git revision REV")
     args = parser.parse_args()
-    in_process(args.seconds, args.targets.split(",") if args.targets else None)
+    targets = args.targets.split(",") if args.targets else None
+    in_process(args.seconds, targets)
+    if args.against:
+        from fuzz.targets import TARGETS
+
+        against(args.against, args.seconds, targets or list(TARGETS))
     if args.campaign:
         campaign(args.campaign)
 
