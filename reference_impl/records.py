@@ -9,6 +9,7 @@ bit packings and tensor shapes. Reading a leaf over N records is one gather of b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,8 +41,9 @@ def check_budget(elements: int, bytes_per_element: int, path: str) -> None:
                         f"{elements * bytes_per_element} bytes, over the decode limit of {MAX_DECODE_BYTES}")
 
 
-@dataclass(frozen=True)
-class Leaf:
+class Leaf(NamedTuple):
+    """One fixed-width scalar field of a record (a tuple: layouts of many leaves are built often)."""
+
     path: str
     elem_type: int | None  # None: an unsigned bit-packing component of ``width`` bits
     width: int
@@ -148,6 +150,16 @@ def _compile_struct(st, catalogue, prefix, offset, dims, layout, path, expanded)
 def _place(relative: RecordLayout, prefix: str, offset: int, dims: tuple, layout: RecordLayout, path: str) -> None:
     """Copy a declaration's relative leaves and constants into ``layout`` at ``offset`` below ``prefix``."""
     _visit(layout, path, relative.nodes_visited)
+    leaves, constants = layout.leaves, layout.constants
+    if len(leaves) + len(relative.leaves) <= MAX_LEAVES and len(constants) + len(relative.constants) <= MAX_LEAVES:
+        # within the limits whatever the paths: copied without a check per entry
+        dot = f"{prefix}." if prefix else ""
+        for leaf in relative.leaves.values():
+            placed = dot + leaf.path if leaf.path else prefix
+            leaves[placed] = Leaf(placed, leaf.elem_type, leaf.width, offset + leaf.offset, dims + leaf.dims)
+        for name, constant in relative.constants.items():
+            constants[dot + name] = constant
+        return
     for leaf in relative.leaves.values():
         placed = _join(prefix, leaf.path) if leaf.path else prefix
         _add_leaf(layout, Leaf(placed, leaf.elem_type, leaf.width, offset + leaf.offset, dims + leaf.dims), path)

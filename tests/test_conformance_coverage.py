@@ -1220,7 +1220,6 @@ def test_explicit_default_location_misread_is_caught():
 
 def _naturally_aligned(compile_layout):
     """Record layouts with implicit padding: 16/32/64-bit scalars start at a multiple of their width."""
-    import dataclasses
 
     from reference_impl.records import RecordLayout
 
@@ -1232,7 +1231,7 @@ def _naturally_aligned(compile_layout):
             if leaf.elem_type is not None and leaf.width in (16, 32, 64) and not leaf.dims and offset % leaf.width:
                 shift += leaf.width - offset % leaf.width
                 offset = leaf.offset + shift
-            leaves[leaf.path] = dataclasses.replace(leaf, offset=offset)
+            leaves[leaf.path] = leaf._replace(offset=offset)
         return RecordLayout(layout.record_bits + shift, leaves, dict(layout.constants))
     return compile_aligned
 
