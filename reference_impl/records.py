@@ -152,13 +152,13 @@ def _place(relative: RecordLayout, prefix: str, offset: int, dims: tuple, layout
     _visit(layout, path, relative.nodes_visited)
     leaves, constants = layout.leaves, layout.constants
     if len(leaves) + len(relative.leaves) <= MAX_LEAVES and len(constants) + len(relative.constants) <= MAX_LEAVES:
-        # within the limits whatever the paths: copied without a check per entry
-        dot = f"{prefix}." if prefix else ""
+        # within the limits whatever the paths: copied without a check per entry (names may be bytes:
+        # proto2 does not validate strings, so paths are joined exactly as a walk joins them)
         for leaf in relative.leaves.values():
-            placed = dot + leaf.path if leaf.path else prefix
+            placed = _join(prefix, leaf.path) if leaf.path else prefix
             leaves[placed] = Leaf(placed, leaf.elem_type, leaf.width, offset + leaf.offset, dims + leaf.dims)
         for name, constant in relative.constants.items():
-            constants[dot + name] = constant
+            constants[_join(prefix, name)] = constant
         return
     for leaf in relative.leaves.values():
         placed = _join(prefix, leaf.path) if leaf.path else prefix
