@@ -49,6 +49,18 @@ GEOMETRIES = [((9, 13), None, None), ((9, 13), 1, None), ((9, 13), 0, None), ((6
               ((50, 3), 0, 6), ((3, 41, 5), 1, 3), ((2, 3, 37), 0, None), ((2, 3, 37), 2, 5), ((1, 101), 1, 8)]
 
 
+def _random_values(rng, storage_type: int):
+    """Per geometry: (shape, axis, block, packed codes, float32 scale, zero point), drawn from ``rng``."""
+    low, high = affine.code_range(storage_type)
+    for shape, axis, block in GEOMETRIES:
+        codes = rng.integers(low, high + 1, size=shape)
+        payload = _packed(codes, storage_type)
+        param_shape = affine.parameter_shape(shape, axis, block)
+        scale = (rng.standard_normal(param_shape) * 4).astype(np.float32)
+        zero_point = rng.integers(low, high + 1, size=param_shape)
+        yield shape, axis, block, payload, scale, zero_point
+
+
 @pytest.mark.clause("AFF-DQ", "AFF-PACKING", "AFF-ROW-MAJOR", "AFF-BLOCK", "AFF-ZERO-POINT", "AFF-AXIS")
 @pytest.mark.parametrize("storage_type", sorted(affine.STORAGE_TYPES), ids=dtypes.type_name)
 @pytest.mark.parametrize("chunk", [1, 5, 16, 64, 1 << 19])
@@ -57,13 +69,7 @@ def test_every_chunking_decodes_exactly_like_dequantize_linear(monkeypatch, stor
     monkeypatch.setattr(affine, "CHUNK_ELEMENTS", chunk)
     monkeypatch.setattr(affine, "PARALLEL_ELEMENTS", 1)
     rng = np.random.default_rng(chunk * 31 + storage_type)
-    low, high = affine.code_range(storage_type)
-    for shape, axis, block in GEOMETRIES:
-        codes = rng.integers(low, high + 1, size=shape)
-        payload = _packed(codes, storage_type)
-        param_shape = affine.parameter_shape(shape, axis, block)
-        scale = (rng.standard_normal(param_shape) * 4).astype(np.float32)
-        zero_point = rng.integers(low, high + 1, size=param_shape)
+    for shape, axis, block, payload, scale, zero_point in _random_values(rng, storage_type):
         for zp in (None, zero_point):
             for output_dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
                 expected = _onnx_dequantize(payload, storage_type, shape, scale, zp, axis, block, output_dtype)
@@ -96,13 +102,7 @@ def test_chunk_edges_anywhere_decode_exactly(monkeypatch, storage_type):
     takes its parameters and codes from the right place."""
     rng = np.random.default_rng(storage_type)
     monkeypatch.setattr(affine._Plan, "chunks", lambda plan, size: _random_chunks(plan, rng))
-    low, high = affine.code_range(storage_type)
-    for shape, axis, block in GEOMETRIES:
-        codes = rng.integers(low, high + 1, size=shape)
-        payload = _packed(codes, storage_type)
-        param_shape = affine.parameter_shape(shape, axis, block)
-        scale = (rng.standard_normal(param_shape) * 4).astype(np.float32)
-        zero_point = rng.integers(low, high + 1, size=param_shape)
+    for shape, axis, block, payload, scale, zero_point in _random_values(rng, storage_type):
         expected = _onnx_dequantize(payload, storage_type, shape, scale, zero_point, axis, block, np.float32)
         ours = affine.dequantize(payload, storage_type, scale, zero_point, axis, block, shape)
         assert ours.tobytes() == expected.tobytes(), (shape, axis, block)
