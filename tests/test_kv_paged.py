@@ -197,6 +197,24 @@ def test_convert_reencodes_selected_blocks_and_shares_the_rest():
     assert info.value.code == ErrorCode.KV_BLOCK_INVALID
 
 
+@pytest.mark.clause("KV-PAGED-FORMATS")
+def test_converting_a_block_of_a_remembered_group_regroups_the_new_block():
+    """A closed group is remembered on its first block for the next call; when a later member is replaced
+    (here re-encoded by ``convert``), the next call groups the new block, and attention reads it (found by
+    the KV state machine: the remembered group was compared field by field, arrays included)."""
+    rng = np.random.default_rng(9)
+    keys, values = _kv(rng, 1, paged.SLAB_TOKENS + 6, head=2)
+    cache = paged.empty(1, 2, 2).append(keys, values)
+    assert [len(g.blocks) for g in paged.block_groups(cache.blocks)] == [paged.SLAB_TOKENS // 2, 3]
+    converted = cache.convert([1], value_format="int8")
+    groups = list(paged.block_groups(converted.blocks))
+    assert [block for group in groups for block in group.blocks] == list(converted.blocks)
+    assert all(group.blocks[0] is not cache.blocks[0] or len(group.blocks) == 1 for group in groups)
+    q = rng.standard_normal((1, 1, 1, 2)).astype(F32)
+    np.testing.assert_allclose(paged_attention(q, converted), _dense_attention(q, *_dense_reference(converted)),
+                               rtol=1e-5, atol=DEQUANTIZED_ATOL)
+
+
 # ----------------------------------------------------------------------------- bounded workspace
 #: Peak extra memory of one paged attention call, in groups of blocks decoded together (paged.GROUP_BYTES
 #: of decoded keys): one decoded side of a group (K, then V) with its decoding temporaries, scores and

@@ -67,10 +67,11 @@ class _BlockStruct(StructValue):
     __slots__ = ("block",)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class KVBlock:
     """Positions [start, start + valid) of K and V; ``key``/``value`` are FLOAT[tokens, H, D] tensors (dense
-    blocks) or encoded values of that logical type."""
+    blocks) or encoded values of that logical type. Blocks compare by identity: a block is one retained
+    buffer, and two blocks holding equal numbers are still two blocks."""
 
     start: int
     valid: int
@@ -189,7 +190,7 @@ def block_groups(blocks, budget: int = GROUP_BYTES):
         if known is not None and known[0] == limits:
             group = known[1]
             stop = index + len(group.blocks)
-            if stop < count and blocks[index:stop] == group.blocks:
+            if stop < count and all(a is b for a, b in zip(blocks[index:stop], group.blocks)):
                 yield group
                 index = stop
                 continue
