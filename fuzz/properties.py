@@ -1,4 +1,4 @@
-"""Representation properties as Hypothesis tests, shared by ``tests/test_properties*.py`` and the
+"""Representation and KV properties as Hypothesis tests, shared by ``tests/test_properties*.py`` and the
 ``properties`` atheris target (which feeds them fuzzer bytes through ``fuzz_one_input``).
 
 Each property states a law of the contract and checks the oracle against it with expectations that
@@ -11,8 +11,9 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzz import checks, gen
+from fuzz import checks, gen, kvscript
 from fuzz.cases import FuzzCase, run_case, scratch
+from fuzz.source import HypothesisSource
 from fuzz.strategies import affine_values, near_valid_cases, profile, valid_models
 from reference_impl import ContractError, affine, decode_value, dtypes, schema, verify_model
 from reference_impl.structs import Catalogue
@@ -230,7 +231,20 @@ def verdict_of(model) -> str:
     return "accept"
 
 
+@profile(scale=0.5)
+@given(st.data())
+def kv_scripts_equal_concatenation_and_dense_attention(data):
+    """A KV script (``fuzz.kvscript``: appends, branches from old caches, held views, block conversions,
+    attention) keeps its laws: every present equals the concatenation of what was appended, and paged
+    attention equals dense Attention over the dequantized cache. Bridged so that campaigns explore the
+    KV kernels too, not only the tests' state machine."""
+    runner = kvscript.KVRunner.create(HypothesisSource(data.draw))
+    for _ in range(data.draw(st.integers(1, 12), label="steps")):
+        runner.step(HypothesisSource(data.draw))
+        runner.check()
+
+
 #: Properties the ``properties`` atheris target bridges, by index of the input's first byte.
 BRIDGED = (valid_models_decode_as_generated, near_valid_models_fail_with_their_code, serialization_round_trip,
            catalogue_reordering_changes_nothing, record_count_is_payload_length_over_element_size,
-           encode_then_decode_within_rounding)
+           encode_then_decode_within_rounding, kv_scripts_equal_concatenation_and_dense_attention)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from fuzz import kvscript as K
+from fuzz import properties as P
 from fuzz.source import HypothesisSource, RandomSource
 from fuzz.strategies import profile
 
@@ -50,3 +51,15 @@ def test_a_corrupted_present_is_detected():
     if expected.size:
         with pytest.raises(K.Mismatch):
             runner.check()
+
+
+def test_the_bridged_kv_property_catches_a_wrong_kernel(monkeypatch):
+    """The KV property the ``properties`` fuzz target bridges is not vacuous: paged attention that is off
+    by 1e-3 fails it."""
+    exact = K.paged_attention
+    monkeypatch.setattr(K, "paged_attention", lambda *args, **kwargs: exact(*args, **kwargs) + 1e-3)
+    with pytest.raises(K.Mismatch):
+        P.kv_scripts_equal_concatenation_and_dense_attention()
+
+
+test_kv_scripts_keep_their_laws_when_bridged = P.kv_scripts_equal_concatenation_and_dense_attention
