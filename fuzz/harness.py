@@ -44,10 +44,12 @@ def fuzz_main(name: str, argv: list[str] | None = None) -> None:
 
     if name not in TARGETS:
         raise SystemExit(f"unknown target {name}")
-    with atheris.instrument_imports(include=list(_instrument(name)), exclude=["fuzz.harness"]):
+    instrumented = _instrument(name)
+    with atheris.instrument_imports(include=list(instrumented), exclude=["fuzz.harness"]):
         from fuzz.targets import load
 
         target = load(name)
+        _import_all(instrumented)
     from fuzz.invariants import Finding
     from fuzz.known_issues import known
 
@@ -74,6 +76,28 @@ def fuzz_main(name: str, argv: list[str] | None = None) -> None:
         args.append(f"-max_len={target.MAX_LEN}")
     atheris.Setup(args, test_one_input)
     atheris.Fuzz()
+
+
+def _import_all(prefixes: tuple[str, ...]) -> list[str]:
+    """Import every module under ``prefixes`` now, inside the instrumentation block, and return their
+    names. Targets import much of what they exercise lazily (inside ``one_input``); a module first
+    imported there would run uninstrumented and give libFuzzer no coverage to steer by."""
+    import importlib
+    import pkgutil
+
+    names = []
+    for prefix in prefixes:
+        names.append(prefix)
+        package = importlib.import_module(prefix)
+        for info in pkgutil.walk_packages(getattr(package, "__path__", ()), f"{prefix}."):
+            if info.name.rsplit(".", 1)[-1] == "__main__":
+                continue  # a command line, not a library module
+            try:
+                importlib.import_module(info.name)
+            except ImportError:  # an optional peer's adapter without its runtime: never run here either
+                continue
+            names.append(info.name)
+    return names
 
 
 def _instrument(name: str) -> tuple[str, ...]:

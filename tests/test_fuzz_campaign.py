@@ -166,6 +166,30 @@ def test_the_harness_reads_what_to_instrument_through_the_import_system(target):
 
 
 @pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties", "statediff"])
+def test_the_harness_imports_every_module_it_instruments_before_fuzzing(target):
+    """Every module file under a target's INSTRUMENT prefixes is imported inside the instrumentation block
+    (targets import lazily; a module first imported in ``one_input`` would run uninstrumented). The files
+    on disk are the independent list; only command lines and adapters of runtimes not installed here are
+    left out."""
+    import importlib
+
+    from fuzz.harness import _import_all, _instrument
+
+    imported = set(_import_all(_instrument(target)))
+    on_disk = set()
+    for prefix in _instrument(target):
+        path = ROOT / prefix.replace(".", "/")
+        files = path.rglob("*.py") if path.is_dir() else [path.with_suffix(".py")]
+        for file in files:
+            parts = file.relative_to(ROOT).with_suffix("").parts
+            on_disk.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    missing = {name for name in on_disk - imported if not name.endswith("__main__")}
+    for name in missing:  # only what cannot be imported here at all (an optional runtime's adapter)
+        with pytest.raises(ImportError):
+            importlib.import_module(name)
+
+
+@pytest.mark.parametrize("target", ["verify", "structured", "differential", "state", "properties", "statediff"])
 def test_a_dictionary_a_target_names_exists(target):
     from fuzz.targets import load
 
