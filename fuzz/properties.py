@@ -239,7 +239,7 @@ def kv_scripts_equal_concatenation_and_dense_attention(data):
     attention equals dense Attention over the dequantized cache. Bridged so that campaigns explore the
     KV kernels too, not only the tests' state machine."""
     runner = kvscript.KVRunner.create(HypothesisSource(data.draw))
-    for _ in range(data.draw(st.integers(1, 12), label="steps")):
+    for _ in range(data.draw(st.integers(1, 40), label="steps")):
         runner.step(HypothesisSource(data.draw))
         runner.check()
 

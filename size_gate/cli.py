@@ -67,14 +67,18 @@ def _pattern(args: argparse.Namespace, budget) -> str:
     return args.pattern or budget.pattern
 
 
-def run(args: argparse.Namespace) -> int:
+def _load_budget(path: Path | None):
     from size_gate.budget import load_budget  # imported as needed: measuring a library file reads no budget
 
+    return load_budget(path)
+
+
+def run(args: argparse.Namespace) -> int:
     if args.command == "measure":
         # A library file needs no pattern: the shipped budget is read only when a directory or wheel
         # needs its default one (a budget given with --budget is always read, and so checked).
-        pattern = args.pattern or (load_budget(args.budget).pattern if args.budget is not None
-                                   else functools.cache(lambda: load_budget(None).pattern))
+        pattern = args.pattern or (_load_budget(args.budget).pattern if args.budget is not None
+                                   else functools.cache(lambda: _load_budget(None).pattern))
         results = [measure_path(p, pattern) for p in args.paths]
         if args.json:
             data = [r.to_json() for r in results]
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from size_gate.compare import compare  # only checking and comparing need these
     from size_gate.gate import delta_findings, evaluate, passed
 
-    budget = load_budget(args.budget)
+    budget = _load_budget(args.budget)
     stage = budget.stage(args.stage)
     if args.command == "check":
         if not stage.limits:
