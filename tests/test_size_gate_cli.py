@@ -51,8 +51,8 @@ def test_measuring_a_library_imports_only_what_measuring_needs():
     """Start-up time is most of a command-line measurement: ``measure`` on a library file loads neither
     NumPy, onnx nor the oracle, and reads no budget (its pattern only selects inside directories and
     wheels); a directory still gets the shipped budget's pattern."""
-    heavy = ("numpy", "onnx", "google.protobuf", "reference_impl.values", "tomllib", "size_gate.budget", "size_gate.gate",
-             "size_gate.compare", "elftools.elf.elffile")
+    heavy = ("numpy", "onnx", "google.protobuf", "reference_impl.values", "tomllib", "size_gate.budget",
+             "size_gate.gate", "size_gate.compare", "elftools.elf.elffile")
     probe = ("import sys\nfrom size_gate.cli import main\nstatus = main(sys.argv[1:])\n"
              f"print([m for m in {heavy!r} if m in sys.modules], status, file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", probe, "measure", str(DEFAULT), "--json"], cwd=REPO,
