@@ -110,7 +110,8 @@ class _Adoption:
         if depth >= MAX_DEPTH:
             raise violation(E.NESTING_TOO_DEEP, path, f"the value nests containers deeper than {MAX_DEPTH}")
         if struct:
-            fields = [(name, item, self.adopt(item, f"{path}.{name}", depth + 1)) for name, item in value.items()]
+            fields = [(name, item, self._adopt_field(item, f"{path}.{name}", depth + 1))
+                      for name, item in value.items()]
             result = value if all(new is item for _, item, new in fields) else \
                 StructValue({name: new for name, _, new in fields}, value.type_id)
         elif isinstance(value, list):
@@ -122,6 +123,12 @@ class _Adoption:
             result = {key: self.adopt(item, f"{path}[{key!r}]", depth + 1) for key, item in value.items()}
         self.done[id(value)] = (value, result)
         return result
+
+    def _adopt_field(self, item: Any, path: str, depth: int) -> Any:
+        if type(item) is np.ndarray:  # the common case, without the dispatch
+            return _adopt_array(item, path, self.counters, self.persistent,
+                                self.owned and id(item) not in self.caller_objects)
+        return self.adopt(item, path, depth)
 
     def _trusted(self, value: Any) -> bool:
         """Whether ``value`` is an unchanged retained struct: then it is adopted as it is (and counted)."""
@@ -247,8 +254,8 @@ def _reject_ownerless_outputs(found: Mapping[str, list[tuple[str, Any]]]) -> Non
 
 def _adopt_encoded(value: EncodedValue, path: str, counters: Counters, persistent: bool) -> EncodedValue:
     logical = value.header.logical_type
-    if persistent and logical.WhichOneof("value") == "tensor_type" and \
-            logical.tensor_type.elem_type == dtypes.STRING:
+    if persistent and logical.tensor_type.elem_type == dtypes.STRING and \
+            logical.WhichOneof("value") == "tensor_type":
         raise violation(E.BINDING_STRING, f"{path}.logical_type", "an encoded string tensor cannot be persistent")
     payload = _adopt_array(value.payload, f"{path}.payload", counters, persistent, owned=False)
     if payload is value.payload:
@@ -288,64 +295,92 @@ def _adopt_dlpack(value: Any, path: str, counters: Counters, persistent: bool) -
 
 
 # ------------------------------------------------------------------------------- unchanged structs
+#: A field of a remembered struct: (name, item, header, header bytes, array, dtype, shape, strides, writeable);
+#: ``array`` is the field itself or an encoded value's payload, ``header`` None for a plain array or absent field.
+_Field = tuple
+
+
 @dataclass(frozen=True)
 class _Entry:
     """A flat struct value of the published state (its fields are arrays, encoded values or None) and
-    what its checks read, as ``_fingerprint`` gives it."""
+    everything its checks read, by reference: its class, type_id and field objects; each array's dtype
+    object, shape, strides and writable flag (all settable in place, even on a read-only view); each encoded
+    value's header bytes and payload. Holding the objects keeps their ids from being reused."""
 
     value: StructValue
-    fingerprint: tuple
-    keep: tuple  # every object whose id the fingerprint holds: alive while the entry is, so no other takes it
+    cls: type
+    type_id: Any
+    mapping: Any  # a StructValue's read-only fields mapping: while it is the same object, so are the fields
+    fields: tuple[_Field, ...]
     leaves: int  # what adopting the struct counts (Counters.adopted_leaves, adopted_bytes)
     nbytes: int
     specs: frozenset  # ids of the declared types it was checked against (the executor keeps them alive)
 
+    def unchanged(self) -> bool:
+        """Whether the struct still holds exactly what it held when it was checked (stops at the first
+        difference; a field that cannot even be read counts as changed)."""
+        value = self.value
+        if type(value) is not self.cls or value.type_id != self.type_id:
+            return False
+        same_mapping = self.mapping is not None and getattr(value, "_fields", None) is self.mapping
+        if not same_mapping and len(value) != len(self.fields):
+            return False
+        for name, item, header, header_bytes, array, dtype, shape, strides, writeable in self.fields:
+            if not same_mapping and value.get(name, _ABSENT) is not item:
+                return False
+            if item is None:
+                continue
+            if header is not None and (item.header is not header or item.payload is not array
+                                       or header.SerializeToString() != header_bytes):
+                return False
+            if array.dtype is not dtype or array.shape != shape or array.strides != strides \
+                    or array.flags.writeable != writeable:
+                return False  # (the dtype by identity: an equal dtype object set in its place costs a full check)
+        return True
 
-def _fingerprint(value: StructValue) -> tuple[tuple, tuple, int, int] | None:
-    """Everything the type check, retention and the ownership checks read from a flat struct value: its
-    class, type_id and fields by identity; each array's dtype, shape, strides and writable flag (all of
-    them settable, even on a read-only view); each encoded value's header bytes and payload. Returns
-    (fingerprint, objects to keep, leaves, bytes), or None for a struct holding anything else."""
-    parts: list = [id(type(value)), value.type_id]
-    keep: list = [type(value)]
+
+_ABSENT = object()
+
+
+def _remember(value: StructValue, specs: frozenset) -> _Entry | None:
+    """The entry for a flat struct value just checked, or None for a struct holding anything else."""
+    fields: list[_Field] = []
     leaves_count = nbytes = 0
     for name, item in value.items():
         if item is None:
-            parts.append(name)
+            fields.append((name, None, None, None, None, None, None, None, None))
             continue
         if type(item) is EncodedValue:
-            header, payload = item.header, item.payload
-            if type(payload) is not np.ndarray or not isinstance(header, Message):
+            header, array = item.header, item.payload
+            if type(array) is not np.ndarray or not isinstance(header, Message):
                 return None
-            dtype = payload.dtype  # by identity: an equal dtype object set in its place costs a full check
-            parts.append((name, id(item), id(header), header.SerializeToString(), id(payload), id(dtype),
-                          payload.shape, payload.strides, payload.flags.writeable))
-            keep.append((item, header, payload, dtype))
-            nbytes += payload.nbytes
+            header_bytes = header.SerializeToString()
         elif type(item) is np.ndarray:
-            dtype = item.dtype
-            parts.append((name, id(item), id(dtype), item.shape, item.strides, item.flags.writeable))
-            keep.append((item, dtype))
-            nbytes += item.nbytes
+            header = header_bytes = None
+            array = item
         else:
             return None
+        fields.append((name, item, header, header_bytes, array, array.dtype, array.shape, array.strides,
+                       array.flags.writeable))
         leaves_count += 1
-    return tuple(parts), tuple(keep), leaves_count, nbytes
+        nbytes += array.nbytes
+    mapping = value._fields if isinstance(value, StructValue) and type(value._fields) is MappingProxyType else None
+    return _Entry(value, type(value), value.type_id, mapping, tuple(fields), leaves_count, nbytes, specs)
 
 
 class _Validated:
-    """The flat struct values of the published state, by identity, with a fingerprint of what their
+    """The flat struct values of the published state, by identity, with a record of what their
     checks read.
 
     The sealed blocks of a paged KV cache come back unchanged in every step's outputs: checking their type,
     retention and ownership again on every call would make state management grow with the context. A
-    struct that comes back as the very same object with the same fingerprint passed every one of those
+    struct that comes back as the very same object holding the same things passed every one of those
     checks when it was published, and is not walked again (for the declared types it was checked against).
     Anything else (a new object, a field replaced, an array reshaped, re-typed or made writable, a header
     edited) is checked in full.
 
     Used as ``skip`` by the walks over a call's outputs: ``id(value) in validated`` verifies that entry's
-    fingerprint once per call, and the entries found unchanged are ``hits``."""
+    record once per call, and the entries found unchanged are ``hits``."""
 
     def __init__(self) -> None:
         self._entries: dict[int, _Entry] = {}
@@ -362,10 +397,10 @@ class _Validated:
         if entry is None or key in self._misses:
             return False
         try:
-            made = _fingerprint(entry.value)
+            same = entry.unchanged()
         except Exception:  # noqa: BLE001 - e.g. a foreign header: not trusted, checked in full
-            made = None
-        if made is None or made[0] != entry.fingerprint:
+            same = False
+        if not same:
             self._misses.add(key)  # type: ignore[arg-type]
             return False
         self.hits[key] = entry  # type: ignore[index]
@@ -391,11 +426,11 @@ class _Validated:
             if result is not source or key in entries or key not in specs or not is_struct(source):
                 continue
             try:
-                made = _fingerprint(source)
+                entry = _remember(source, frozenset(specs[key]))
             except Exception:  # noqa: BLE001 - not remembered: the next call checks it in full
-                made = None
-            if made is not None:
-                entries[key] = _Entry(source, *made, frozenset(specs[key]))
+                entry = None
+            if entry is not None:
+                entries[key] = entry
         self._entries = entries
         self.new_call()
 

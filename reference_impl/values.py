@@ -191,6 +191,9 @@ class TensorSpec:
         object.__setattr__(self, "_np_type", np_type)
         object.__setattr__(self, "_fixed", fixed)
         object.__setattr__(self, "_exact", exact)
+        # Serialized logical types of encoded values already found to stand for this tensor type: the
+        # blocks of a paged KV cache all carry one, and the state checks new blocks on every call.
+        object.__setattr__(self, "_logical_ok", set())
 
 
 @dataclass(frozen=True, repr=False)
@@ -419,6 +422,9 @@ def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOM
         if value.dtype.type is spec._np_type and (spec.dims is None or value.shape == spec._exact or (
                 value.ndim == len(spec.dims) and all(value.shape[i] == d for i, d in spec._fixed))):
             return
+    elif type(value) is EncodedValue and type(spec) is TensorSpec:
+        _check_logical_tensor(value, spec, path, code)
+        return
     if isinstance(spec, AnySpec):
         if spec.structural_only and not isinstance(value, (StructValue, EncodedValue)):
             raise violation(code, path, f"expected a struct value, got {type(value).__name__}")
@@ -466,10 +472,24 @@ def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOM
     seen.add(key)
 
 
+#: At most this many accepted logical types are remembered per tensor spec.
+_LOGICAL_MEMO = 64
+
+
 def _check_logical_tensor(value: EncodedValue, spec: TensorSpec, path: str, code: E) -> None:
     """An encoded value stands for a declared tensor when its logical type is that tensor type: logical
     meaning and physical representation are independent (the block formats of a paged KV cache)."""
     logical = value.header.logical_type
+    key = logical.SerializeToString()
+    accepted = spec._logical_ok
+    if key in accepted:
+        return
+    _check_logical_type(logical, spec, path, code)
+    if len(accepted) < _LOGICAL_MEMO:
+        accepted.add(key)
+
+
+def _check_logical_type(logical, spec: TensorSpec, path: str, code: E) -> None:
     if logical.WhichOneof("value") != "tensor_type" or logical.tensor_type.elem_type != spec.elem_type:
         raise violation(code, path, f"encoded value's logical type is not a {dtypes.type_name(spec.elem_type)} tensor")
     dims = [d.dim_value if d.WhichOneof("value") == "dim_value" else None for d in logical.tensor_type.shape.dim]
