@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from elftools.common.utils import struct_parse
 from elftools.elf.hash import GNUHashTable
@@ -37,8 +37,7 @@ VERSYM_HIDDEN = 0x8000
 VERSYM_INDEX = 0x7FFF
 
 
-@dataclass(frozen=True)
-class SymbolTables:
+class SymbolTables(NamedTuple):
     """Where the dynamic symbol table and its version tables live in the file."""
 
     source: str
@@ -51,8 +50,7 @@ class SymbolTables:
     verdef_count: int
 
 
-@dataclass(frozen=True)
-class DefinedSymbols:
+class DefinedSymbols(NamedTuple):
     """Sorted symbol keys (``name``, ``name@@VERSION`` or ``name@VERSION``) and how many are version definitions."""
 
     keys: tuple[str, ...]

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
@@ -56,8 +55,7 @@ NT_GNU_BUILD_ID = 3
 _NOTE_HEADER = 12  # n_namesz, n_descsz, n_type: three 4-byte words in both ELF classes
 
 
-@dataclass(frozen=True)
-class Section:
+class Section(NamedTuple):
     """One section header, reduced to the fields the metrics need."""
 
     index: int
@@ -75,8 +73,7 @@ class Section:
         return self.type not in ("SHT_NOBITS", "SHT_NULL")
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     """One program header, reduced to the fields the metrics need."""
 
     type: str
