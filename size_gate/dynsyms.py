@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from elftools.common.utils import struct_parse
-from elftools.elf.hash import GNUHashTable
 
 from size_gate.elfimage import (
     DT_GNU_HASH,
@@ -144,6 +143,8 @@ def _gnu_hash_count(image: ElfImage, addr: int) -> int:
                        "DT_GNU_HASH bloom filter and buckets")
     if nbuckets == 0:  # no bucket reaches a symbol (pyelftools would take the maximum of nothing)
         return symoffset
+    from elftools.elf.hash import GNUHashTable  # only libraries without section headers need it (import time)
+
     try:
         # the image stands in for pyelftools' ELFFile: the table reads its structs, stream and byte order
         return GNUHashTable(image, offset, None).get_number_of_symbols()
