@@ -144,3 +144,30 @@ def test_the_same_outputs_values_and_counters_as_checking_everything_every_call(
     trusted, checked = decode(True), decode(False)
     assert all(a.tobytes() == b.tobytes() for a, b in zip(trusted[0], checked[0]))
     assert trusted[1] == checked[1]
+
+
+@pytest.mark.clause("STATE-VALIDATE-METADATA", "KV-PAGED-FORMATS")
+def test_a_remembered_logical_type_accepts_only_the_same_type():
+    """Encoded tensors whose logical type was accepted for a declared tensor are remembered by their
+    serialized logical type: the same type passes without the walk, any other (another shape, element
+    type, or the remembered header edited in place) is checked in full and refused."""
+    from reference_impl.values import EncodedValue, TensorSpec, check_value
+
+    def encoded(elem_type: int, dims: tuple) -> EncodedValue:
+        header = schema.EncodedValueProto()
+        header.logical_type.MergeFromString(helper.make_tensor_type_proto(elem_type, dims).SerializeToString())
+        return EncodedValue(header, np.zeros(4, np.uint8))
+
+    spec = TensorSpec(1, (2, "n", 4))
+    accepted = encoded(1, (2, 3, 4))
+    check_value(accepted, spec, "v")
+    check_value(encoded(1, (2, 3, 4)), spec, "v")  # the same type again: remembered
+    assert len(spec._logical_ok) == 1
+    for other in (encoded(1, (2, 3, 5)), encoded(10, (2, 3, 4)), encoded(1, (2, 4))):
+        with pytest.raises(ContractError) as info:
+            check_value(other, spec, "v")
+        assert info.value.code is ErrorCode.STATE_VALUE_INCOMPATIBLE
+    accepted.header.logical_type.tensor_type.shape.dim[2].dim_value = 8
+    with pytest.raises(ContractError):
+        check_value(accepted, spec, "v")
+    assert len(spec._logical_ok) == 1
