@@ -110,8 +110,7 @@ class _Adoption:
         if depth >= MAX_DEPTH:
             raise violation(E.NESTING_TOO_DEEP, path, f"the value nests containers deeper than {MAX_DEPTH}")
         if struct:
-            fields = [(name, item, self._adopt_field(item, f"{path}.{name}", depth + 1))
-                      for name, item in value.items()]
+            fields = [(name, item, self.adopt(item, f"{path}.{name}", depth + 1)) for name, item in value.items()]
             result = value if all(new is item for _, item, new in fields) else \
                 StructValue({name: new for name, _, new in fields}, value.type_id)
         elif isinstance(value, list):
@@ -123,12 +122,6 @@ class _Adoption:
             result = {key: self.adopt(item, f"{path}[{key!r}]", depth + 1) for key, item in value.items()}
         self.done[id(value)] = (value, result)
         return result
-
-    def _adopt_field(self, item: Any, path: str, depth: int) -> Any:
-        if type(item) is np.ndarray:  # the common case, without the dispatch
-            return _adopt_array(item, path, self.counters, self.persistent,
-                                self.owned and id(item) not in self.caller_objects)
-        return self.adopt(item, path, depth)
 
     def _trusted(self, value: Any) -> bool:
         """Whether ``value`` is an unchanged retained struct: then it is adopted as it is (and counted)."""

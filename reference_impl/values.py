@@ -422,9 +422,6 @@ def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOM
         if value.dtype.type is spec._np_type and (spec.dims is None or value.shape == spec._exact or (
                 value.ndim == len(spec.dims) and all(value.shape[i] == d for i, d in spec._fixed))):
             return
-    elif type(value) is EncodedValue and type(spec) is TensorSpec:
-        _check_logical_tensor(value, spec, path, code)
-        return
     if isinstance(spec, AnySpec):
         if spec.structural_only and not isinstance(value, (StructValue, EncodedValue)):
             raise violation(code, path, f"expected a struct value, got {type(value).__name__}")
