@@ -103,9 +103,13 @@ def byte_compile() -> None:
 
 def without_bytecode(argv: list[str]) -> float:
     """One start of ``argv`` with the measure path's bytecode moved aside (restored afterwards)."""
-    caches = [p for m in MEASURE_MODULES for p in [(REPO / m).parent / "__pycache__" if m.endswith(".py")
-                                                    else REPO / m / "__pycache__"] if p.is_dir()]
-    aside = [(c, c.with_name("__pycache__.bench")) for c in dict.fromkeys(caches)]
+    caches: list[Path] = []
+    for module in MEASURE_MODULES:
+        path = REPO / module
+        cache = (path.parent if path.suffix == ".py" else path) / "__pycache__"
+        if cache.is_dir() and cache not in caches:
+            caches.append(cache)
+    aside = [(cache, cache.with_name("__pycache__.bench")) for cache in caches]
     for cache, moved in aside:
         cache.rename(moved)
     try:
