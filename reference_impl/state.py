@@ -28,6 +28,7 @@ from reference_impl.values import (
     EncodedValue,
     InvocationBorrow,
     StructValue,
+    check_encoded_parts,
     check_value,
     holds_strings,
     is_struct,
@@ -246,6 +247,7 @@ def _reject_ownerless_outputs(found: Mapping[str, list[tuple[str, Any]]]) -> Non
 
 
 def _adopt_encoded(value: EncodedValue, path: str, counters: Counters, persistent: bool) -> EncodedValue:
+    check_encoded_parts(value, path, E.STATE_UNRETAINABLE)
     logical = value.header.logical_type
     if persistent and logical.tensor_type.elem_type == dtypes.STRING and \
             logical.WhichOneof("value") == "tensor_type":

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import Message
 from onnx import helper as onnx_helper
 
 from reference_impl import dtypes
@@ -153,6 +154,18 @@ class EncodedValue:
 
     def __repr__(self) -> str:
         return f"EncodedValue(layout={self.layout}, type_ref={self.type_ref}, bytes={self.nbytes})"
+
+
+def check_encoded_parts(value: EncodedValue, path: str, code: E) -> None:
+    """``code`` unless the value's header is an EncodedValueProto and its payload a NumPy array: both are
+    plain attributes a caller can set to anything, and every check after this one reads them."""
+    header = value.header
+    if not isinstance(header, Message) or header.DESCRIPTOR.full_name != "onnx.EncodedValueProto":
+        raise violation(code, f"{path}.header", f"an encoded value's header must be an EncodedValueProto, "
+                        f"not {type(header).__name__}")
+    if not isinstance(value.payload, np.ndarray):
+        raise violation(code, f"{path}.payload", f"an encoded value's payload must be a NumPy array, "
+                        f"not {type(value.payload).__name__}")
 
 
 class InvocationBorrow:
@@ -476,6 +489,7 @@ _LOGICAL_MEMO = 64
 def _check_logical_tensor(value: EncodedValue, spec: TensorSpec, path: str, code: E) -> None:
     """An encoded value stands for a declared tensor when its logical type is that tensor type: logical
     meaning and physical representation are independent (the block formats of a paged KV cache)."""
+    check_encoded_parts(value, path, code)
     logical = value.header.logical_type
     key = logical.SerializeToString()
     accepted = spec._logical_ok
@@ -501,6 +515,7 @@ def _check_logical_type(logical, spec: TensorSpec, path: str, code: E) -> None:
 
 def _check_struct_value(value: Any, spec: StructSpec, path: str, code: E, seen: set) -> None:
     if isinstance(value, EncodedValue):
+        check_encoded_parts(value, path, code)
         if spec.type_id is not None and value.type_ref != spec.type_id:
             raise violation(code, path, f"encoded layout {value.type_ref} is not struct type {spec.type_id}")
         if spec.type_id is None and value.header.struct_type != spec.inline:

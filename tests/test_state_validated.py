@@ -171,3 +171,23 @@ def test_a_remembered_logical_type_accepts_only_the_same_type():
     with pytest.raises(ContractError):
         check_value(accepted, spec, "v")
     assert len(spec._logical_ok) == 1
+
+
+@pytest.mark.clause("STATE-VALIDATE-METADATA")
+@pytest.mark.parametrize("header, payload, part", [
+    ("not a message", np.zeros(4, np.uint8), "header"),
+    (None, np.zeros(4, np.uint8), "header"),
+    (schema.StructTypeProto(), np.zeros(4, np.uint8), "header"),
+    (schema.EncodedValueProto(), b"\0\0\0\0", "payload")])
+def test_an_encoded_value_with_foreign_parts_is_classified(header, payload, part):
+    """Header and payload are plain attributes: anything else than an EncodedValueProto and a NumPy array
+    is refused with a code and the path of the part, by the state's adoption and by the type check."""
+    from reference_impl.values import EncodedValue, StructValue, TensorSpec, check_value
+
+    value = EncodedValue(header, payload)
+    with pytest.raises(ContractError) as info:
+        make_state(passthrough_model(), {"cache": StructValue({**empty_cache(2), "keys": value}, CACHE_TYPE)})
+    assert info.value.code is ErrorCode.STATE_UNRETAINABLE and info.value.path.endswith(f".keys.{part}")
+    with pytest.raises(ContractError) as info:
+        check_value(value, TensorSpec(1, (1, 2, D)), "v")
+    assert info.value.code is ErrorCode.STATE_VALUE_INCOMPATIBLE and info.value.path == f"v.{part}"
