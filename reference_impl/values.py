@@ -538,36 +538,38 @@ def leaves(value: Any, path: str, skip: Container[int] = frozenset()) -> Iterato
     nested deeper than MAX_DEPTH fail with NESTING_TOO_DEEP. Containers whose ids are in ``skip`` (known
     to their caller already) are not entered."""
     if type(value) is np.ndarray:  # the common case, without abstract-class checks
-        yield path, value
+        return iter(((path, value),))
+    found: list[tuple[str, Any]] = []
+    _collect_leaves(value, path, skip, set(), 0, found)
+    return iter(found)
+
+
+def _collect_leaves(value: Any, path: str, skip: Container[int], seen: set[int], depth: int,
+                    found: list[tuple[str, Any]]) -> None:
+    """``leaves`` below one node: depth first, in field order (the recursion is bounded by MAX_DEPTH)."""
+    kind = type(value)
+    if kind is np.ndarray or kind is EncodedValue:
+        found.append((path, value))
         return
-    pending = [(value, path, 0)]
-    seen: set[int] = set()
-    while pending:
-        item, where, depth = pending.pop()
+    if kind is list:
+        children, suffix = enumerate(value), "[{}]"
+    elif kind is dict:
+        children, suffix = value.items(), "[{!r}]"
+    elif is_struct(value):
+        children, suffix = value.items(), ".{}"
+    else:
+        if value is not None:
+            found.append((path, value))
+        return
+    key = id(value)
+    if key in seen or key in skip:
+        return
+    seen.add(key)
+    if depth >= MAX_DEPTH:
+        raise violation(E.NESTING_TOO_DEEP, path, f"the value nests containers deeper than {MAX_DEPTH}")
+    for name, item in children:
         kind = type(item)
         if kind is np.ndarray or kind is EncodedValue:
-            yield where, item
-            continue
-        if kind is not list and kind is not dict and not is_struct(item):
-            if item is not None:
-                yield where, item
-            continue
-        if id(item) in seen or id(item) in skip:
-            continue
-        seen.add(id(item))
-        if depth >= MAX_DEPTH:
-            raise violation(E.NESTING_TOO_DEEP, where, f"the value nests containers deeper than {MAX_DEPTH}")
-        pending.extend((child, child_path, depth + 1) for child, child_path in reversed(_children(item, where, skip)))
-
-
-def _children(value: StructValue | list | dict, path: str, skip: Container[int]) -> list:
-    """The (item, path) pairs of a struct, sequence or map value, but the containers in ``skip`` (their
-    paths would never be used)."""
-    if is_struct(value):
-        return [(item, f"{path}.{name}") for name, item in value.items()
-                if type(item) is np.ndarray or id(item) not in skip]
-    if isinstance(value, list):
-        return [(item, f"{path}[{index}]") for index, item in enumerate(value)
-                if type(item) is np.ndarray or id(item) not in skip]
-    return [(item, f"{path}[{key!r}]") for key, item in value.items()
-            if type(item) is np.ndarray or id(item) not in skip]
+            found.append((path + suffix.format(name), item))
+        elif item is not None:
+            _collect_leaves(item, path + suffix.format(name), skip, seen, depth + 1, found)
