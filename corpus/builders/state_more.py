@@ -1,0 +1,92 @@
+"""Attention masks at their edges over a KV cache, on the contiguous path (ONNX Attention with past/present,
+bound back) and the paged path (the paged_attention role): a mask shorter than the total sequence (the
+keys beyond its end are masked, as if padded with -inf) and a query row whose every key is masked (its Y
+row is zero, not NaN and not an average of the values).
+
+Expected Y: ``attention_formula`` (corpus/builders/kv_semantics.py, ONNX Attention in float64 NumPy) over
+the mask padded with False / -inf to the total length, with the fully masked rows set to zero as the
+operator's definition says; presents are Concat(past, new).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import builder
+from .kv import _literal, attention_model, paged_model
+from .kv_paged import EMPTY_CACHE
+from .kv_semantics import _run, attention_formula
+
+#: scenario -> (mask kind, calls (new tokens, mask width or None for the total), rows to mask fully)
+MASK_SCENARIOS = {
+    # widths shorter than past + new: the last keys (this call's own, then the past's tail) are beyond it
+    "ShortBoolMask": ("bool", ((3, 2), (2, 3), (1, 4), (2, 5)), False),
+    "ShortFloatMask": ("float", ((3, 1), (2, 4), (1, 5), (2, 6)), False),
+    # every call masks every key of query row 0 on head 1 (and of the last row on head 0)
+    "FullyMaskedBoolRow": ("bool", ((3, None), (2, None), (1, None)), True),
+    "FullyMaskedFloatRow": ("float", ((3, None), (2, None), (1, None)), True),
+}
+
+
+def _edge_mask(rng, kind: str, heads: int, queries: int, width: int, fully: bool) -> np.ndarray:
+    """A (1, heads, queries, width) mask: every row attends its first key unless ``fully`` masks it."""
+    shape = (1, heads, queries, width)
+    if kind == "bool":
+        mask = rng.random(shape) < 0.6
+        mask[..., 0] = True
+        if fully:
+            mask[0, 1, 0, :] = False
+            mask[0, 0, queries - 1, :] = False
+        return mask
+    mask = rng.choice(np.array([-np.inf, -1.5, 0.0, 0.7, 2.0], np.float32), shape)
+    mask[..., 0] = 0.0
+    if fully:
+        mask[0, 1, 0, :] = -np.inf
+        mask[0, 0, queries - 1, :] = -np.inf
+    return mask
+
+
+def _padded(mask: np.ndarray, total: int) -> np.ndarray:
+    """The mask padded to ``total`` keys with False / -inf, as ONNX Attention defines a short mask."""
+    pad = total - mask.shape[-1]
+    fill = False if mask.dtype == bool else -np.inf
+    return np.concatenate([mask, np.full(mask.shape[:-1] + (pad,), fill, mask.dtype)], axis=-1)
+
+
+def _expected_y(q, keys, values, past: int, mask: np.ndarray) -> np.ndarray:
+    full = _padded(mask, keys.shape[2])
+    bias = np.where(full, 0.0, -np.inf) if full.dtype == bool else full.astype(np.float64)
+    dead = np.all(np.isneginf(bias), axis=-1)  # (1, Hq, S): rows with no attendable key
+    with np.errstate(invalid="ignore"):
+        y = attention_formula(q, keys, values, past, mask=full)
+    y[dead] = 0.0  # "A fully-masked query row ... produces a zero output row, not NaN"
+    return y.astype(np.float32)
+
+
+@builder
+def kv_attention_mask_edges(path: str, scenario: str, heads: int = 2, head_size: int = 8, seed: int = 0):
+    """A decode trace of ``scenario`` (MASK_SCENARIOS) on the ``contiguous`` path (presents checked too)
+    or the ``paged`` path (4-token blocks)."""
+    kind, calls, fully = MASK_SCENARIOS[scenario]
+    rng = np.random.default_rng(seed or sum(map(ord, scenario)))
+    keys = values = np.zeros((1, heads, 0, head_size), np.float32)
+    runs = []
+    for index, (count, width) in enumerate(calls):
+        past = keys.shape[2]
+        q = rng.standard_normal((1, heads, count, head_size)).astype(np.float32)
+        k, v = (rng.standard_normal((1, heads, count, head_size)).astype(np.float32) for _ in range(2))
+        keys, values = np.concatenate([keys, k], 2), np.concatenate([values, v], 2)
+        mask = _edge_mask(rng, kind, heads, count, past + count if width is None else width, fully)
+        y = _expected_y(q, keys, values, past, mask)
+        runs.append((f"r{index}", {"q": q, "k": k, "v": v, "attn_mask": mask}, y, keys, values))
+    if path == "contiguous":
+        model = attention_model(heads, head_size, mask=kind, name="kv_mask_edges", is_causal=0)
+        empty = _literal(np.zeros((1, heads, 0, head_size), np.float32))
+        trace = [{"op": "open", "initial": {"past_key": empty, "past_value": empty}}]
+        trace += [_run(label, feeds, {"y": y, "present_key": k, "present_value": v}, False)
+                  for label, feeds, y, k, v in runs]
+    else:
+        model = paged_model(heads, head_size, 4, tokens="s", mask=kind, is_causal=0)
+        trace = [{"op": "open", "initial": {"cache": EMPTY_CACHE}}]
+        trace += [_run(label, feeds, {"y": y}, False) for label, feeds, y, _, _ in runs]
+    return {"model": model, "steps": trace}
