@@ -17,8 +17,8 @@ from reference_impl import state as state_module
 from reference_impl import values as values_module
 from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
-from reference_impl.kv import formats, storage
-from reference_impl.values import SequenceSpec, StructSpec, TensorSpec
+from reference_impl.kv import formats, paged, storage
+from reference_impl.values import AnySpec, MapSpec, SequenceSpec, StructSpec, TensorSpec
 
 attention_module = importlib.import_module("reference_impl.kv.attention")
 paged_attention_module = importlib.import_module("reference_impl.kv.paged_attention")
@@ -405,3 +405,107 @@ class CopyAtExactCapacity(Fault):
 
     def patches(self):
         return [Patch(storage.KVStorage, "reserve", _reserve_below_capacity)]
+
+
+# ------------------------------------------------------------------------------ paged block groups
+def _extends_after_partial(group, in_place, block, budget):
+    """paged._extends without its first check: a partial block may be followed in its group."""
+    previous = group[-1]
+    if in_place:
+        return paged._adjacent(previous, block) and (len(group) + 1) * block.tokens <= paged.SLAB_TOKENS
+    signature = block.signature
+    return (signature is not None and block.valid == block.tokens and signature == previous.signature
+            and (len(group) + 1) * block.key_codec.decode_cost <= budget
+            and (len(group) + 1) * block.tokens <= paged.GROUP_TOKENS)
+
+
+class PartialBlockGrouped(Fault):
+    """Decodes a partial block together with the next blocks of the same format: its unused slots are
+    read as tokens, so every later token of the group sits at the wrong position (a partial block is only
+    safe at the end of a group)."""
+
+    fault_id = "KV-PAGED-RANGE.partial-block-grouped"
+    clauses = ("KV-PAGED-RANGE",)
+    boundary = True
+
+    def patches(self):
+        return [Patch(paged, "_extends", _extends_after_partial)]
+
+
+def _signature_without_type(self):
+    if self.kind == "affine" and self.axis == 2 and self.block_size:
+        # the layout's geometry, not its element type: INT8, INT4 and INT2 blocks look alike
+        return ("affine", self.shape, self.block_size, self.scale.shape, self.zero_point is None)
+    return _original_signature(self)
+
+
+_original_signature = formats.BlockCodec._make_signature
+
+
+class GroupSignatureWithoutElementType(Fault):
+    """Groups consecutive affine blocks by their geometry and parameter shapes but not their storage type:
+    an INT4 block following an INT8 one (both symmetric) is decoded with the INT8 block's code width."""
+
+    fault_id = "KV-PAGED-FORMATS.group-signature-without-type"
+    clauses = ("KV-PAGED-FORMATS",)
+
+    def patches(self):
+        return [Patch(formats.BlockCodec, "_make_signature", _signature_without_type)]
+
+
+def _key_signature(self):
+    found = self.__dict__.get("_signature", False)
+    if found is False:
+        key = self.key_codec.signature
+        found = None if key is None or self.value_codec.signature is None else (key, key)
+        object.__setattr__(self, "_signature", found)
+    return found
+
+
+class GroupedByKeyFormatOnly(Fault):
+    """Groups consecutive blocks when their key formats agree, without comparing the value formats: a
+    block whose values use another layout is decoded with the first block's value codec."""
+
+    fault_id = "KV-PAGED-FORMATS.grouped-by-key-format"
+    clauses = ("KV-PAGED-FORMATS",)
+
+    def patches(self):
+        return [Patch(paged.KVBlock, "signature", property(_key_signature))]
+
+
+# ---------------------------------------------------------------------------- more compatibility
+def _map_keys_unchecked(original):
+    def incompatibility(a, b):
+        if isinstance(a, MapSpec) and isinstance(b, MapSpec):
+            return original(a.value, b.value)
+        return original(a, b)
+    return incompatibility
+
+
+class MapKeyTypesNotCompared(Fault):
+    """Compares bound maps by their value types only: map<int64, T> is accepted for map<int32, T>."""
+
+    fault_id = "BIND-COMPATIBLE.map-key-types-unchecked"
+    clauses = ("BIND-COMPATIBLE",)
+
+    def patches(self):
+        return [wrap(values_module, "incompatibility", _map_keys_unchecked)]
+
+
+def _category_takes_anything(original):
+    def incompatibility(a, b):
+        if isinstance(a, AnySpec) or isinstance(b, AnySpec):
+            return None
+        return original(a, b)
+    return incompatibility
+
+
+class StructCategoryTakesTensors(Fault):
+    """Treats an unconstrained struct category (a StructTypeProto with no kind) as a wildcard on either
+    side of a binding: a tensor output is accepted for a struct-category input."""
+
+    fault_id = "BIND-COMPATIBLE.struct-category-takes-tensors"
+    clauses = ("BIND-COMPATIBLE",)
+
+    def patches(self):
+        return [wrap(values_module, "incompatibility", _category_takes_anything)]
