@@ -14,6 +14,7 @@ from conformance.execute import FAILED, PASSED, run_case
 from reference_impl import schema
 
 CASES = {case.id: case for case in select(load_cases(), ["*.KV.AttentionMaskEdges.*"])}
+EXTERNAL = {case.id: case for case in select(load_cases(), ["Required.KV.ExternalCache.*"])}
 
 
 def _array(literal):
@@ -31,18 +32,23 @@ def _caught(fault, *patterns) -> set[str]:
     return {case.id for case in cases if run_case(case, fault).verdict == FAILED}
 
 
-@pytest.mark.clause("KV-ATTENTION")
-@pytest.mark.parametrize("case_id", sorted(i for i in CASES if ".KV.AttentionMaskEdges.Paged" not in i))
-def test_mask_edge_expectations_agree_with_onnx_reference(case_id):
+def _plain(case):
     from onnx import ModelProto
-    from onnx.reference import ReferenceEvaluator
 
-    case = CASES[case_id]
     model = schema.parse_model(case.model_bytes())
     model.graph.ClearField("persistent_bindings")
     plain = ModelProto()
     plain.ParseFromString(model.SerializeToString())
-    evaluator = ReferenceEvaluator(plain)
+    return plain
+
+
+@pytest.mark.clause("KV-ATTENTION")
+@pytest.mark.parametrize("case_id", sorted(i for i in CASES if ".KV.AttentionMaskEdges.Paged" not in i))
+def test_mask_edge_expectations_agree_with_onnx_reference(case_id):
+    from onnx.reference import ReferenceEvaluator
+
+    case = CASES[case_id]
+    evaluator = ReferenceEvaluator(_plain(case))
     runs = [step for step in case.extras()["steps"] if step["op"] == "run"]
     heads, size = _array(runs[0]["feeds"]["k"]).shape[1], _array(runs[0]["feeds"]["k"]).shape[3]
     past = {"past_key": np.zeros((1, heads, 0, size), np.float32),
@@ -52,6 +58,51 @@ def test_mask_edge_expectations_agree_with_onnx_reference(case_id):
         y, present_key, present_value = evaluator.run(None, {**feeds, **past})
         np.testing.assert_allclose(y, _array(step["outputs"]["y"]), rtol=1e-5, atol=1e-5)
         past = {"past_key": present_key, "past_value": present_value}
+
+
+@pytest.mark.clause("KV-ATTENTION")
+@pytest.mark.parametrize("peer", ["onnx-reference", "onnxruntime"])
+@pytest.mark.parametrize("case_id", sorted(EXTERNAL))
+def test_external_cache_expectations_agree_with_peers(case_id, peer):
+    """onnx >= 1.23 (bottom-right alignment with nonpad_kv_seqlen) and onnxruntime, the caches fed back by
+    hand."""
+    case = EXTERNAL[case_id]
+    if peer == "onnxruntime":
+        ort = pytest.importorskip("onnxruntime")
+        session = ort.InferenceSession(_plain(case).SerializeToString())
+        names = [o.name for o in session.get_outputs()]
+
+        def run(feeds):
+            return dict(zip(names, session.run(None, feeds), strict=True))
+    else:
+        from onnx.reference import ReferenceEvaluator
+
+        evaluator = ReferenceEvaluator(_plain(case))
+        names = [o.name for o in _plain(case).graph.output]
+
+        def run(feeds):
+            return dict(zip(names, evaluator.run(None, feeds), strict=True))
+    steps = case.extras()["steps"]
+    cache = {name: _array(value) for name, value in steps[0]["initial"].items()}
+    for step in steps[1:]:
+        got = run({**{name: _array(value) for name, value in step["feeds"].items()}, **cache})
+        for name, want in step["outputs"].items():
+            np.testing.assert_allclose(got[name], _array(want), rtol=1e-5, atol=1e-5)
+        cache = {"cache_key": got["next_key"], "cache_value": got["next_value"]}
+
+
+@pytest.mark.clause("KV-ATTENTION")
+def test_external_cache_catches_top_left_alignment_and_attended_padding():
+    assert _caught(F.ExternalCacheCausalTopLeft(), "Required.KV.ExternalCache.*") == {
+        "Required.KV.ExternalCache.CausalFrontierAlignedToValidEnd",
+        "Required.KV.ExternalCache.CausalGroupedQueryChunks"}
+    assert _caught(F.ExternalCachePaddingAttended(), "Required.KV.ExternalCache.*") == {
+        "Required.KV.ExternalCache.PaddingSlotsExcluded", "Required.KV.ExternalCache.PaddingSlotsExcludedGroupedQuery"}
+
+
+@pytest.mark.clause("BIND-NO-STRINGS")
+def test_strings_on_the_output_side_are_caught():
+    assert len(_caught(F.StringsCheckedOnInputSideOnly(), "Required.Bindings.OutputStrings.*")) == 2
 
 
 @pytest.mark.clause("KV-ATTENTION")

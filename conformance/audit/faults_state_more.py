@@ -509,3 +509,103 @@ class StructCategoryTakesTensors(Fault):
 
     def patches(self):
         return [wrap(values_module, "incompatibility", _category_takes_anything)]
+
+
+# ------------------------------------------------------------------------------ external caches
+def _external_top_left(original):
+    def position_bias(q_len, start, stop, offset, attrs, dtype):
+        if np.ndim(offset) > 0:  # the per-batch frontier of an external cache (nonpad_kv_seqlen)
+            offset = np.zeros_like(offset)
+        return original(q_len, start, stop, offset, attrs, dtype)
+    return position_bias
+
+
+class ExternalCacheCausalTopLeft(Fault):
+    """With ``nonpad_kv_seqlen`` (an external cache), aligns the causal frontier to the start of the keys
+    (query i sees keys 0..i) instead of bottom-right at nonpad_kv_seqlen - q_sequence_length + i, the bug
+    onnx's own reference had before 1.23; the past/present path stays right."""
+
+    fault_id = "KV-ATTENTION.external-cache-causal-top-left"
+    clauses = ("KV-ATTENTION",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(attention_module, "position_bias", _external_top_left)]
+
+
+class ExternalCachePaddingAttended(Fault):
+    """Reads ``nonpad_kv_seqlen`` only for the causal frontier and never masks the padding slots behind
+    it: without is_causal, every query also attends the cache's unused (zero) slots."""
+
+    fault_id = "KV-ATTENTION.external-cache-padding-attended"
+    clauses = ("KV-ATTENTION",)
+    boundary = True
+
+    def patches(self):
+        return [Patch(attention_module, "padding_bias", lambda nonpad, start, stop, dtype: None)]
+
+
+# ------------------------------------------------------------------------------ state after failure
+class _PoisonedState(FaultState):
+    """After a failed run, refuses every later run (the state is marked broken)."""
+
+    broken = False
+
+    def run(self, feeds):
+        if self.broken:
+            raise violation(E.STATE_RUN_FAILED, "state.run", "an earlier run failed; the state is unusable")
+        try:
+            return super().run(feeds)
+        except ContractError as error:
+            if error.code is E.STATE_RUN_FAILED:
+                self.broken = True
+            raise
+
+    def reset(self, initial):
+        super().reset(initial)
+        self.broken = False
+
+
+class FailedRunPoisonsState(Fault):
+    """Marks the state broken when a run fails: the previous values stay readable, but every later run is
+    refused until a reset, instead of the state staying valid for the next call."""
+
+    fault_id = "ZC-FAILURE.failed-run-poisons-state"
+    clauses = ("ZC-FAILURE", "STATE-ATOMIC")
+
+    def make_state(self, handle):
+        return _PoisonedState(handle.state, self)
+
+
+# ------------------------------------------------------------------------------ strings, one side
+_SIDES = threading.local()
+
+
+def _counting_validation(original):
+    def validate_bindings(model, catalogue=None):
+        _SIDES.calls = 0
+        return original(model, catalogue)
+    return validate_bindings
+
+
+def _input_side_only(original):
+    def string_path(spec, path, *args, **kwargs):
+        # validate_bindings checks each binding's input, then its output: every second call is an output
+        calls = getattr(_SIDES, "calls", 0)
+        _SIDES.calls = calls + 1
+        return original(spec, path, *args, **kwargs) if calls % 2 == 0 else None
+    return string_path
+
+
+class StringsCheckedOnInputSideOnly(Fault):
+    """Checks bound types for string tensors on the input side only: an output whose (nested) type holds a
+    string tensor is accepted when the input's type is one that admits it (an unconstrained struct
+    category)."""
+
+    fault_id = "BIND-NO-STRINGS.output-side-unchecked"
+    clauses = ("BIND-NO-STRINGS",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(bindings_module, "validate_bindings", _counting_validation),
+                wrap(bindings_module, "string_path", _input_side_only, aliases=False)]

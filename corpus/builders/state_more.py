@@ -90,3 +90,69 @@ def kv_attention_mask_edges(path: str, scenario: str, heads: int = 2, head_size:
         trace = [{"op": "open", "initial": {"cache": EMPTY_CACHE}}]
         trace += [_run(label, feeds, {"y": y}, False) for label, feeds, y, _, _ in runs]
     return {"model": model, "steps": trace}
+
+
+def _external_formula(q, keys, values, nonpad: int, causal: bool) -> np.ndarray:
+    """ONNX Attention over an external cache (1, Hkv, capacity, D) whose first ``nonpad`` slots are valid:
+    keys at or beyond ``nonpad`` are padding, and the causal frontier is aligned bottom-right (query i sits
+    at position nonpad - S + i)."""
+    q, keys, values = (np.asarray(x, np.float64) for x in (q, keys, values))
+    group = q.shape[1] // keys.shape[1]  # query head h reads key/value head h // group
+    keys, values = np.repeat(keys, group, axis=1), np.repeat(values, group, axis=1)
+    scores = q @ np.swapaxes(keys, -1, -2) / np.sqrt(q.shape[-1])
+    queries, total = scores.shape[-2:]
+    key = np.arange(total)[None, :]
+    allowed = np.broadcast_to(key < nonpad, (queries, total))
+    if causal:
+        allowed = allowed & (key <= nonpad - queries + np.arange(queries)[:, None])
+    scores = np.where(allowed, scores, -np.inf)
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (weights / weights.sum(axis=-1, keepdims=True)) @ values
+
+
+@builder
+def kv_external_cache(causal: int, plan: tuple = (3, 2, 1), heads: int = 2, q_heads: int = 2, head_size: int = 4,
+                      capacity: int = 8, seed: int = 23):
+    """An external cache (ONNX Attention's second KV use case): cache_key/cache_value (1, H, capacity, D)
+    are bound state, TensorScatter writes each call's new tokens at ``write_indices``, and Attention reads
+    the whole cache with ``nonpad_kv_seqlen`` = the valid tokens so far. Calls of ``plan`` tokens, ``q_heads``
+    query heads on ``heads`` key/value heads; Y and the scattered caches are NumPy formulas."""
+    from .common import model as new_model
+    from .kv import _tensor_vi, add_attributes
+
+    m = new_model("kv_external_cache", opset=24)
+    g = m.graph
+    g.node.add(op_type="TensorScatter", input=["cache_key", "k", "write_indices"], output=["next_key"])
+    g.node.add(op_type="TensorScatter", input=["cache_value", "v", "write_indices"], output=["next_value"])
+    node = g.node.add(op_type="Attention", input=["q", "next_key", "next_value", "", "", "", "nonpad"],
+                      output=["y"])
+    add_attributes(node, {"is_causal": causal})
+    _tensor_vi(g, "q", [1, q_heads, "s", head_size])
+    for name in ("k", "v"):
+        _tensor_vi(g, name, [1, heads, "s", head_size])
+    for name in ("cache_key", "cache_value"):
+        _tensor_vi(g, name, [1, heads, capacity, head_size])
+    _tensor_vi(g, "write_indices", [1], elem=7)
+    _tensor_vi(g, "nonpad", [1], elem=7)
+    _tensor_vi(g, "y", [1, q_heads, "s", head_size], output=True)
+    for name in ("next_key", "next_value"):
+        _tensor_vi(g, name, [1, heads, capacity, head_size], output=True)
+    g.persistent_bindings.add(input_name="cache_key", output_name="next_key")
+    g.persistent_bindings.add(input_name="cache_value", output_name="next_value")
+
+    rng = np.random.default_rng(seed)
+    keys = np.zeros((1, heads, capacity, head_size), np.float32)
+    values = keys.copy()
+    trace = [{"op": "open", "initial": {"cache_key": _literal(keys), "cache_value": _literal(values)}}]
+    filled = 0
+    for index, count in enumerate(plan):
+        q = rng.standard_normal((1, q_heads, count, head_size)).astype(np.float32)
+        k, v = (rng.standard_normal((1, heads, count, head_size)).astype(np.float32) for _ in range(2))
+        keys, values = keys.copy(), values.copy()
+        keys[:, :, filled:filled + count], values[:, :, filled:filled + count] = k, v
+        feeds = {"q": q, "k": k, "v": v, "write_indices": np.array([filled], np.int64),
+                 "nonpad": np.array([filled + count], np.int64)}
+        y = _external_formula(q, keys, values, filled + count, bool(causal)).astype(np.float32)
+        trace.append(_run(f"r{index}", feeds, {"y": y, "next_key": keys, "next_value": values}, False))
+        filled += count
+    return {"model": m, "steps": trace}
