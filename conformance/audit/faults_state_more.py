@@ -5,6 +5,7 @@ short masks, fully masked rows, per-block parameters, capacity boundary)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
 from types import MappingProxyType
@@ -609,3 +610,44 @@ class StringsCheckedOnInputSideOnly(Fault):
     def patches(self):
         return [wrap(bindings_module, "validate_bindings", _counting_validation),
                 wrap(bindings_module, "string_path", _input_side_only, aliases=False)]
+
+
+# ------------------------------------------------------------------------- qk_matmul_output modes
+def _modes_one_and_two_swapped(original):
+    def attention(*args, **kwargs):
+        attrs = kwargs.get("attrs")
+        if attrs is not None and attrs.qk_matmul_output_mode in (1, 2):
+            kwargs["attrs"] = dataclasses.replace(attrs, qk_matmul_output_mode=3 - attrs.qk_matmul_output_mode)
+        return original(*args, **kwargs)
+    return attention
+
+
+class QkOutputModesSwapped(Fault):
+    """Numbers qk_matmul_output's intermediate modes in the order of an older operator draft (1: scores
+    plus mask, 2: after the softcap) instead of ONNX's (1: after the softcap, before the mask; 2: mask and
+    softcap both applied)."""
+
+    fault_id = "KV-ATTENTION.qk-output-modes-swapped"
+    clauses = ("KV-ATTENTION",)
+
+    def patches(self):
+        return [wrap(attention_module, "attention", _modes_one_and_two_swapped)]
+
+
+def _mode_ignored(original):
+    def attention(*args, **kwargs):
+        attrs = kwargs.get("attrs")
+        if attrs is not None and attrs.qk_matmul_output_mode:
+            kwargs["attrs"] = dataclasses.replace(attrs, qk_matmul_output_mode=0)
+        return original(*args, **kwargs)
+    return attention
+
+
+class QkOutputModeIgnored(Fault):
+    """Always returns the raw scaled Q K^T as qk_matmul_output, whatever qk_matmul_output_mode asks."""
+
+    fault_id = "KV-ATTENTION.qk-output-mode-ignored"
+    clauses = ("KV-ATTENTION",)
+
+    def patches(self):
+        return [wrap(attention_module, "attention", _mode_ignored)]

@@ -156,3 +156,45 @@ def kv_external_cache(causal: int, plan: tuple = (3, 2, 1), heads: int = 2, q_he
         trace.append(_run(f"r{index}", feeds, {"y": y, "next_key": keys, "next_value": values}, False))
         filled += count
     return {"model": m, "steps": trace}
+
+
+def _qk_expected(q, keys, mask: np.ndarray, softcap: float, mode: int) -> np.ndarray:
+    """ONNX Attention's qk_matmul_output for ``mode``: 0 the scaled Q K^T, 1 after the softcap, 2 after the
+    (additive, finite) mask is added too, 3 the softmax."""
+    q, keys = np.asarray(q, np.float64), np.asarray(keys, np.float64)
+    group = q.shape[1] // keys.shape[1]
+    keys = np.repeat(keys, group, axis=1)
+    raw = q @ np.swapaxes(keys, -1, -2) / np.sqrt(q.shape[-1])
+    capped = softcap * np.tanh(raw / softcap)
+    biased = capped + mask.astype(np.float64)
+    weights = np.exp(biased - biased.max(axis=-1, keepdims=True))
+    probs = weights / weights.sum(axis=-1, keepdims=True)
+    return (raw, capped, biased, probs)[mode]
+
+
+@builder
+def kv_attention_qk_output(mode: int, heads: int = 2, head_size: int = 4, softcap: float = 2.0, seed: int = 31):
+    """Attention with past/present bound back and its fourth output qk_matmul_output in ``mode``: softcap
+    2.0 over scores of magnitude ~5 and an additive float mask of finite values (-1.5, 0, 0.7, 2.0), so the
+    softcap, the mask and the softmax each change the values (finite ones: no representation of -inf is
+    at stake). Calls of 3, 2 and 1 tokens; Y, presents and qk_matmul_output are NumPy formulas."""
+    from .kv import _tensor_vi
+
+    m = attention_model(heads, head_size, name="kv_qk_output", mask="float", is_causal=0, softcap=float(softcap),
+                        qk_matmul_output_mode=mode)
+    m.graph.node[0].output.append("qk")
+    _tensor_vi(m.graph, "qk", [1, heads, "s", "t2"], output=True)
+    rng = np.random.default_rng(seed + mode)
+    keys = values = np.zeros((1, heads, 0, head_size), np.float32)
+    trace = [{"op": "open", "initial": {"past_key": _literal(keys), "past_value": _literal(values)}}]
+    for index, count in enumerate((3, 2, 1)):
+        past = keys.shape[2]
+        q, k = (rng.standard_normal((1, heads, count, head_size)).astype(np.float32) * 3 for _ in range(2))
+        v = rng.standard_normal((1, heads, count, head_size)).astype(np.float32)
+        keys, values = np.concatenate([keys, k], 2), np.concatenate([values, v], 2)
+        mask = rng.choice(np.array([-1.5, 0.0, 0.7, 2.0], np.float32), (1, heads, count, past + count))
+        y = attention_formula(q, keys, values, past, softcap=softcap, mask=mask).astype(np.float32)
+        qk = _qk_expected(q, keys, mask, softcap, mode).astype(np.float32)
+        trace.append(_run(f"r{index}", {"q": q, "k": k, "v": v, "attn_mask": mask},
+                          {"y": y, "present_key": keys, "present_value": values, "qk": qk}, False))
+    return {"model": m, "steps": trace}
