@@ -113,6 +113,16 @@ def test_qk_output_modes_are_caught():
     assert len(_caught(F.QkOutputModeIgnored(), "Required.KV.QkMatmulOutput.*")) == 3
 
 
+@pytest.mark.clause("STATE-FEED-OVERRIDE")
+def test_feed_equal_to_the_retained_value_is_still_an_override():
+    assert len(_caught(F.EqualFeedNotAnOverride(), "Required.State.FeedOverride.*")) == 2
+
+
+@pytest.mark.clause("BIND-EXACT-NAMES")
+def test_binding_names_matched_loosely_are_caught():
+    assert len(_caught(F.NamesMatchedLoosely(), "Required.Bindings.ExactNames.*")) == 2
+
+
 @pytest.mark.clause("BIND-NO-STRINGS")
 def test_strings_on_the_output_side_are_caught():
     assert len(_caught(F.StringsCheckedOnInputSideOnly(), "Required.Bindings.OutputStrings.*")) == 2

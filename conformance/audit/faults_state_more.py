@@ -651,3 +651,52 @@ class QkOutputModeIgnored(Fault):
 
     def patches(self):
         return [wrap(attention_module, "attention", _mode_ignored)]
+
+
+# --------------------------------------------------------------------------- feeds and names
+class _EqualFeedsTolerated(FaultState):
+    def run(self, feeds):
+        retained = self.state.values if not self.state.closed else {}
+        kept = {}
+        for name, value in feeds.items():
+            current = retained.get(name)
+            if isinstance(current, np.ndarray) and isinstance(value, np.ndarray) and value.dtype == current.dtype \
+                    and value.shape == current.shape and np.array_equal(value, current):
+                continue  # the same value as the retained one: not taken as an override, dropped
+            kept[name] = value
+        return super().run(kept)
+
+
+class EqualFeedNotAnOverride(Fault):
+    """Rejects a feed for a retained input only when it conflicts with the retained value: a feed equal
+    to it (the caller passing the state's own value back) is silently dropped instead of refused."""
+
+    fault_id = "STATE-FEED-OVERRIDE.equal-feed-tolerated"
+    clauses = ("STATE-FEED-OVERRIDE",)
+    boundary = True
+
+    def make_state(self, handle):
+        return _EqualFeedsTolerated(handle.state, self)
+
+
+def _normalized(name: str) -> str:
+    return name.strip().casefold()
+
+
+class NamesMatchedLoosely(Fault):
+    """Looks binding names up after trimming spaces and folding case: ``PAST`` or ``past `` selects the
+    input ``past`` instead of naming no whole input."""
+
+    fault_id = "BIND-EXACT-NAMES.names-matched-loosely"
+    clauses = ("BIND-EXACT-NAMES",)
+
+    def transform(self, model, base_dir):
+        inputs = {_normalized(vi.name): vi.name for vi in model.graph.input}
+        outputs = {_normalized(vi.name): vi.name for vi in model.graph.output}
+        declared_in = {vi.name for vi in model.graph.input}
+        declared_out = {vi.name for vi in model.graph.output}
+        for binding in model.graph.persistent_bindings:
+            if binding.input_name not in declared_in:
+                binding.input_name = inputs.get(_normalized(binding.input_name), binding.input_name)
+            if binding.output_name not in declared_out:
+                binding.output_name = outputs.get(_normalized(binding.output_name), binding.output_name)
