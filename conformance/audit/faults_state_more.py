@@ -18,7 +18,7 @@ from reference_impl import state as state_module
 from reference_impl import values as values_module
 from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
-from reference_impl.kv import formats, paged, storage
+from reference_impl.kv import formats, kernels, paged, storage
 from reference_impl.values import AnySpec, MapSpec, SequenceSpec, StructSpec, TensorSpec
 
 attention_module = importlib.import_module("reference_impl.kv.attention")
@@ -700,3 +700,25 @@ class NamesMatchedLoosely(Fault):
                 binding.input_name = inputs.get(_normalized(binding.input_name), binding.input_name)
             if binding.output_name not in declared_out:
                 binding.output_name = outputs.get(_normalized(binding.output_name), binding.output_name)
+
+
+# ---------------------------------------------------------------------------------- max_tokens
+def _max_tokens_exclusive(original):
+    def kernel(args, attrs, ctx):
+        limit = attrs.get("max_tokens", 4096)
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 1:
+            attrs = {**attrs, "max_tokens": limit - 1}  # ``>=`` where the bound is ``>``
+        return original(args, attrs, ctx)
+    return kernel
+
+
+class MaxTokensExclusive(Fault):
+    """Refuses an append that brings the cache to exactly max_tokens (``count + new >= max_tokens``)
+    instead of only one that goes beyond it: a cache can never be filled to its declared limit."""
+
+    fault_id = "KV-MUTATION-FAILED.max-tokens-exclusive"
+    clauses = ("KV-MUTATION-FAILED",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(kernels, "paged_attention_kernel", _max_tokens_exclusive)]
