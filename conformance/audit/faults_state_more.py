@@ -223,7 +223,7 @@ class _MergingResetState(FaultState):
             return super().reset(initial)
         kept = {name: value for name, value in state._values.items() if name not in initial}
         # the values the caller left out keep their current contents
-        merged = {**{name: value for name, value in kept.items()}, **{k: to_runtime(v) for k, v in initial.items()}}
+        merged = {**kept, **{k: to_runtime(v) for k, v in initial.items()}}
         with self.fault.injected():
             values = state._initial_values(merged)
         state._values = values
