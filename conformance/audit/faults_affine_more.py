@@ -1,0 +1,426 @@
+"""More faults in the closed affine branch and its payloads: edges the happy cases rarely reach (the one
+code sign extension misses, the tail of an odd payload, the partial last block, per-axis parameters of a
+rank-3 value, subnormal and narrowed scales, the output's rounding, 8-bit subtraction, the axis range,
+external extents past the first page, at the end of the file or of zero length, and checks made on the
+inline path only)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+from conformance.audit.fault import Fault, Patch, wrap
+from conformance.audit.fault import decode_module as decode
+from reference_impl import affine, dtypes, payload, verifier
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import violation
+
+
+def _finish(result: np.ndarray, out):
+    """Write a wrapper's result into the caller's buffer when one was given."""
+    if out is None:
+        return result
+    out[...] = result
+    return out
+
+
+def _raw(codes) -> np.ndarray:
+    if isinstance(codes, (bytes, bytearray, memoryview)):
+        return np.frombuffer(codes, np.uint8)
+    return np.asarray(codes, np.uint8).reshape(-1)
+
+
+def _per_element(param, shape, axis, block):
+    """A parameter expanded to one value per element (the layout DequantizeLinear defines)."""
+    param = np.asarray(param)
+    if axis is None:
+        return np.broadcast_to(param, shape).copy()
+    if block:
+        expanded = np.repeat(param, block, axis=axis).take(np.arange(shape[axis]), axis=axis)
+        return np.ascontiguousarray(expanded)
+    view = [1] * len(shape)
+    view[axis] = shape[axis]
+    return np.broadcast_to(param.reshape(view), shape).copy()
+
+
+def _elementwise(original, codes, storage_type, scale_e, zero_e, shape, output_dtype, out):
+    """The oracle's dequantization with one parameter per element: blocks of one along axis 0."""
+    flat = tuple(shape) or (1,)  # a scalar value: one element along axis 0
+    scale_e = np.asarray(scale_e).reshape(flat)
+    zero_e = None if zero_e is None else np.asarray(zero_e).reshape(flat)
+    result = original(codes, storage_type, scale_e, zero_e, 0, 1, flat, output_dtype)
+    return _finish(result.reshape(shape), out)
+
+
+# ---------------------------------------------------------------------------------- codes
+def _sign_threshold(original):
+    def codes_as_float(raw, storage_type, count, dtype):
+        values = original(raw, storage_type, count, dtype)
+        if storage_type in (dtypes.INT4, dtypes.INT2):
+            most_negative = -(1 << (dtypes.BIT_WIDTH[storage_type] - 1))
+            values = np.where(values == most_negative, -most_negative, values).astype(values.dtype)
+        return values
+    return codes_as_float
+
+
+class SignExtensionMissesMostNegative(Fault):
+    """Sign-extends four- and two-bit codes with ``if code > 8: code -= 16`` (``> 2`` for INT2): the most
+    negative code (-8, -2) is read as +8 (+2)."""
+
+    fault_id = "AFF-PACKING.most-negative-code-positive"
+    clauses = ("AFF-PACKING", "AFF-DQ")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "codes_as_float", _sign_threshold)]
+
+
+def _unsigned_tail_from_top(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        width = dtypes.BIT_WIDTH.get(storage_type, 8)
+        count = int(np.prod(shape)) if len(shape) else 1
+        per_byte = 8 // width
+        if storage_type in (dtypes.UINT4, dtypes.UINT2) and count % per_byte:
+            raw = _raw(codes).copy()
+            tail = count % per_byte
+            last = int(raw[(count - 1) // per_byte])
+            mask = (1 << width) - 1
+            # the tail's codes are taken from the top of the byte down, as a whole byte's would be by a
+            # loop that counts from its most-significant group
+            read = [(last >> (8 - (k + 1) * width)) & mask for k in range(tail)]
+            raw[(count - 1) // per_byte] = sum(code << (k * width) for k, code in enumerate(read))
+            codes = raw
+        return _finish(original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype), out)
+    return dequantize
+
+
+class UnsignedTailFromHighBits(Fault):
+    """The unsigned four- and two-bit unpacker handles whole bytes correctly but reads the codes of a final
+    partial byte (an odd UINT4 count, a UINT2 count not a multiple of four) from its high bits."""
+
+    fault_id = "AFF-PACKING.unsigned-tail-high-bits"
+    clauses = ("AFF-PACKING",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _unsigned_tail_from_top)]
+
+
+# ------------------------------------------------------------------------------ parameters
+def _partial_block_previous(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        if axis is not None and block_size and shape[axis] % block_size and shape[axis] > block_size:
+            full = shape[axis] // block_size  # block index clamped to the last full block
+            index = np.minimum(np.arange(-(-shape[axis] // block_size)), full - 1)
+            scale = np.take(np.asarray(scale), index, axis=axis)
+            if zero_point is not None:
+                zero_point = np.take(np.asarray(zero_point), index, axis=axis)
+        return _finish(original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype), out)
+    return dequantize
+
+
+class PartialBlockTakesPreviousScale(Fault):
+    """Computes a blocked element's parameter index as ``min(i // block_size, dim // block_size - 1)``:
+    the elements of a partial last block use the previous block's scale and zero point."""
+
+    fault_id = "AFF-BLOCK.partial-block-previous-parameters"
+    clauses = ("AFF-BLOCK", "AFF-DQ")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _partial_block_previous)]
+
+
+def _inner_next_dim_only(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        if axis is None or block_size or axis + 2 >= len(shape):
+            return _finish(original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype),
+                           out)
+        # the stride of the axis taken as the next dimension only, not the product of all later ones
+        index = (np.arange(int(np.prod(shape))) // shape[axis + 1]) % shape[axis]
+        scale_e = np.asarray(scale).reshape(-1)[index].reshape(shape)
+        zero_e = None if zero_point is None else np.asarray(zero_point).reshape(-1)[index].reshape(shape)
+        return _elementwise(original, codes, storage_type, scale_e, zero_e, shape, output_dtype, out)
+    return dequantize
+
+
+class PerAxisStrideNextDimOnly(Fault):
+    """Finds an element's per-axis parameter with the axis's stride taken as the next dimension alone
+    (``shape[axis + 1]``) instead of the product of every later dimension: right for rank 2 and for the
+    last two axes, wrong for axis 0 of a rank-3 value."""
+
+    fault_id = "AFF-AXIS.per-axis-stride-next-dim"
+    clauses = ("AFF-AXIS", "AFF-DQ")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _inner_next_dim_only)]
+
+
+def _minus_rank_rejected(axis, rank, path):
+    if axis is None:
+        return None
+    if not -rank < axis < rank:
+        raise violation(E.AFFINE_AXIS_INVALID, path, f"axis {axis} is outside (-{rank}, {rank})")
+    return axis % rank
+
+
+class AxisMinusRankRejected(Fault):
+    """Checks a negative axis with ``-rank < axis`` (off by one): axis = -rank, which DequantizeLinear
+    normalizes to 0, is refused."""
+
+    fault_id = "AFF-AXIS.minus-rank-rejected"
+    clauses = ("AFF-AXIS",)
+    boundary = True
+
+    def patches(self):
+        return [Patch(affine, "normalize_axis", _minus_rank_rejected)]
+
+
+def _subnormal_scale_flushed(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        scale = np.asarray(scale)
+        if scale.dtype == np.float16:
+            scale = np.where(np.abs(scale) < np.float16(2.0 ** -14), np.float16(0), scale).astype(np.float16)
+        return _finish(original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype), out)
+    return dequantize
+
+
+class Float16SubnormalScaleFlushed(Fault):
+    """Converts FLOAT16 scales with a flush-to-zero conversion: a subnormal scale (below 2**-14) becomes 0
+    and its values decode to zero."""
+
+    fault_id = "AFF-SCALE.float16-subnormal-flushed"
+    clauses = ("AFF-SCALE", "AFF-DQ")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _subnormal_scale_flushed)]
+
+
+def _bfloat16_truncated(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        result_dtype = np.dtype(output_dtype) if output_dtype is not None else np.asarray(scale).dtype
+        if result_dtype.name != "bfloat16":
+            return _finish(original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype),
+                           out)
+        wide = original(codes, storage_type, scale, zero_point, axis, block_size, shape, np.float32)
+        bits = np.ascontiguousarray(wide).view(np.uint32) & np.uint32(0xFFFF0000)  # the high half kept
+        return _finish(bits.view(np.float32).astype(result_dtype), out)
+    return dequantize
+
+
+class Bfloat16OutputTruncated(Fault):
+    """Forms BFLOAT16 values by keeping the high 16 bits of the FLOAT product (truncation) instead of
+    rounding it to nearest even."""
+
+    fault_id = "AFF-DQ.bfloat16-output-truncated"
+    clauses = ("AFF-DQ", "AFF-SCALE")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _bfloat16_truncated)]
+
+
+def _scale_narrowed_first(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        scale = np.asarray(scale)
+        if output_dtype is not None and np.dtype(output_dtype) != scale.dtype and scale.dtype == np.float32:
+            scale = scale.astype(output_dtype)  # the multiply then runs in the output's type
+        return _finish(original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype), out)
+    return dequantize
+
+
+class ScaleNarrowedToOutputType(Fault):
+    """With a FLOAT scale and a FLOAT16 or BFLOAT16 logical type (DequantizeLinear's output_dtype), rounds
+    the scale to the output type before multiplying, so the product is rounded twice."""
+
+    fault_id = "AFF-DQ.scale-narrowed-to-output"
+    clauses = ("AFF-DQ", "AFF-SCALE")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _scale_narrowed_first)]
+
+
+def _saturating_int8_difference(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        if storage_type != dtypes.INT8 or zero_point is None or not np.any(zero_point):
+            return _finish(original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype),
+                           out)
+        count = int(np.prod(shape)) if len(shape) else 1
+        values = _raw(codes)[:count].view(np.int8).astype(np.int64).reshape(shape)
+        zero_e = _per_element(zero_point, shape, axis, block_size).astype(np.int64)
+        difference = np.clip(values - zero_e, -128, 127)  # an int8 saturating subtract
+        # fed back as codes with a zero point of zero: INT8 holds every clipped difference
+        clipped = difference.astype(np.int8).tobytes()
+        scale_e = _per_element(scale, shape, axis, block_size)
+        return _elementwise(original, clipped, storage_type, scale_e, None, shape, output_dtype, out)
+    return dequantize
+
+
+class Int8DifferenceSaturated(Fault):
+    """Subtracts an INT8 zero point with an 8-bit saturating subtract (``code - zero_point`` clipped to
+    [-128, 127]) instead of in a wider integer: differences beyond the INT8 range are wrong."""
+
+    fault_id = "AFF-ZERO-POINT.int8-difference-saturated"
+    clauses = ("AFF-ZERO-POINT", "AFF-DQ")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _saturating_int8_difference)]
+
+
+def _eight_bit_at_least(original):
+    def verify_affine(value, path, extent):
+        storage = value.affine.storage_type
+        if storage in (dtypes.INT8, dtypes.UINT8) and not extent.external:
+            try:
+                count = int(np.prod(verifier.logical_tensor_shape(value, path)[1]))
+            except Exception:  # noqa: BLE001 - the original reports a malformed logical type
+                count = None
+            if count is not None and extent.length > count:
+                extent = type(extent)(count, None, 0, bytes(extent.inline or value.raw_data)[:count])
+        return original(value, path, extent)
+    return verify_affine
+
+
+class EightBitPayloadAtLeast(Fault):
+    """Checks the inline payload of INT8/UINT8 codes with ``length >= n`` (the byte-wide path reads the
+    first n bytes), while the packed types keep the exact ``ceil(n * bits / 8)`` check."""
+
+    fault_id = "AFF-PAYLOAD-SIZE.eight-bit-at-least"
+    clauses = ("AFF-PAYLOAD-SIZE",)
+
+    def patches(self):
+        return [wrap(verifier, "_verify_affine", _eight_bit_at_least)]
+
+
+# --------------------------------------------------------------------------------- payloads
+def _external_size_unchecked(original):
+    def verify_affine(value, path, extent):
+        if extent.external:
+            try:
+                count = int(np.prod(verifier.logical_tensor_shape(value, path)[1]))
+                needed = affine.payload_bytes(value.affine.storage_type, count)
+            except Exception:  # noqa: BLE001 - the original reports what is malformed
+                needed = None
+            if needed is not None and extent.length > needed:
+                extent = type(extent)(needed, extent.location, extent.offset)
+        return original(value, path, extent)
+    return verify_affine
+
+
+class ExternalPayloadLongerAccepted(Fault):
+    """Checks the exact payload size ``ceil(n * bits / 8)`` on raw_data only: an external extent longer
+    than the codes is accepted and its first bytes decoded."""
+
+    fault_id = "AFF-PAYLOAD-SIZE.external-longer-accepted"
+    clauses = ("AFF-PAYLOAD-SIZE", "PAY-EXTERNAL-EXTENT")
+
+    def patches(self):
+        def make(original):
+            def decode_affine(value, payload_bytes, count, path, out):
+                needed = affine.payload_bytes(value.affine.storage_type, count)
+                return original(value, payload_bytes[:needed], count, path, out)
+            return decode_affine
+        return [wrap(verifier, "_verify_affine", _external_size_unchecked),
+                wrap(decode, "_decode_affine", make)]
+
+
+def _padding_masked_external(original):
+    def decode_affine(value, payload_bytes, count, path, out):
+        bits = count * dtypes.BIT_WIDTH.get(value.affine.storage_type, 8)
+        if value.data_location == payload.EXTERNAL and bits % 8 and len(payload_bytes):
+            masked = np.array(payload_bytes, np.uint8)
+            masked[-1] &= (1 << (bits % 8)) - 1
+            payload_bytes = masked
+        return original(value, payload_bytes, count, path, out)
+    return decode_affine
+
+
+class ExternalPaddingUnchecked(Fault):
+    """Checks that the unused final high bits are zero on raw_data only: an external payload with nonzero
+    padding bits decodes."""
+
+    fault_id = "AFF-PADDING-ZERO.external-unchecked"
+    clauses = ("AFF-PADDING-ZERO",)
+
+    def patches(self):
+        return [wrap(decode, "_decode_affine", _padding_masked_external)]
+
+
+def _mapping_indexed_with_offset(original):
+    def open_payload(value, extent, base_dir, path):
+        granularity = mmap.ALLOCATIONGRANULARITY
+        if extent.external and extent.length and extent.offset >= granularity:
+            start = extent.offset - extent.offset % granularity  # the mapping starts at the page below ...
+            fd = payload.open_external(extent, base_dir, path)
+            try:
+                size = os.fstat(fd).st_size
+                if start + extent.offset + extent.length > size:  # ... and is indexed at the whole offset
+                    raise violation(E.EXTERNAL_FILE_INVALID, path, "read past the end of the mapping")
+                data = os.pread(fd, extent.length, start + extent.offset)
+            finally:
+                os.close(fd)
+            array = np.frombuffer(data, np.uint8)
+            return array
+        return original(value, extent, base_dir, path)
+    return open_payload
+
+
+class MappingIndexedWithWholeOffset(Fault):
+    """Maps an external extent from the allocation-granularity boundary below its offset, as mmap requires,
+    then indexes the mapping with the whole offset instead of ``offset - start``: right for offsets below
+    one page (4096 bytes), wrong beyond."""
+
+    fault_id = "PAY-EXTERNAL-EXTENT.mapping-offset-twice"
+    clauses = ("PAY-EXTERNAL-EXTENT",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(payload, "open_payload", _mapping_indexed_with_offset)]
+
+
+def _empty_extent_refused(original):
+    def open_payload(value, extent, base_dir, path):
+        if extent.external and extent.length == 0:
+            raise violation(E.EXTERNAL_FILE_INVALID, path, "mmap: cannot map an empty extent")
+        return original(value, extent, base_dir, path)
+    return open_payload
+
+
+class EmptyExternalExtentRefused(Fault):
+    """Maps every external extent with mmap, which refuses a length of zero: an external payload of zero
+    bytes (zero records, zero codes) fails instead of reading as empty."""
+
+    fault_id = "PAY-EMPTY.empty-external-refused"
+    clauses = ("PAY-EMPTY", "PAY-EXTERNAL-EXTENT")
+    boundary = True
+
+    def patches(self):
+        return [wrap(payload, "open_payload", _empty_extent_refused)]
+
+
+def _end_of_file_exclusive(original):
+    def open_external(extent, base_dir, path):
+        fd = original(extent, base_dir, path)
+        if os.fstat(fd).st_size <= extent.offset + extent.length:
+            os.close(fd)
+            raise violation(E.EXTERNAL_FILE_INVALID, path, "backing file does not cover offset + length")
+        return fd
+    return open_external
+
+
+class ExtentAtEndOfFileRefused(Fault):
+    """Checks the backing file's size with ``size <= offset + length`` (off by one): an extent ending
+    exactly at the end of its file is refused."""
+
+    fault_id = "PAY-EXTERNAL-EXTENT.end-of-file-exclusive"
+    clauses = ("PAY-EXTERNAL-EXTENT",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(payload, "open_external", _end_of_file_exclusive)]
