@@ -1,0 +1,114 @@
+"""Affine values at edges the happy cases rarely reach: axis = -rank, per-axis parameters of rank-3 and
+rank-4 values, odd UINT4 and partial UINT2 tails, subnormal FLOAT16 scales, FLOAT scales decoded to a
+narrower logical type (DequantizeLinear's output_dtype), and external payloads past the first page, of
+zero length or one byte too long.
+
+Expected values come from onnx's reference evaluator running DequantizeLinear on the same codes and
+parameters (an independent implementation), with ``output_dtype`` when the logical type differs from
+the scale's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import builder
+from .affine_scales import SCALE_TYPES, scale_array, scale_tensor
+from .affine_sweep import packed
+from .common import model
+
+#: a page of filler before an extent placed past the first allocation-granularity boundary
+PAGE = 4096
+
+
+def onnx_dequantize(codes: np.ndarray, storage: int, scale: np.ndarray, zero_point, axis, block,
+                    output_type: int | None = None) -> np.ndarray:
+    """DequantizeLinear (opset 25) in onnx's reference evaluator; ``output_type`` sets output_dtype."""
+    import onnx
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    x = helper.make_tensor("x", storage, list(codes.shape), vals=packed(codes, storage), raw=True)
+    s = onnx.numpy_helper.from_array(scale, "s")
+    inits, inputs = [x, s], ["x", "s"]
+    if zero_point is not None:
+        zp = np.asarray(zero_point)
+        inits.append(helper.make_tensor("z", storage, list(zp.shape), vals=packed(zp, storage), raw=True))
+        inputs.append("z")
+    attrs = {}
+    if axis is not None:
+        attrs["axis"] = axis
+    if block:
+        attrs["block_size"] = block
+    if output_type is not None:
+        attrs["output_dtype"] = output_type
+    node = helper.make_node("DequantizeLinear", inputs, ["y"], **attrs)
+    out_type = output_type if output_type is not None else SCALE_TYPES_BY_NUMBER[s.data_type]
+    graph = helper.make_graph([node], "dq", [], [helper.make_tensor_value_info("y", out_type, list(codes.shape))],
+                              inits)
+    onnx_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 25)])
+    return ReferenceEvaluator(onnx_model).run(None, {})[0]
+
+
+SCALE_TYPES_BY_NUMBER = {number: number for number, _ in SCALE_TYPES.values()}
+_TYPE_NAMES = {number: name for name, (number, _) in SCALE_TYPES.items()}
+
+
+@builder
+def affine_edge(storage: int, shape: list, codes: list, scale: list, scale_type: str = "float",
+                elem: int | None = None, zero_point: list | int | None = None, axis: int | None = None,
+                block: int | None = None, external: str = "", extra_bytes: int = 0, padding: int = 0):
+    """One affine value ``w``: ``codes`` (row-major) of ``shape``, a ``scale_type`` scale, an optional
+    zero point, axis and block size, the logical element type ``elem`` (default: the scale's). The
+    payload is inline, or with ``external`` = "page" in ``w.bin`` at offset 4100 (past the first page),
+    = "empty" an external extent of length 0 at the end of a 4-byte file, = "long" an external extent
+    ``extra_bytes`` longer than the codes. ``padding`` is ORed into the last payload byte (nonzero unused
+    bits; then the case expects a rejection, and ``expected`` is meaningless)."""
+    from reference_impl import schema
+
+    codes_array = np.asarray(codes, dtype=np.int64).reshape(shape)
+    data_type = SCALE_TYPES[scale_type][0]
+    scale_values = scale_array(scale_type, scale)
+    if axis is None:
+        scale_values = scale_values.reshape(())  # per tensor: a scalar, as DequantizeLinear requires
+    param_shape = scale_values.shape
+    codes_bytes = packed(codes_array, storage)
+    if padding:
+        codes_bytes = codes_bytes[:-1] + bytes([codes_bytes[-1] | padding])
+    value = schema.EncodedValueProto(name="w")
+    layout = value.affine
+    layout.storage_type = storage
+    layout.scale.CopyFrom(scale_tensor(scale_values, data_type, param_shape))
+    zp = None
+    if zero_point is not None:
+        zp = np.asarray(zero_point, dtype=np.int64)
+        layout.zero_point.data_type = storage
+        layout.zero_point.dims.extend(zp.shape)
+        layout.zero_point.raw_data = packed(zp, storage)
+    if axis is not None:
+        layout.axis = axis
+    if block:
+        layout.block_size = block
+    logical = value.logical_type.tensor_type
+    logical.elem_type = elem if elem is not None else data_type
+    logical.shape.SetInParent()
+    for dim in shape:
+        logical.shape.dim.add(dim_value=dim)
+    files = {}
+    if not external:
+        value.raw_data = codes_bytes
+    else:
+        value.data_location = 1
+        offset, body = {"page": (PAGE + 4, codes_bytes), "empty": (4, b""),
+                        "long": (0, codes_bytes + bytes(extra_bytes))}[external]
+        filler = bytes([0x7F]) * offset  # filler codes that decode to something else if read instead
+        files["w.bin"] = filler + body + (b"\x7f" * 4 if external == "page" else b"")
+        value.external_data.add(key="location", value="w.bin")
+        if offset:
+            value.external_data.add(key="offset", value=str(offset))
+        value.external_data.add(key="length", value=str(len(body)))
+    m = model("affine_edge", opset=25)
+    m.graph.encoded_initializer.append(value)
+    output_type = elem if elem is not None and elem != data_type else None
+    expected = onnx_dequantize(codes_array, storage, scale_values, zp, axis, block, output_type)
+    return {"model": m, "expected": expected, "files": files}
