@@ -424,3 +424,126 @@ class ExtentAtEndOfFileRefused(Fault):
 
     def patches(self):
         return [wrap(payload, "open_external", _end_of_file_exclusive)]
+
+
+# ------------------------------------------------------------------------------ parameter readers
+def _affine_layouts(model):
+    from conformance.audit.fault import encoded_values
+
+    return [value.affine for value in encoded_values(model) if value.WhichOneof("layout") == "affine"]
+
+
+class NonPositiveScaleRejected(Fault):
+    """Validates scales as a quantization tool would, refusing a zero or negative scale, although
+    DequantizeLinear (and the spec's "floating element type") admits any floating value."""
+
+    fault_id = "AFF-SCALE.non-positive-scale-rejected"
+    clauses = ("AFF-SCALE", "AFF-DQ")
+    boundary = True
+
+    def precheck(self, model, base_dir):
+        from reference_impl.tensors import to_array
+
+        for layout in _affine_layouts(model):
+            if layout.scale.data_type not in affine.SCALE_TYPES:
+                continue
+            try:
+                values = to_array(layout.scale, "scale").astype(np.float64)
+            except Exception:  # noqa: BLE001 - a malformed scale is the oracle's to report
+                continue
+            if np.any(values <= 0):
+                raise violation(E.AFFINE_SCALE_INVALID, "scale", "scales must be positive")
+
+
+class EmptyParameterRejected(Fault):
+    """Takes a scale with no elements for a missing one and refuses it: a per-axis or blocked value whose
+    axis (or another dimension) is 0 needs a scale of shape [0], which DequantizeLinear admits."""
+
+    fault_id = "AFF-SCALE.empty-scale-rejected"
+    clauses = ("AFF-SCALE", "AFF-AXIS")
+    boundary = True
+
+    def precheck(self, model, base_dir):
+        for layout in _affine_layouts(model):
+            if layout.HasField("scale") and 0 in list(layout.scale.dims):
+                raise violation(E.AFFINE_SCALE_INVALID, "scale", "scale has no values")
+
+
+def _bfloat16_raw_as_float16(original):
+    def to_array(tensor, path):
+        if tensor.data_type == dtypes.BFLOAT16 and tensor.HasField("raw_data"):
+            halves = original(tensor, path).view(np.uint16).view(np.float16)  # the same bits read as FLOAT16
+            return halves.astype(np.float32).astype(dtypes.NUMPY_DTYPE[dtypes.BFLOAT16])
+        return original(tensor, path)
+    return to_array
+
+
+class Bfloat16RawScaleReadAsFloat16(Fault):
+    """Reads a BFLOAT16 scale stored in raw_data with the FLOAT16 reader (the int32_data path is right):
+    the 16-bit patterns are taken as IEEE half-precision numbers."""
+
+    fault_id = "AFF-SCALE.bfloat16-raw-as-float16"
+    clauses = ("AFF-SCALE", "AFF-DQ")
+
+    def patches(self):
+        return [wrap(decode, "to_array", _bfloat16_raw_as_float16, aliases=False)]
+
+
+def _uint2_zero_point_signed(original):
+    def to_array(tensor, path):
+        values = original(tensor, path)
+        if tensor.data_type == dtypes.UINT2 and path.endswith("zero_point"):
+            wide = values.astype(np.int16)
+            return np.where(wide >= 2, wide - 4, wide)
+        return values
+    return to_array
+
+
+class Uint2ZeroPointSignExtended(Fault):
+    """Unpacks UINT2 zero points with the two-bit reader written for INT2, which sign-extends: zero
+    points 2 and 3 become -2 and -1 (the codes themselves are read right)."""
+
+    fault_id = "AFF-ZERO-POINT.uint2-zero-point-signed"
+    clauses = ("AFF-ZERO-POINT", "AFF-PACKING")
+    boundary = True
+
+    def patches(self):
+        return [wrap(decode, "to_array", _uint2_zero_point_signed, aliases=False)]
+
+
+_PER_INT32 = {dtypes.INT4: 2, dtypes.UINT4: 2, dtypes.INT2: 4, dtypes.UINT2: 4}
+
+
+class PackedInt32DataOnePerEntry(Fault):
+    """Reads a four- or two-bit zero point stored in int32_data as one code per entry (the low bits of
+    each), as for 8-bit types, instead of two (four) codes per entry as TensorProto packs them: a
+    correctly packed zero point of several codes is refused for its entry count."""
+
+    fault_id = "AFF-ZERO-POINT.int32-data-one-code-per-entry"
+    clauses = ("AFF-ZERO-POINT", "AFF-PACKING")
+    boundary = True
+
+    def precheck(self, model, base_dir):
+        for layout in _affine_layouts(model):
+            zero_point = layout.zero_point
+            if not layout.HasField("zero_point") or zero_point.data_type not in _PER_INT32 \
+                    or zero_point.HasField("raw_data") or not len(zero_point.int32_data):
+                continue
+            count = int(np.prod(list(zero_point.dims))) if zero_point.dims else 1
+            if len(zero_point.int32_data) != count:
+                raise violation(E.TENSOR_DATA_INVALID, "zero_point.int32_data",
+                                f"{len(zero_point.int32_data)} values for {count} elements")
+
+    def transform(self, model, base_dir):
+        from reference_impl.bits import pack_sub_byte
+
+        for layout in _affine_layouts(model):
+            zero_point = layout.zero_point
+            if not layout.HasField("zero_point") or zero_point.data_type not in _PER_INT32 \
+                    or zero_point.HasField("raw_data") or not len(zero_point.int32_data):
+                continue
+            width = dtypes.BIT_WIDTH[zero_point.data_type]
+            codes = np.asarray(zero_point.int32_data, np.int64) & ((1 << width) - 1)
+            packed = np.frombuffer(pack_sub_byte(codes, width), np.uint8)
+            zero_point.ClearField("int32_data")
+            zero_point.int32_data.extend(packed.astype(np.int32).tolist())

@@ -57,13 +57,16 @@ _TYPE_NAMES = {number: name for name, (number, _) in SCALE_TYPES.items()}
 @builder
 def affine_edge(storage: int, shape: list, codes: list, scale: list, scale_type: str = "float",
                 elem: int | None = None, zero_point: list | int | None = None, axis: int | None = None,
-                block: int | None = None, external: str = "", extra_bytes: int = 0, padding: int = 0):
+                block: int | None = None, external: str = "", extra_bytes: int = 0, padding: int = 0,
+                scale_raw: bool = False, zp_int32: bool = False):
     """One affine value ``w``: ``codes`` (row-major) of ``shape``, a ``scale_type`` scale, an optional
     zero point, axis and block size, the logical element type ``elem`` (default: the scale's). The
     payload is inline, or with ``external`` = "page" in ``w.bin`` at offset 4100 (past the first page),
     = "empty" an external extent of length 0 at the end of a 4-byte file, = "long" an external extent
     ``extra_bytes`` longer than the codes. ``padding`` is ORed into the last payload byte (nonzero unused
-    bits; then the case expects a rejection, and ``expected`` is meaningless)."""
+    bits; then the case expects a rejection, and ``expected`` is meaningless). ``scale_raw`` stores the
+    scale in raw_data (little-endian) instead of its typed field; ``zp_int32`` stores the zero point in
+    int32_data, one packed byte per entry (two four-bit or four two-bit codes, as TensorProto packs them)."""
     from reference_impl import schema
 
     codes_array = np.asarray(codes, dtype=np.int64).reshape(shape)
@@ -79,12 +82,20 @@ def affine_edge(storage: int, shape: list, codes: list, scale: list, scale_type:
     layout = value.affine
     layout.storage_type = storage
     layout.scale.CopyFrom(scale_tensor(scale_values, data_type, param_shape))
+    if scale_raw:
+        layout.scale.ClearField("float_data")
+        layout.scale.ClearField("int32_data")
+        layout.scale.ClearField("double_data")
+        layout.scale.raw_data = scale_values.astype(scale_values.dtype.newbyteorder("<")).tobytes()
     zp = None
     if zero_point is not None:
         zp = np.asarray(zero_point, dtype=np.int64)
         layout.zero_point.data_type = storage
         layout.zero_point.dims.extend(zp.shape)
-        layout.zero_point.raw_data = packed(zp, storage)
+        if zp_int32:
+            layout.zero_point.int32_data.extend(np.frombuffer(packed(zp, storage), np.uint8).tolist())
+        else:
+            layout.zero_point.raw_data = packed(zp, storage)
     if axis is not None:
         layout.axis = axis
     if block:
