@@ -168,6 +168,8 @@ class _Plan:
             layout = (1, 1, 1)
         else:
             self.outer, self.dim, self.inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+            if self.block:  # a block longer than the axis is one block: repeating by it would not fit in memory
+                self.block = min(self.block, self.dim)
             layout = (self.outer, -(-self.dim // self.block), self.inner) if self.block else (1, self.dim, 1)
         self.per_axis = axis is not None
         self.scale = scale.astype(work).reshape(layout)
@@ -320,6 +322,7 @@ def quantize(x: np.ndarray, storage_type: int, scale: np.ndarray, zero_point: np
     if axis is not None:
         axis %= max(len(shape), 1)
         if block_size:
+            block_size = min(block_size, max(shape[axis], 1))  # one block covers a shorter axis
             scale = np.repeat(scale, block_size, axis=axis).take(np.arange(shape[axis]), axis=axis)
             zp = np.repeat(zp, block_size, axis=axis).take(np.arange(shape[axis]), axis=axis)
         else:
