@@ -40,6 +40,13 @@ CATCHERS = {
         _NEW + "Scale.NegativeScalePerTensor", _NEW + "Scale.ZeroAndNegativeScalesPerAxis"),
     "AFF-ZERO-POINT.int32-data-one-code-per-entry": (
         _NEW + "ZeroPoint.Uint4ZeroPointsInInt32Data", _NEW + "ZeroPoint.Int2ZeroPointsInInt32Data"),
+    "AFF-BLOCK.block-count-overflows": (
+        _NEW + "Block.Int64MaxBlockIsOneBlock", _NEW + "Block.Int64MaxBlockUint4ZeroPoint"),
+    "AFF-AXIS.axis-on-scalar-ignored": (
+        _NEW + "Axis.AxisOnScalarRejected", _NEW + "Axis.NegativeAxisOnScalarRejected"),
+    "AFF-SCALE.double-output-dtype-mixed": (
+        "Recommended.AffineMore.Scale.DoubleScaleFloatLogicalRejected",
+        "Recommended.AffineMore.Scale.FloatScaleDoubleLogicalRejected"),
     "PAY-EMPTY.empty-external-refused": (
         _NEW + "External.EmptyExtentZeroElements", _NEW + "External.EmptyExtentPerAxis"),
     "PAY-EXTERNAL-EXTENT.mapping-offset-twice": (

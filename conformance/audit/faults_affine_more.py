@@ -547,3 +547,93 @@ class PackedInt32DataOnePerEntry(Fault):
             packed = np.frombuffer(pack_sub_byte(codes, width), np.uint8)
             zero_point.ClearField("int32_data")
             zero_point.int32_data.extend(packed.astype(np.int32).tolist())
+
+
+# --------------------------------------------------------------------------- granularity arithmetic
+_INT64_MAX = (1 << 63) - 1
+
+
+def _ceil_int64(original):
+    def parameter_shape(shape, axis, block_size):
+        if axis is None or not block_size:
+            return original(shape, axis, block_size)
+        total = shape[axis] + block_size - 1  # formed in int64, where it wraps past INT64_MAX
+        if total > _INT64_MAX:
+            total -= 1 << 64
+        blocks = abs(total) // block_size * (1 if total >= 0 else -1)  # C division truncates toward zero
+        blocked = list(shape)
+        blocked[axis] = blocks
+        return tuple(blocked)
+    return parameter_shape
+
+
+class BlockCountOverflows(Fault):
+    """Counts blocks as ``(dim + block_size - 1) / block_size`` in int64: a block_size near INT64_MAX
+    (one block covering the whole axis) wraps the sum negative, so the one-block parameters are refused."""
+
+    fault_id = "AFF-BLOCK.block-count-overflows"
+    clauses = ("AFF-BLOCK", "AFF-DQ")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "parameter_shape", _ceil_int64)]
+
+
+def _axis_on_scalar_ignored(original):
+    def normalize_axis(axis, rank, path):
+        if axis is not None and rank == 0:
+            return None  # a scalar has no axis: taken as per tensor
+        return original(axis, rank, path)
+    return normalize_axis
+
+
+class AxisOnScalarIgnored(Fault):
+    """Decodes a scalar (rank-0) value whose layout sets an axis as per-tensor instead of rejecting the
+    axis, which DequantizeLinear requires to lie in [-rank, rank)."""
+
+    fault_id = "AFF-AXIS.axis-on-scalar-ignored"
+    clauses = ("AFF-AXIS", "AFF-DQ")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "normalize_axis", _axis_on_scalar_ignored)]
+
+
+class BroadcastableParametersAccepted(Fault):
+    """Accepts any parameter shape with the right number of elements (a [1, C] or [C, 1] per-axis scale,
+    a [1] per-tensor scale), reshaping it, instead of DequantizeLinear's exact shapes."""
+
+    fault_id = "AFF-DQ.broadcastable-parameters"
+    clauses = ("AFF-DQ", "AFF-AXIS")
+
+    def transform(self, model, base_dir):
+        from conformance.audit.fault import encoded_values
+
+        for value in encoded_values(model):
+            if value.WhichOneof("layout") != "affine" or value.affine.HasField("block_size"):
+                continue
+            try:
+                _, shape = verifier.logical_tensor_shape(value, "value")
+                axis = affine.normalize_axis(value.affine.axis, len(shape), "axis") \
+                    if value.affine.HasField("axis") else None
+            except Exception:  # noqa: BLE001 - the oracle reports what is malformed
+                continue
+            expected = affine.parameter_shape(shape, axis, None)
+            params = [value.affine.scale] + ([value.affine.zero_point] if value.affine.HasField("zero_point") else [])
+            for tensor in params:
+                dims = list(tensor.dims)
+                if tuple(dims) != expected and int(np.prod(dims)) == int(np.prod(expected)) and dims:
+                    del tensor.dims[:]
+                    tensor.dims.extend(expected)
+
+
+class DoubleScaleToNarrowerOutput(Fault):
+    """Treats DOUBLE like the other floating types for output_dtype: a DOUBLE scale decoding to a FLOAT
+    logical type (or a FLOAT scale to DOUBLE) is accepted and cast, where DequantizeLinear has no such
+    combination."""
+
+    fault_id = "AFF-SCALE.double-output-dtype-mixed"
+    clauses = ("AFF-SCALE",)
+
+    def patches(self):
+        return [Patch(affine, "OUTPUT_DTYPES", affine.OUTPUT_DTYPES | {dtypes.DOUBLE})]
