@@ -47,6 +47,15 @@ CATCHERS = {
     "AFF-SCALE.double-output-dtype-mixed": (
         "Recommended.AffineMore.Scale.DoubleScaleFloatLogicalRejected",
         "Recommended.AffineMore.Scale.FloatScaleDoubleLogicalRejected"),
+    "AFF-PACKING.vector-nibbles-unzipped": (
+        _NEW + "Packing.Int4EightyCodesPerAxis", _NEW + "Packing.Uint4ThirtyThreeCodes"),
+    "AFF-DQ.float16-output-saturates": (
+        _NEW + "Scale.Float16OutputOverflowsToInfinity", _NEW + "Scale.Float16OutputRoundingThreshold"),
+    "AFF-DQ.zero-difference-shortcut": (
+        "Recommended.AffineMore.Scale.InfiniteScaleZeroCodeIsNaN",
+        "Recommended.AffineMore.Scale.NonFiniteScalesWithZeroPoints"),
+    "PAY-EXTERNAL-EXTENT.empty-extent-offset-unchecked": (
+        _NEW + "External.EmptyExtentBeyondFile", _NEW + "External.EmptyExtentOneByteBeyondFileDecode"),
     "PAY-EMPTY.empty-external-refused": (
         _NEW + "External.EmptyExtentZeroElements", _NEW + "External.EmptyExtentPerAxis"),
     "PAY-EXTERNAL-EXTENT.mapping-offset-twice": (

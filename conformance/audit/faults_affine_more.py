@@ -637,3 +637,104 @@ class DoubleScaleToNarrowerOutput(Fault):
 
     def patches(self):
         return [Patch(affine, "OUTPUT_DTYPES", affine.OUTPUT_DTYPES | {dtypes.DOUBLE})]
+
+
+# ------------------------------------------------------------------------ vector paths and overflow
+#: codes one 16-byte vector of four-bit codes holds
+_VECTOR_CODES = 32
+
+
+def _nibbles_unzipped(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        count = int(np.prod(shape)) if len(shape) else 1
+        if storage_type in (dtypes.INT4, dtypes.UINT4) and count >= _VECTOR_CODES:
+            from reference_impl.bits import pack_sub_byte, unpack_sub_byte
+
+            right = unpack_sub_byte(_raw(codes), 4, count, signed=False).astype(np.uint8)
+            body = count // _VECTOR_CODES * _VECTOR_CODES
+            groups = right[:body].reshape(-1, _VECTOR_CODES)
+            # each vector's low nibbles are stored first, then its high nibbles (unzipped, not interleaved)
+            read = np.concatenate([groups[:, 0::2], groups[:, 1::2]], axis=1).reshape(-1)
+            codes = pack_sub_byte(np.concatenate([read, right[body:]]), 4)
+        return _finish(original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype), out)
+    return dequantize
+
+
+class VectorNibblesUnzipped(Fault):
+    """The vectorized four-bit unpacker (16 payload bytes, 32 codes at a time) writes each vector's 16 low
+    nibbles and then its 16 high nibbles instead of interleaving them; the scalar tail (and every value
+    of fewer than 32 codes) is right."""
+
+    fault_id = "AFF-PACKING.vector-nibbles-unzipped"
+    clauses = ("AFF-PACKING", "AFF-ROW-MAJOR")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _nibbles_unzipped)]
+
+
+def _narrowing_saturates(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        result_dtype = np.dtype(output_dtype) if output_dtype is not None else np.asarray(scale).dtype
+        if result_dtype != np.float16 or np.asarray(scale).dtype == np.float16:
+            return _finish(original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype),
+                           out)
+        wide = original(codes, storage_type, scale, zero_point, axis, block_size, shape, np.float32)
+        limit = np.float32(np.finfo(np.float16).max)
+        return _finish(np.clip(wide, -limit, limit).astype(np.float16), out)  # a saturating conversion
+    return dequantize
+
+
+class Float16OutputSaturates(Fault):
+    """Converts a FLOAT product to a FLOAT16 logical type (output_dtype) with a saturating conversion:
+    products beyond 65504 become +-65504 instead of rounding to infinity."""
+
+    fault_id = "AFF-DQ.float16-output-saturates"
+    clauses = ("AFF-DQ", "AFF-SCALE")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _narrowing_saturates)]
+
+
+def _zero_difference_shortcut(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        result = original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype)
+        if not np.all(np.isfinite(np.asarray(scale, np.float64))):
+            ones = np.ones_like(np.asarray(scale))
+            differences = original(codes, storage_type, ones, zero_point, axis, block_size, shape, np.float32)
+            result = np.where(differences == 0, np.zeros((), result.dtype), result).astype(result.dtype)
+        return _finish(result, out)
+    return dequantize
+
+
+class ZeroDifferenceShortcut(Fault):
+    """Writes 0 for a code equal to its zero point without multiplying (a shortcut for the common case),
+    so a zero difference times an infinite or NaN scale gives 0 instead of NaN."""
+
+    fault_id = "AFF-DQ.zero-difference-shortcut"
+    clauses = ("AFF-DQ",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _zero_difference_shortcut)]
+
+
+def _empty_extent_anywhere(original):
+    def open_external(extent, base_dir, path):
+        if extent.length == 0:  # nothing to read: only the file itself is checked
+            extent = type(extent)(0, extent.location, 0)
+        return original(extent, base_dir, path)
+    return open_external
+
+
+class EmptyExtentOffsetUnchecked(Fault):
+    """Skips the extent check for a zero-length external payload (there is nothing to read): an offset
+    beyond the end of the backing file passes."""
+
+    fault_id = "PAY-EXTERNAL-EXTENT.empty-extent-offset-unchecked"
+    clauses = ("PAY-EXTERNAL-EXTENT",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(payload, "open_external", _empty_extent_anywhere)]

@@ -58,15 +58,16 @@ _TYPE_NAMES = {number: name for name, (number, _) in SCALE_TYPES.items()}
 def affine_edge(storage: int, shape: list, codes: list, scale: list, scale_type: str = "float",
                 elem: int | None = None, zero_point: list | int | None = None, axis: int | None = None,
                 block: int | None = None, external: str = "", extra_bytes: int = 0, padding: int = 0,
-                scale_raw: bool = False, zp_int32: bool = False):
+                scale_raw: bool = False, zp_int32: bool = False, empty_offset: int = 4):
     """One affine value ``w``: ``codes`` (row-major) of ``shape``, a ``scale_type`` scale, an optional
     zero point, axis and block size, the logical element type ``elem`` (default: the scale's). The
-    payload is inline, or with ``external`` = "page" in ``w.bin`` at offset 4100 (past the first page),
-    = "empty" an external extent of length 0 at the end of a 4-byte file, = "long" an external extent
-    ``extra_bytes`` longer than the codes. ``padding`` is ORed into the last payload byte (nonzero unused
-    bits; then the case expects a rejection, and ``expected`` is meaningless). ``scale_raw`` stores the
-    scale in raw_data (little-endian) instead of its typed field; ``zp_int32`` stores the zero point in
-    int32_data, one packed byte per entry (two four-bit or four two-bit codes, as TensorProto packs them)."""
+    payload is inline, or external in ``w.bin``: ``external`` = "page" at offset 4100 (past the first
+    page), = "empty" an extent of length 0 at ``empty_offset`` of a 4-byte file (its end by default),
+    = "long" an extent ``extra_bytes`` longer than the codes. ``padding`` is ORed into the last payload
+    byte (nonzero unused bits; the case then expects a rejection and ``expected`` is meaningless).
+    ``scale_raw`` stores the scale in raw_data (little-endian) instead of its typed field; ``zp_int32``
+    stores the zero point in int32_data, one packed byte per entry (two four-bit or four two-bit codes,
+    as TensorProto packs them)."""
     from reference_impl import schema
 
     codes_array = np.asarray(codes, dtype=np.int64).reshape(shape)
@@ -110,9 +111,9 @@ def affine_edge(storage: int, shape: list, codes: list, scale: list, scale_type:
         value.raw_data = codes_bytes
     else:
         value.data_location = 1
-        offset, body = {"page": (PAGE + 4, codes_bytes), "empty": (4, b""),
+        offset, body = {"page": (PAGE + 4, codes_bytes), "empty": (empty_offset, b""),
                         "long": (0, codes_bytes + bytes(extra_bytes))}[external]
-        filler = bytes([0x7F]) * offset  # filler codes that decode to something else if read instead
+        filler = bytes([0x7F]) * (4 if external == "empty" else offset)  # codes that decode to something else
         files["w.bin"] = filler + body + (b"\x7f" * 4 if external == "page" else b"")
         value.external_data.add(key="location", value="w.bin")
         if offset:
