@@ -225,7 +225,8 @@ class _Plan:
             np.multiply(values, scale, out=target)
         else:  # formed in the work type, then cast (as onnx's reference implementation does)
             values *= scale
-            target[...] = values
+            with np.errstate(over="ignore"):  # beyond FLOAT16's range is infinity, as IEEE rounding gives
+                target[...] = values
 
 
 def dequantize(codes, storage_type: int, scale: np.ndarray, zero_point: np.ndarray | None,
