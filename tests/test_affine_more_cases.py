@@ -56,6 +56,13 @@ CATCHERS = {
         "Recommended.AffineMore.Scale.NonFiniteScalesWithZeroPoints"),
     "PAY-EXTERNAL-EXTENT.empty-extent-offset-unchecked": (
         _NEW + "External.EmptyExtentBeyondFile", _NEW + "External.EmptyExtentOneByteBeyondFileDecode"),
+    "AFF-PADDING-ZERO.nibble-mask-for-two-bit": (
+        _NEW + "Packing.Int2ThreeCodesInLastByte", _NEW + "Packing.Uint2OneCodeInLastBytePaddingNonzero"),
+    "PAY-EXTERNAL-EXTENT.extent-keyed-by-location": (
+        _NEW + "External.SecondValueOfOneFile", _NEW + "External.SecondValueOfOneFileUint4",
+        _NEW + "External.OverlappingExtents"),
+    "PAY-EXTERNAL-EXTENT.overlap-rejected": (
+        _NEW + "External.TwoValuesShareOneExtent", _NEW + "External.OverlappingExtents"),
     "PAY-EMPTY.empty-external-refused": (
         _NEW + "External.EmptyExtentZeroElements", _NEW + "External.EmptyExtentPerAxis"),
     "PAY-EXTERNAL-EXTENT.mapping-offset-twice": (

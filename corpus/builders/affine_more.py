@@ -125,3 +125,51 @@ def affine_edge(storage: int, shape: list, codes: list, scale: list, scale_type:
     output_type = elem if elem is not None and elem != data_type else None
     expected = onnx_dequantize(codes_array, storage, scale_values, zp, axis, block, output_type)
     return {"model": m, "expected": expected, "files": files}
+
+
+def _codes_from_bytes(data: bytes, storage: int, shape) -> np.ndarray:
+    """The row-major codes of ``shape`` in ``data`` (TensorProto.raw_data packing, low bits first)."""
+    count = int(np.prod(shape))
+    raw = np.frombuffer(data, np.uint8)
+    if storage in (3, 2):
+        return raw[:count].view(np.int8 if storage == 3 else np.uint8).astype(np.int64).reshape(shape)
+    width = 4 if storage in (22, 21) else 2
+    groups = (raw[:, None] >> (np.arange(0, 8, width)[None, :])) & ((1 << width) - 1)
+    codes = groups.reshape(-1)[:count].astype(np.int64)
+    if storage in (22, 26):  # two's complement
+        codes = np.where(codes >= 1 << (width - 1), codes - (1 << width), codes)
+    return codes.reshape(shape)
+
+
+@builder
+def affine_file_values(file: str, values: list, decode: str):
+    """Several affine values with external payloads in one file ``w.bin`` (``file``: hex bytes). Each
+    entry of ``values``: name, storage, shape, scale (a per-tensor FLOAT), offset, length. ``expected``:
+    the value named ``decode``, its codes read from the file at its own extent and decoded by onnx's
+    reference evaluator."""
+    from reference_impl import schema
+
+    data = bytes.fromhex(file.replace(" ", ""))
+    m = model("affine_file_values", opset=25)
+    expected = None
+    for spec in values:
+        value = schema.EncodedValueProto(name=spec["name"])
+        layout = value.affine
+        layout.storage_type = spec["storage"]
+        layout.scale.data_type = 1
+        layout.scale.float_data.append(spec["scale"])
+        logical = value.logical_type.tensor_type
+        logical.elem_type = 1
+        logical.shape.SetInParent()
+        for dim in spec["shape"]:
+            logical.shape.dim.add(dim_value=dim)
+        value.data_location = 1
+        value.external_data.add(key="location", value="w.bin")
+        value.external_data.add(key="offset", value=str(spec["offset"]))
+        value.external_data.add(key="length", value=str(spec["length"]))
+        m.graph.encoded_initializer.append(value)
+        if spec["name"] == decode:
+            extent = data[spec["offset"]:spec["offset"] + spec["length"]]
+            codes = _codes_from_bytes(extent, spec["storage"], spec["shape"])
+            expected = onnx_dequantize(codes, spec["storage"], np.asarray(spec["scale"], np.float32), None, None, None)
+    return {"model": m, "expected": expected, "files": {"w.bin": data}}
