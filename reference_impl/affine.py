@@ -221,11 +221,12 @@ class _Plan:
             values = codes.astype(self.work)
         target = self.out[start:stop].reshape(shape)
         scale = self._parameter(self.scale, chunk)
-        if target.dtype == values.dtype:
-            np.multiply(values, scale, out=target)
-        else:  # formed in the work type, then cast (as onnx's reference implementation does)
-            values *= scale
-            with np.errstate(over="ignore"):  # beyond FLOAT16's range is infinity, as IEEE rounding gives
+        # IEEE results, not warnings: 0 times an infinite scale is NaN, beyond FLOAT16's range is infinity
+        with np.errstate(over="ignore", invalid="ignore"):
+            if target.dtype == values.dtype:
+                np.multiply(values, scale, out=target)
+            else:  # formed in the work type, then cast (as onnx's reference implementation does)
+                values *= scale
                 target[...] = values
 
 
