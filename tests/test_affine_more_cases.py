@@ -63,6 +63,8 @@ CATCHERS = {
         _NEW + "External.OverlappingExtents"),
     "PAY-EXTERNAL-EXTENT.overlap-rejected": (
         _NEW + "External.TwoValuesShareOneExtent", _NEW + "External.OverlappingExtents"),
+    "AFF-BLOCK.blocked-parameters-broadcast": (
+        _NEW + "Block.BroadcastScaleRejected", _NEW + "Block.BroadcastZeroPointRejected"),
     "PAY-EMPTY.empty-external-refused": (
         _NEW + "External.EmptyExtentZeroElements", _NEW + "External.EmptyExtentPerAxis"),
     "PAY-EXTERNAL-EXTENT.mapping-offset-twice": (

@@ -843,3 +843,52 @@ class OverlappingExtentsRejected(Fault):
                 if start < other_stop and other_start < stop:
                     raise violation(E.EXTERNAL_FILE_INVALID, value.name, "extent overlaps another value's")
             seen.setdefault(location, []).append((start, stop))
+
+
+class BlockedParametersBroadcast(Fault):
+    """Accepts blocked parameters whose other dimensions are 1 and broadcasts them (every row shares the
+    blocks of one), where DequantizeLinear requires the input's dimensions except along the axis."""
+
+    fault_id = "AFF-BLOCK.blocked-parameters-broadcast"
+    clauses = ("AFF-BLOCK", "AFF-DQ")
+
+    def transform(self, model, base_dir):
+        from conformance.audit.fault import encoded_values
+        from reference_impl.tensors import to_array
+
+        for value in encoded_values(model):
+            layout = value.affine
+            if value.WhichOneof("layout") != "affine" or not layout.HasField("block_size") \
+                    or not layout.HasField("axis") or not layout.block_size:
+                continue
+            try:
+                _, shape = verifier.logical_tensor_shape(value, "value")
+                axis = affine.normalize_axis(layout.axis, len(shape), "axis")
+            except Exception:  # noqa: BLE001 - the oracle reports what is malformed
+                continue
+            expected = affine.parameter_shape(shape, axis, layout.block_size)
+            params = [layout.scale] + ([layout.zero_point] if layout.HasField("zero_point") else [])
+            for tensor in params:
+                dims = tuple(tensor.dims)
+                if len(dims) != len(expected) or dims == expected or dims[axis] != expected[axis] or \
+                        any(d not in (1, e) for d, e in zip(dims, expected)):
+                    continue
+                try:
+                    values = np.broadcast_to(to_array(tensor, "parameter"), expected)
+                except Exception:  # noqa: BLE001 - a malformed parameter stays as it is
+                    continue
+                _set_values(tensor, values)
+
+
+def _set_values(tensor, values: np.ndarray) -> None:
+    """Rewrite a parameter tensor with ``values`` (its shape), in raw_data, keeping its element type."""
+    from reference_impl.bits import pack_sub_byte
+
+    width = dtypes.BIT_WIDTH[tensor.data_type]
+    data_type = tensor.data_type
+    flat = np.ascontiguousarray(values).reshape(-1)
+    tensor.Clear()
+    tensor.data_type = data_type
+    tensor.dims.extend(values.shape)
+    tensor.raw_data = pack_sub_byte(flat, width) if width < 8 else \
+        flat.astype(dtypes.NUMPY_DTYPE[data_type]).astype(dtypes.NUMPY_DTYPE[data_type].newbyteorder("<")).tobytes()
