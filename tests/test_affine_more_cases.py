@@ -65,6 +65,8 @@ CATCHERS = {
         _NEW + "External.TwoValuesShareOneExtent", _NEW + "External.OverlappingExtents"),
     "AFF-BLOCK.blocked-parameters-broadcast": (
         _NEW + "Block.BroadcastScaleRejected", _NEW + "Block.BroadcastZeroPointRejected"),
+    "AFF-PACKING.chunk-starts-at-byte-boundary": (
+        _NEW + "Packing.Int4LongOddRowsPerAxis", _NEW + "Packing.Uint2LongOddRowsZeroPoints"),
     "PAY-EMPTY.empty-external-refused": (
         _NEW + "External.EmptyExtentZeroElements", _NEW + "External.EmptyExtentPerAxis"),
     "PAY-EXTERNAL-EXTENT.mapping-offset-twice": (

@@ -892,3 +892,34 @@ def _set_values(tensor, values: np.ndarray) -> None:
     tensor.dims.extend(values.shape)
     tensor.raw_data = pack_sub_byte(flat, width) if width < 8 else \
         flat.astype(dtypes.NUMPY_DTYPE[data_type]).astype(dtypes.NUMPY_DTYPE[data_type].newbyteorder("<")).tobytes()
+
+
+def _chunk_from_byte_start(original):
+    def decode(self, raw, chunk):
+        o0, o1, a0, a1, i0, i1 = chunk
+        start = (o0 * self.dim + a0) * self.inner + i0
+        if start % self.per_byte == 0:
+            return original(self, raw, chunk)
+        # the chunk's first code is taken from the first bit of its byte, not from its own position
+        shifted = np.concatenate([np.zeros(1, np.uint8), np.asarray(raw, np.uint8)])
+        if self.per_byte == 2:
+            merged = (shifted[1:] << 4 | shifted[:-1] >> 4).astype(np.uint8)
+        else:
+            skip = start % self.per_byte
+            merged = (shifted[1:] << (2 * skip) | shifted[:-1] >> (8 - 2 * skip)).astype(np.uint8)
+        # ``merged`` holds every code one chunk-offset later than ``raw``: reading the chunk's own position
+        # in it gives the codes that begin at the byte boundary before the chunk
+        return original(self, merged, chunk)
+    return decode
+
+
+class ChunkStartsAtByteBoundary(Fault):
+    """Decodes large values in parallel chunks of whole rows; a chunk that begins inside a byte (an odd row
+    start of four-bit codes) reads its codes from the start of that byte, one code early."""
+
+    fault_id = "AFF-PACKING.chunk-starts-at-byte-boundary"
+    clauses = ("AFF-PACKING", "AFF-ROW-MAJOR")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine._Plan, "decode", _chunk_from_byte_start)]

@@ -173,3 +173,42 @@ def affine_file_values(file: str, values: list, decode: str):
             codes = _codes_from_bytes(extent, spec["storage"], spec["shape"])
             expected = onnx_dequantize(codes, spec["storage"], np.asarray(spec["scale"], np.float32), None, None, None)
     return {"model": m, "expected": expected, "files": {"w.bin": data}}
+
+
+@builder
+def affine_long_rows(storage: int, rows: int, cols: int, zero_point: list | None = None):
+    """A [rows, cols] value of four- or two-bit codes ``(7 * i) mod 2**bits`` (minus 8 for INT4) with one
+    scale per row (axis 0, scales 0.5, 1, 2, ...), large enough (over 2**20 codes) that a runtime decodes it
+    in parallel parts: with an odd ``cols``, every other row starts inside a byte. ``expected`` from onnx's
+    reference evaluator."""
+    from reference_impl import schema
+
+    width = 4 if storage in (22, 21) else 2
+    codes = (np.arange(rows * cols, dtype=np.int64) * 7) % (1 << width)
+    if storage == 22:
+        codes -= 8
+    elif storage == 26:
+        codes -= 2
+    codes = codes.reshape(rows, cols)
+    scale = (0.5 * 2.0 ** np.arange(rows)).astype(np.float32)
+    value = schema.EncodedValueProto(name="w", raw_data=packed(codes, storage))
+    layout = value.affine
+    layout.storage_type = storage
+    layout.scale.data_type = 1
+    layout.scale.dims.append(rows)
+    layout.scale.float_data.extend(scale.tolist())
+    zp = None
+    if zero_point is not None:
+        zp = np.asarray(zero_point, dtype=np.int64)
+        layout.zero_point.data_type = storage
+        layout.zero_point.dims.append(rows)
+        layout.zero_point.raw_data = packed(zp, storage)
+    layout.axis = 0
+    logical = value.logical_type.tensor_type
+    logical.elem_type = 1
+    logical.shape.SetInParent()
+    logical.shape.dim.add(dim_value=rows)
+    logical.shape.dim.add(dim_value=cols)
+    m = model("affine_long_rows", opset=25)
+    m.graph.encoded_initializer.append(value)
+    return {"model": m, "expected": onnx_dequantize(codes, storage, scale, zp, 0, None)}
