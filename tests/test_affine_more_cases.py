@@ -67,6 +67,8 @@ CATCHERS = {
         _NEW + "Block.BroadcastScaleRejected", _NEW + "Block.BroadcastZeroPointRejected"),
     "AFF-PACKING.chunk-starts-at-byte-boundary": (
         _NEW + "Packing.Int4LongOddRowsPerAxis", _NEW + "Packing.Uint2LongOddRowsZeroPoints"),
+    "AFF-ZERO-POINT.scalar-zero-point-broadcast": (
+        _NEW + "ZeroPoint.ScalarWithBlockedScaleRejected", _NEW + "ZeroPoint.ScalarWithRank3PerAxisScaleRejected"),
     "PAY-EMPTY.empty-external-refused": (
         _NEW + "External.EmptyExtentZeroElements", _NEW + "External.EmptyExtentPerAxis"),
     "PAY-EXTERNAL-EXTENT.mapping-offset-twice": (

@@ -923,3 +923,24 @@ class ChunkStartsAtByteBoundary(Fault):
 
     def patches(self):
         return [wrap(affine._Plan, "decode", _chunk_from_byte_start)]
+
+
+class ScalarZeroPointBroadcast(Fault):
+    """Broadcasts a scalar zero point over per-axis or blocked scales (one zero point for every channel)
+    instead of requiring the zero point to have the scale's shape."""
+
+    fault_id = "AFF-ZERO-POINT.scalar-zero-point-broadcast"
+    clauses = ("AFF-ZERO-POINT", "AFF-DQ")
+
+    def transform(self, model, base_dir):
+        from reference_impl.tensors import to_array
+
+        for layout in _affine_layouts(model):
+            if not layout.HasField("zero_point") or not layout.HasField("axis") or len(layout.zero_point.dims) \
+                    or not len(layout.scale.dims) or layout.zero_point.data_type not in affine.STORAGE_TYPES:
+                continue
+            try:
+                value = to_array(layout.zero_point, "zero_point")
+            except Exception:  # noqa: BLE001 - a malformed zero point stays as it is
+                continue
+            _set_values(layout.zero_point, np.broadcast_to(value, tuple(layout.scale.dims)))
