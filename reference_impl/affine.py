@@ -168,6 +168,8 @@ class _Plan:
             layout = (1, 1, 1)
         else:
             self.outer, self.dim, self.inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+            if self.block:  # a block longer than the axis is one block: repeating by it would not fit in memory
+                self.block = min(self.block, self.dim)
             layout = (self.outer, -(-self.dim // self.block), self.inner) if self.block else (1, self.dim, 1)
         self.per_axis = axis is not None
         self.scale = scale.astype(work).reshape(layout)
@@ -219,11 +221,13 @@ class _Plan:
             values = codes.astype(self.work)
         target = self.out[start:stop].reshape(shape)
         scale = self._parameter(self.scale, chunk)
-        if target.dtype == values.dtype:
-            np.multiply(values, scale, out=target)
-        else:  # formed in the work type, then cast (as onnx's reference implementation does)
-            values *= scale
-            target[...] = values
+        # IEEE results, not warnings: 0 times an infinite scale is NaN, beyond FLOAT16's range is infinity
+        with np.errstate(over="ignore", invalid="ignore"):
+            if target.dtype == values.dtype:
+                np.multiply(values, scale, out=target)
+            else:  # formed in the work type, then cast (as onnx's reference implementation does)
+                values *= scale
+                target[...] = values
 
 
 def dequantize(codes, storage_type: int, scale: np.ndarray, zero_point: np.ndarray | None,
@@ -320,6 +324,7 @@ def quantize(x: np.ndarray, storage_type: int, scale: np.ndarray, zero_point: np
     if axis is not None:
         axis %= max(len(shape), 1)
         if block_size:
+            block_size = min(block_size, max(shape[axis], 1))  # one block covers a shorter axis
             scale = np.repeat(scale, block_size, axis=axis).take(np.arange(shape[axis]), axis=axis)
             zp = np.repeat(zp, block_size, axis=axis).take(np.arange(shape[axis]), axis=axis)
         else:

@@ -121,3 +121,15 @@ def test_quantize_then_dequantize_within_half_a_step(storage_type):
     y = affine.dequantize(payload, storage_type, scale, zero_point, 1, 4, x.shape)
     representable = (x >= (low - zero_point[:, :1]) * 0.5) & (x <= (high - zero_point[:, :1]) * 0.5)
     assert np.all(np.abs(y - x)[representable] <= 0.25 + 1e-7)
+
+
+@pytest.mark.parametrize("block_size", [3, 4, 2**63 - 1, 2**64 - 1])
+def test_a_block_longer_than_the_axis_is_one_block(block_size):
+    """block_size may exceed the axis (one block covers it): decoding and quantizing such a value must not
+    try to repeat each parameter block_size times (a bare NumPy error for sizes near 2**63 and 2**64)."""
+    codes = np.array([[1, 2, 3], [-1, -2, -3]], dtype=np.int8)
+    scale = np.array([[0.5], [2.0]], dtype=np.float32)
+    decoded = affine.dequantize(codes.tobytes(), dtypes.INT8, scale, None, 1, block_size, (2, 3))
+    np.testing.assert_array_equal(decoded, codes.astype(np.float32) * scale)
+    packed = affine.quantize(codes.astype(np.float32) * scale, dtypes.INT8, scale, axis=1, block_size=block_size)
+    assert packed == codes.tobytes()

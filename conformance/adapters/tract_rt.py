@@ -30,6 +30,10 @@ class TractSession:
         self.input_names = [vi.name for vi in proto.graph.input
                             if vi.name not in {t.name for t in proto.graph.initializer}]
         self.output_names = [vi.name for vi in proto.graph.output]
+        if _empty_dequantize_scale(proto.graph):
+            raise Rejected(None, "a DequantizeLinear scale with no elements is not handed to tract: it reads the "
+                           "scale's first element and panics, aborting the process (docs/peer-deviations.md, "
+                           "T-EMPTY-SCALE)")
         handle, path = tempfile.mkstemp(suffix=".onnx")
         try:
             with os.fdopen(handle, "wb") as file:
@@ -73,6 +77,13 @@ class TractSession:
 
     def buffer_id(self, value: Any) -> int | None:
         return self.ids.get(id(value))
+
+
+def _empty_dequantize_scale(graph) -> bool:
+    """Whether a DequantizeLinear node of ``graph`` takes a scale initializer with a zero dimension."""
+    empty = {tensor.name for tensor in graph.initializer if 0 in list(tensor.dims)}
+    return any(node.op_type == "DequantizeLinear" and len(node.input) > 1 and node.input[1] in empty
+               for node in graph.node)
 
 
 class _View:

@@ -16,6 +16,7 @@ MODULES = (
     "faults_representation",
     "faults_structured",
     "faults_affine",
+    "faults_affine_more",
     "faults_payload",
     "faults_bindings",
     "faults_state",
