@@ -21,9 +21,6 @@ CATCHERS = {
         _NEW + "Axis.MinusRankRank1", _NEW + "Axis.MinusRankBlockedRows", _NEW + "Axis.Rank3MinusRankInt4"),
     "AFF-AXIS.per-axis-stride-next-dim": (
         _NEW + "Axis.Rank3FirstAxis", _NEW + "Axis.Rank4SecondAxisZeroPoint", _NEW + "Axis.Rank3MinusRankInt4"),
-    "AFF-DQ.scale-narrowed-to-output": (
-        _NEW + "Scale.Float16FromFloatScaleRoundedOnce", _NEW + "Scale.Float16FromFloatScalePerAxis",
-        "Recommended.AffineMore.Scale.Bfloat16FromFloatScaleRoundedOnce"),
     "AFF-PACKING.unsigned-tail-high-bits": (
         _NEW + "Packing.Uint4OddCountLastCode", _NEW + "Packing.Uint2PartialByteLastCodes",
         _NEW + "External.OffsetPastFirstPageUint4"),

@@ -12,11 +12,12 @@ import pytest
 
 from conformance.adapters import Rejected
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState, _HoldSlot, to_neutral, to_runtime
+from conformance.audit.fault import Fault, wrap
 from conformance.audit.faults_representation import DecoderIgnoresConstants
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
 from conformance.hold import HOLD_DOMAIN, HOLD_OP
-from reference_impl import ContractError, schema
+from reference_impl import ContractError, affine, schema
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import violation
 
@@ -508,3 +509,30 @@ class ScaleTypeIsOutputType(ReferenceAdapter):
 def test_output_dtype_other_than_the_scale_type_is_required():
     _passes(ReferenceAdapter(), "Required.Affine.Scale.OutputDtype_*")
     _fails(ScaleTypeIsOutputType(), "Required.Affine.Scale.OutputDtype_Float16FromFloatScale")
+
+
+def _scale_narrowed_first(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        scale = np.asarray(scale)
+        if output_dtype is not None and scale.dtype == np.float32 and np.dtype(output_dtype).itemsize < 4:
+            scale = scale.astype(output_dtype)  # the multiply then runs in the output's precision
+        result = original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype)
+        if out is None:
+            return result
+        out[...] = result
+        return out
+    return dequantize
+
+
+class MultipliesInTheOutputPrecision(Fault):
+    """DequantizeLinear: "The output type also determines the precision of the multiplication operation". A
+    FLOAT scale is rounded to a FLOAT16 or BFLOAT16 logical type before the multiply (onnx's reference
+    evaluator multiplies in FLOAT and rounds once instead); both are that contract."""
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _scale_narrowed_first)]
+
+
+@pytest.mark.clause("AFF-DQ")
+def test_a_multiply_in_the_output_precision_passes_every_required_affine_case():
+    _passes(MultipliesInTheOutputPrecision(), "Required.Affine", "Required.External", "Required.KV.PagedFormatRuns")

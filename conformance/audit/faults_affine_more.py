@@ -1,6 +1,6 @@
 """More faults in the closed affine branch and its payloads: edges the happy cases rarely reach (the one
 code sign extension misses, the tail of an odd payload, the partial last block, per-axis parameters of a
-rank-3 value, subnormal and narrowed scales, the output's rounding, 8-bit subtraction, the axis range,
+rank-3 value, subnormal scales, the output's rounding, 8-bit subtraction, the axis range,
 external extents past the first page, at the end of the file or of zero length, and checks made on the
 inline path only)."""
 
@@ -222,27 +222,6 @@ class Bfloat16OutputTruncated(Fault):
 
     def patches(self):
         return [wrap(affine, "dequantize", _bfloat16_truncated)]
-
-
-def _scale_narrowed_first(original):
-    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
-        scale = np.asarray(scale)
-        if output_dtype is not None and np.dtype(output_dtype) != scale.dtype and scale.dtype == np.float32:
-            scale = scale.astype(output_dtype)  # the multiply then runs in the output's type
-        return _finish(original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype), out)
-    return dequantize
-
-
-class ScaleNarrowedToOutputType(Fault):
-    """With a FLOAT scale and a FLOAT16 or BFLOAT16 logical type (DequantizeLinear's output_dtype), rounds
-    the scale to the output type before multiplying, so the product is rounded twice."""
-
-    fault_id = "AFF-DQ.scale-narrowed-to-output"
-    clauses = ("AFF-DQ", "AFF-SCALE")
-    boundary = True
-
-    def patches(self):
-        return [wrap(affine, "dequantize", _scale_narrowed_first)]
 
 
 def _saturating_int8_difference(original):
