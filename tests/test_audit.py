@@ -138,3 +138,19 @@ def test_a_stale_kill_matrix_is_a_false_claim_not_an_omission():
     assert problems == ["CAT-ID-UNIQUE.x is no longer caught by c2"]
     problems, _ = report.stale(committed, {"faults": [{**entry, "pending": "needs a case"}]})
     assert problems == ["CAT-ID-UNIQUE.x: pending changed"]
+
+
+def test_a_fault_patching_a_lazily_exported_function_leaves_the_package_root_as_it_was():
+    """The package root answers a name it does not hold with its submodule's current attribute: once the
+    fault's calls end, it must again hold nothing and answer with the restored original."""
+    import reference_impl
+    from conformance.audit.faults_state_more import StringsCheckedOnInputSideOnly
+    from reference_impl import bindings
+
+    original = bindings.validate_bindings
+    case = select(load_cases(), ["Required.Bindings.OutputStrings.MapOfStructsWithStringField"])[0]
+    from conformance.execute import run_case
+    assert run_case(case, StringsCheckedOnInputSideOnly()).verdict == "failed"
+    assert "validate_bindings" not in vars(reference_impl)
+    assert bindings.validate_bindings is original
+    assert reference_impl.validate_bindings is original

@@ -68,6 +68,20 @@ class Patch:
     def _get(self):
         return self.target[self.name] if isinstance(self.target, dict) else getattr(self.target, self.name)
 
+    def _saved(self):
+        """What ``_restore`` puts back. A module's own binding, or _ABSENT: a lazy package root answers a name
+        it does not hold with its submodule's current attribute, which would be the replacement once the
+        submodule is patched, and must go back to holding nothing."""
+        if isinstance(self.target, types.ModuleType):
+            return vars(self.target).get(self.name, _ABSENT)
+        return self._get()
+
+    def _restore(self, saved) -> None:
+        if saved is _ABSENT:
+            delattr(self.target, self.name)
+        else:
+            self._set(saved)
+
     def _set(self, value) -> None:
         if isinstance(self.target, dict):
             self.target[self.name] = value
@@ -184,9 +198,8 @@ class _Installer:
                 raise RuntimeError(f"fault {fault.fault_id}: the patches of {self.owner.fault_id} are still active")
             patches = [concrete for patch in fault.patches() for concrete in patch.expand()]
             patches += cache_resets(patches)
-            self.saved = []
+            self.saved = [(patch, patch._saved()) for patch in patches]  # every original before any is replaced
             for patch in patches:
-                self.saved.append((patch, patch._get()))
                 patch._set(patch.value)
             self.owner, self.depth = fault, 1
 
@@ -196,7 +209,7 @@ class _Installer:
             if self.depth:
                 return
             for patch, original in reversed(self.saved):
-                patch._set(original)
+                patch._restore(original)
             self.saved, self.owner = [], None
 
     @property
