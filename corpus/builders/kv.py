@@ -54,14 +54,14 @@ def _mask_vi(g, mask: str | None, q_heads: int, tokens) -> str:
 
 
 def attention_model(heads: int, head_size: int, free_tokens: bool = False, name: str = "kv_contiguous",
-                    q_heads: int | None = None, mask: str | None = None, **attrs):
+                    q_heads: int | None = None, mask: str | None = None, opset: int = 23, **attrs):
     """Attention(q, k, v[, attn_mask], past_key, past_value) with ``past_* <- present_*``; ``q_heads``
     query heads over ``heads`` key/value heads; ``attrs`` are Attention attributes (is_causal, scale,
-    softcap)."""
+    softcap); ``opset`` the default domain's version (24 defines masks shorter than the keys)."""
     from .common import model
 
     q_heads = heads if q_heads is None else q_heads
-    m = model(name)
+    m = model(name, opset)
     g = m.graph
     node = g.node.add(op_type="Attention", input=["q", "k", "v", _mask_vi(g, mask, q_heads, "s"), "past_key",
                                                    "past_value"], output=["y", "present_key", "present_value"])

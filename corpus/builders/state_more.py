@@ -80,7 +80,11 @@ def kv_attention_mask_edges(path: str, scenario: str, heads: int = 2, head_size:
         y = _expected_y(q, keys, values, past, mask)
         runs.append((f"r{index}", {"q": q, "k": k, "v": v, "attn_mask": mask}, y, keys, values))
     if path == "contiguous":
-        model = attention_model(heads, head_size, mask=kind, name="kv_mask_edges", is_causal=0)
+        # Attention-24 defines a mask shorter than the keys ("padded ... with negative infinity");
+        # Attention-23 requires it to broadcast to every key
+        short = any(width is not None for _, width in calls)
+        model = attention_model(heads, head_size, mask=kind, name="kv_mask_edges", opset=24 if short else 23,
+                                is_causal=0)
         empty = _literal(np.zeros((1, heads, 0, head_size), np.float32))
         trace = [{"op": "open", "initial": {"past_key": empty, "past_value": empty}}]
         trace += [_run(label, feeds, {"y": y, "present_key": k, "present_value": v}, False)
