@@ -22,6 +22,7 @@ MODULES = (
     "faults_zero_copy",
     "faults_export",
     "faults_kv",
+    "faults_struct_more",
 )
 
 

@@ -1,0 +1,378 @@
+"""More faults in byte-encoded struct records: how sizes and offsets are computed for nested groups,
+arrays and bit packings, how sub-byte, unaligned, signed and half-precision leaves are read, and how
+catalogue identities and record counts are derived. Each is one bug a runtime written from the size
+table and the bit-order sentence could plausibly have."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+
+from conformance.audit.fault import Fault, Patch, struct_types, wrap
+from reference_impl import bits, dtypes, records, structs, verifier
+from reference_impl.errors import ContractError, violation
+from reference_impl.errors import ErrorCode as E
+
+_SUB_BYTE = (dtypes.INT4, dtypes.UINT4, dtypes.INT2, dtypes.UINT2)
+
+
+def _round_up(size: int) -> int:
+    return -(-size // 8) * 8
+
+
+# ------------------------------------------------------------------------------ leaf reading
+def _zero_extending(values: np.ndarray, elem_type: int) -> np.ndarray:
+    if elem_type in dtypes.SIGNED_INTEGERS:
+        return values.astype(dtypes.NUMPY_DTYPE[elem_type])
+    return bits.unsigned_to_leaf(values, elem_type)
+
+
+class UnalignedSignedZeroExtended(Fault):
+    """Reads signed integer fields that are not on a byte boundary (or not a whole number of bytes)
+    with its generic bit-field reader, which returns the raw bits without sign extension: an INT4 at
+    bit 4 holding 0xF reads 15, not -1."""
+
+    fault_id = "ENC-BIT-ORDER.bit-fields-not-sign-extended"
+    clauses = ("ENC-BIT-ORDER", "ENC-UNALIGNED")
+
+    def patches(self):
+        return [Patch(records, "unsigned_to_leaf", _zero_extending, aliases=False)]
+
+
+def _first_byte_only(buffer, bit_positions, width):
+    values = bits.read_bits(buffer, bit_positions, width)
+    if width >= 8:
+        return values
+    shift = np.asarray(bit_positions, dtype=np.uint64) & np.uint64(7)
+    within = np.minimum(np.uint64(width), np.uint64(8) - shift)
+    return values & ((np.uint64(1) << within) - np.uint64(1))
+
+
+class SubByteFieldsReadFromOneByte(Fault):
+    """Reads a field narrower than a byte from the byte holding its first bit only: the high bits of a
+    field that crosses into the next byte (a 3-bit component at bit 6) read as zero."""
+
+    fault_id = "ENC-TIGHT.sub-byte-field-one-byte"
+    clauses = ("ENC-TIGHT", "ENC-BIT-ORDER")
+    boundary = True
+
+    def patches(self):
+        return [Patch(records, "read_bits", _first_byte_only, aliases=False)]
+
+
+def _eight_byte_window(buffer, bit_positions, width):
+    values = bits.read_bits(buffer, bit_positions, width)
+    if width + 7 <= 64:
+        return values
+    shift = np.asarray(bit_positions, dtype=np.uint64) & np.uint64(7)
+    kept = np.uint64(64) - shift  # bits available in the 8-byte window starting at the first byte
+    mask = np.where(kept >= 64, np.uint64(2**64 - 1), (np.uint64(1) << (kept & np.uint64(63))) - np.uint64(1))
+    return values & mask
+
+
+class WideFieldNinthByteDropped(Fault):
+    """Reads every bit field through one 64-bit little-endian load at its first byte: a field of 58 to 64
+    bits that starts inside a byte loses the bits spilling into the ninth byte."""
+
+    fault_id = "ENC-LEAVES.wide-field-ninth-byte-dropped"
+    clauses = ("ENC-LEAVES", "ENC-BIT-ORDER")
+    boundary = True
+
+    def patches(self):
+        return [Patch(records, "read_bits", _eight_byte_window, aliases=False)]
+
+
+def _byte_floored(original):
+    def read_leaf(payload, record_bits, leaf):
+        if leaf.elem_type is not None and leaf.width % 8 == 0 and leaf.offset % 8:
+            leaf = leaf._replace(offset=leaf.offset - leaf.offset % 8)
+        return original(payload, record_bits, leaf)
+    return read_leaf
+
+
+class WholeByteFieldsAtByteOffset(Fault):
+    """Converts a whole-byte field's bit offset to a byte offset by floor division and reads from
+    there: a UINT16 after a 4-bit component is read from byte 0 instead of bit 4."""
+
+    fault_id = "ENC-UNALIGNED.bit-offset-floored"
+    clauses = ("ENC-UNALIGNED", "ENC-TIGHT")
+
+    def patches(self):
+        return [wrap(records, "read_leaf", _byte_floored)]
+
+
+def _half_big_endian(original):
+    def read_leaf(payload, record_bits, leaf):
+        values = original(payload, record_bits, leaf)
+        if leaf.elem_type in (dtypes.FLOAT16, dtypes.BFLOAT16):
+            return values.byteswap()
+        return values
+    return read_leaf
+
+
+class HalfFloatsBigEndian(Fault):
+    """Converts FLOAT16 and BFLOAT16 fields with a half-precision helper that takes its two bytes
+    high byte first; every other multi-byte field is read little-endian."""
+
+    fault_id = "ENC-BIT-ORDER.half-floats-big-endian"
+    clauses = ("ENC-BIT-ORDER",)
+
+    def patches(self):
+        return [wrap(records, "read_leaf", _half_big_endian)]
+
+
+def _bfloat16_as_half(original):
+    def read_leaf(payload, record_bits, leaf):
+        values = original(payload, record_bits, leaf)
+        if leaf.elem_type == dtypes.BFLOAT16:
+            return values.view(np.uint16).view(np.float16).astype(np.float32).astype(ml_dtypes.bfloat16)
+        return values
+    return read_leaf
+
+
+class Bfloat16ReadAsFloat16(Fault):
+    """Maps every 16-bit floating leaf to IEEE half: a BFLOAT16 field's bits are decoded as FLOAT16
+    (5 exponent bits) instead of bfloat16 (8 exponent bits)."""
+
+    fault_id = "ENC-LEAVES.bfloat16-as-float16"
+    clauses = ("ENC-LEAVES",)
+
+    def patches(self):
+        return [wrap(records, "read_leaf", _bfloat16_as_half)]
+
+
+def _column_major(original):
+    def compile_type(tp, catalogue, prefix, offset, dims, layout, path, expanded):
+        original(tp, catalogue, prefix, offset, dims, layout, path, expanded)
+        if tp.WhichOneof("value") != "tensor_type":
+            return
+        leaf = layout.leaves[prefix]
+        shape = [d.dim_value for d in tp.tensor_type.shape.dim]
+        strides, stride = [], leaf.width
+        for count in shape:  # first index fastest
+            strides.append(stride)
+            stride *= count
+        layout.leaves[prefix] = leaf._replace(dims=dims + tuple(zip(shape, strides)))
+    return compile_type
+
+
+class TensorFieldsColumnMajor(Fault):
+    """Lays out a multi-dimensional tensor field column-major (first index fastest) instead of the
+    row-major order of TensorProto.raw_data."""
+
+    fault_id = "ENC-TIGHT.tensor-fields-column-major"
+    clauses = ("ENC-TIGHT", "ENC-SIZE-TABLE")
+
+    def patches(self):
+        return [wrap(records, "_compile_type", _column_major)]
+
+
+# ------------------------------------------------------------------------------ sizes, offsets
+def _resolved_kind(tp, catalogue) -> tuple[str | None, object]:
+    st = tp.struct_type
+    try:
+        decl, _ = catalogue.resolve(st, "field")
+    except ContractError:
+        return None, st
+    return structs.struct_kind(decl), decl
+
+
+def _struct_fields_rounded(kinds: tuple[str, ...], when=lambda decl, size: True, to=_round_up):
+    def make(original):
+        def type_bit_size(tp, path, catalogue, depth=0):
+            size = original(tp, path, catalogue, depth)
+            if tp.WhichOneof("value") != "struct_type" or isinstance(size, structs.NotFixedSize):
+                return size
+            kind, decl = _resolved_kind(tp, catalogue)
+            return to(size) if kind in kinds and when(decl, size) else size
+        return type_bit_size
+    return make
+
+
+def _sub_byte_array(decl, size) -> bool:
+    element = decl.array.element_type
+    return element.WhichOneof("value") == "tensor_type" and \
+        dtypes.BIT_WIDTH.get(element.tensor_type.elem_type, 8) < 8
+
+
+class SubByteArraysPadded(Fault):
+    """Stores an array of 4- or 2-bit elements like a TensorProto's raw_data, padded to whole bytes, so
+    a nested array of three INT4 takes 16 bits and the next field starts at the next byte, instead of
+    packing tightly into ``n * size(T)`` bits."""
+
+    fault_id = "ENC-TIGHT.sub-byte-arrays-padded"
+    clauses = ("ENC-TIGHT", "ENC-SIZE-TABLE")
+    boundary = True
+
+    def patches(self):
+        return [wrap(structs, "type_bit_size", _struct_fields_rounded(("array",), _sub_byte_array))]
+
+
+class NestedGroupsByteRounded(Fault):
+    """Gives a nested structure or bit packing its size rounded up to whole bytes (as a C compiler sizes
+    a nested struct), so the field after a 12-bit group starts at bit 16 instead of bit 12."""
+
+    fault_id = "ENC-TIGHT.nested-groups-byte-rounded"
+    clauses = ("ENC-TIGHT", "ENC-SIZE-TABLE")
+    boundary = True
+
+    def patches(self):
+        return [wrap(structs, "type_bit_size", _struct_fields_rounded(("structure", "bit_packing")))]
+
+
+class EmptyGroupsTakeAByte(Fault):
+    """Sizes a nested constant-only group at one byte (a C++ empty struct) instead of zero bits."""
+
+    fault_id = "ENC-CONSTANT-ONLY.empty-group-one-byte"
+    clauses = ("ENC-CONSTANT-ONLY", "ENC-SIZE-TABLE")
+    boundary = True
+
+    def patches(self):
+        zero = lambda decl, size: size == 0  # noqa: E731
+        return [wrap(structs, "type_bit_size",
+                     _struct_fields_rounded(("structure",), zero, to=lambda size: 8))]
+
+
+def _array_stride_rounded(original_size, original_body):
+    def bit_size(catalogue, st, path, depth=0):
+        size = original_size(catalogue, st, path, depth)
+        if structs.struct_kind(st) != "array" or isinstance(size, structs.NotFixedSize) or \
+                st.array.element_type.WhichOneof("value") != "struct_type":
+            return size
+        element = structs.type_bit_size(st.array.element_type, path, catalogue, depth)
+        return structs.checked_mul(st.array.dimension, _round_up(element), path)
+
+    def compile_body(st, catalogue, prefix, offset, dims, layout, path, expanded):
+        if structs.struct_kind(st) == "array" and st.array.element_type.WhichOneof("value") == "struct_type":
+            element = _round_up(structs.type_bit_size(st.array.element_type, path, catalogue))
+            records._compile_type(st.array.element_type, catalogue, prefix, offset,
+                                  dims + ((st.array.dimension, element),), layout,
+                                  f"{path}.array.element_type", expanded)
+            return
+        original_body(st, catalogue, prefix, offset, dims, layout, path, expanded)
+    return bit_size, compile_body
+
+
+class ArrayOfStructsByteStride(Fault):
+    """Steps through an array of nested structs with a byte stride (the element's size rounded up to
+    whole bytes), so elements of a 12-bit struct start every 16 bits instead of every 12."""
+
+    fault_id = "ENC-TIGHT.struct-array-byte-stride"
+    clauses = ("ENC-TIGHT", "ENC-SIZE-TABLE")
+    boundary = True
+
+    def patches(self):
+        bit_size, compile_body = _array_stride_rounded(structs.Catalogue.bit_size, records._compile_body)
+        return [Patch(structs.Catalogue, "bit_size", bit_size), Patch(records, "_compile_body", compile_body)]
+
+
+def _packing_stride_rounded(original_size, original_body):
+    def bit_size(catalogue, st, path, depth=0):
+        size = original_size(catalogue, st, path, depth)
+        if structs.struct_kind(st) != "bit_packing" or isinstance(size, structs.NotFixedSize):
+            return size
+        element = sum(c.bit_width for c in st.bit_packing.component)
+        return structs.checked_mul(st.bit_packing.dimension, _round_up(element), path)
+
+    def compile_body(st, catalogue, prefix, offset, dims, layout, path, expanded):
+        if structs.struct_kind(st) != "bit_packing":
+            return original_body(st, catalogue, prefix, offset, dims, layout, path, expanded)
+        stride = _round_up(sum(c.bit_width for c in st.bit_packing.component))
+        running = 0
+        for component in st.bit_packing.component:
+            records._add_leaf(layout, records.Leaf(records._join(prefix, component.name), None,
+                                                   component.bit_width, offset + running,
+                                                   dims + ((st.bit_packing.dimension, stride),)), path)
+            running += component.bit_width
+        return None
+    return bit_size, compile_body
+
+
+class BitPackingElementsByteAligned(Fault):
+    """Starts every element of a bit packing on a byte boundary (its components padded to whole bytes)
+    instead of packing the elements tightly: three 12-bit elements take 48 bits, not 36."""
+
+    fault_id = "ENC-TIGHT.bit-packing-elements-byte-aligned"
+    clauses = ("ENC-TIGHT", "ENC-SIZE-TABLE")
+    boundary = True
+
+    def patches(self):
+        bit_size, compile_body = _packing_stride_rounded(structs.Catalogue.bit_size, records._compile_body)
+        return [Patch(structs.Catalogue, "bit_size", bit_size), Patch(records, "_compile_body", compile_body)]
+
+
+class BitPackingDimensionIgnored(Fault):
+    """Reads a bit packing as one group of its components, ignoring its dimension (the count of
+    groups): ``size(BitPacking(c..., n)) = sum(c.bit_width)``."""
+
+    fault_id = "ENC-SIZE-TABLE.bit-packing-dimension-ignored"
+    clauses = ("ENC-SIZE-TABLE",)
+
+    def transform(self, model, base_dir):
+        for st, _ in struct_types(model):
+            if st.WhichOneof("kind") == "bit_packing" and st.bit_packing.dimension > 1:
+                st.bit_packing.dimension = 1
+
+
+# ------------------------------------------------------------------------ identity and counts
+class TypeIdsIn32Bits(Fault):
+    """Stores type_ids and type_refs in 32-bit integers: IDs above 2**32 - 1 lose their high bits, so
+    IDs differing by a multiple of 2**32 are one identity."""
+
+    fault_id = "CAT-REF-RESOLVED.ids-truncated-to-32-bits"
+    clauses = ("CAT-REF-RESOLVED", "CAT-ID-UNIQUE", "CAT-ID-NONZERO")
+    boundary = True
+
+    def transform(self, model, base_dir):
+        for st, _ in struct_types(model):
+            if st.HasField("type_id"):
+                st.type_id &= 0xFFFFFFFF
+            if st.WhichOneof("kind") == "type_ref":
+                st.type_ref &= 0xFFFFFFFF
+
+
+def _external_truncated(original):
+    def verify_struct_layout(value, path, extent, catalogue):
+        try:
+            return original(value, path, extent, catalogue)
+        except ContractError as error:
+            if error.code is not E.PAYLOAD_PARTIAL_RECORD or extent.location is None:
+                raise
+            size = catalogue.bit_size(value.struct_type, path) // 8
+            whole = dataclasses.replace(extent, length=extent.length - extent.length % size)
+            return original(value, path, whole, catalogue)
+    return verify_struct_layout
+
+
+class ExternalPartialRecordIgnored(Fault):
+    """Checks that an inline payload holds whole records but counts the records of an external payload
+    with a floor division: a trailing partial record of the declared external length is ignored."""
+
+    fault_id = "ENC-RECORD-COUNT.external-partial-record-ignored"
+    clauses = ("ENC-RECORD-COUNT",)
+
+    def patches(self):
+        return [wrap(verifier, "_verify_struct_layout", _external_truncated)]
+
+
+def _empty_refused(original):
+    def verify_struct_layout(value, path, extent, catalogue):
+        info = original(value, path, extent, catalogue)
+        if extent.length == 0:
+            raise violation(E.PAYLOAD_PARTIAL_RECORD, path, "payload holds no record")
+        return info
+    return verify_struct_layout
+
+
+class EmptyStructPayloadRefused(Fault):
+    """Refuses an empty struct payload (it requires at least one record) instead of reading it as zero
+    records."""
+
+    fault_id = "ENC-RECORD-COUNT.empty-payload-refused"
+    clauses = ("ENC-RECORD-COUNT",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(verifier, "_verify_struct_layout", _empty_refused)]
