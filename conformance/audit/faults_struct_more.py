@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from conformance.audit.fault import Fault, Patch, struct_types, wrap
+from conformance.audit.wire_edit import renumber
 from reference_impl import bits, dtypes, records, structs, verifier
 from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
@@ -376,3 +377,155 @@ class EmptyStructPayloadRefused(Fault):
 
     def patches(self):
         return [wrap(verifier, "_verify_struct_layout", _empty_refused)]
+
+
+# ------------------------------------------------------------------------------ more leaf reading
+def _unsigned_sub_byte_sign_extended(original):
+    def read_leaf(payload, record_bits, leaf):
+        values = original(payload, record_bits, leaf)
+        if leaf.elem_type in (dtypes.UINT4, dtypes.UINT2):
+            return bits.sign_extend(values, leaf.width).astype(values.dtype)
+        return values
+    return read_leaf
+
+
+class UnsignedSubByteSignExtended(Fault):
+    """Unpacks every 4- and 2-bit field with one helper that sign-extends: a UINT4 field holding 0xF
+    reads as -1 (255 in its unsigned storage) instead of 15."""
+
+    fault_id = "ENC-LEAVES.unsigned-sub-byte-sign-extended"
+    clauses = ("ENC-LEAVES", "ENC-BIT-ORDER")
+
+    def patches(self):
+        return [wrap(records, "read_leaf", _unsigned_sub_byte_sign_extended)]
+
+
+def _wide_component_mask_zero(original):
+    def read_leaf(payload, record_bits, leaf):
+        values = original(payload, record_bits, leaf)
+        if leaf.elem_type is None and leaf.width == 64:
+            return np.zeros_like(values)  # mask (1 << 64) - 1 computed in 64 bits: 1 << 64 wraps to 1
+        return values
+    return read_leaf
+
+
+class Component64MaskOverflow(Fault):
+    """Masks a bit-packing component with ``(1 << width) - 1`` in 64-bit arithmetic, where a shift by
+    64 wraps to a shift by 0: a 64-bit component always reads 0."""
+
+    fault_id = "ENC-LEAVES.component-64-mask-overflow"
+    clauses = ("ENC-LEAVES", "ENC-BIT-ORDER")
+    boundary = True
+
+    def patches(self):
+        return [wrap(records, "read_leaf", _wide_component_mask_zero)]
+
+
+def _nibble_floor(original):
+    def read_leaf(payload, record_bits, leaf):
+        if leaf.elem_type in _SUB_BYTE and leaf.offset % 8 and records._is_dense_run(leaf):
+            leaf = leaf._replace(offset=leaf.offset - leaf.offset % 8)
+        return original(payload, record_bits, leaf)
+    return read_leaf
+
+
+class PackedCodesFromByteStart(Fault):
+    """Unpacks a run of 4- or 2-bit codes from the byte holding its first code, as if every packed run
+    started on a byte boundary: an INT4 field at bit 12 reads the low nibble of byte 1 (bits 8-11)."""
+
+    fault_id = "ENC-TIGHT.packed-codes-from-byte-start"
+    clauses = ("ENC-TIGHT", "ENC-BIT-ORDER")
+
+    def patches(self):
+        return [wrap(records, "read_leaf", _nibble_floor)]
+
+
+# ------------------------------------------------------------------------ more sizes, placements
+def _sub_byte_elements_stride(original_size, original_body):
+    def widened(st) -> bool:
+        element = st.array.element_type
+        return structs.struct_kind(st) == "array" and element.WhichOneof("value") == "tensor_type" and \
+            dtypes.BIT_WIDTH.get(element.tensor_type.elem_type, 8) < 8 and \
+            len(element.tensor_type.shape.dim) == 0
+
+    def bit_size(catalogue, st, path, depth=0):
+        size = original_size(catalogue, st, path, depth)
+        if not widened(st) or isinstance(size, structs.NotFixedSize):
+            return size
+        return structs.checked_mul(st.array.dimension, 8, path)
+
+    def compile_body(st, catalogue, prefix, offset, dims, layout, path, expanded):
+        if widened(st):
+            element = st.array.element_type
+            records._add_leaf(layout, records.Leaf(prefix, element.tensor_type.elem_type,
+                                                   dtypes.BIT_WIDTH[element.tensor_type.elem_type], offset,
+                                                   dims + ((st.array.dimension, 8),)), path)
+            return None
+        return original_body(st, catalogue, prefix, offset, dims, layout, path, expanded)
+    return bit_size, compile_body
+
+
+class SubByteArrayElementsTakeAByte(Fault):
+    """Gives each element of an Array of a 4- or 2-bit scalar its own byte (low bits), instead of
+    packing the elements tightly at ``n * size(T)`` bits."""
+
+    fault_id = "ENC-SIZE-TABLE.sub-byte-array-elements-unpacked"
+    clauses = ("ENC-SIZE-TABLE", "ENC-TIGHT")
+    boundary = True
+
+    def patches(self):
+        bit_size, compile_body = _sub_byte_elements_stride(structs.Catalogue.bit_size, records._compile_body)
+        return [Patch(structs.Catalogue, "bit_size", bit_size), Patch(records, "_compile_body", compile_body)]
+
+
+def _first_placement_reused(original):
+    def compile_struct(st, catalogue, prefix, offset, dims, layout, path, expanded):
+        if structs.struct_kind(st) == "type_ref":
+            placed = expanded.setdefault(("first offset", st.type_ref), offset)
+            offset = placed
+        return original(st, catalogue, prefix, offset, dims, layout, path, expanded)
+    return compile_struct
+
+
+class ReferencedTypePlacedOnce(Fault):
+    """Caches a referenced declaration's compiled fields with the bit offset of its first use: a second
+    field of the same type_ref in one record reads the first field's bits."""
+
+    fault_id = "ENC-TIGHT.referenced-type-offset-cached"
+    clauses = ("ENC-TIGHT", "ENC-SIZE-TABLE")
+
+    def patches(self):
+        return [wrap(records, "_compile_struct", _first_placement_reused)]
+
+
+
+# ------------------------------------------------------------------------------------------ wire
+_CATALOGUE_FIELDS = (1000, 2, 1)          # ModelProto.struct_types[].structure.field[]
+_INLINE_LAYOUT_FIELDS = (7, 1000, 2, 2, 1)  # graph.encoded_initializer[].struct_type.structure.field[]
+
+
+class FieldContentNumberedInOrder(Fault):
+    """Numbers ``StructTypeProto.Structure.Field`` in declaration order (name 1, type 2, constant 3,
+    doc_string 4) instead of the frozen ``constant = 4``, ``doc_string = 3``: a conforming constant
+    reads as a doc string and the field is left without content."""
+
+    fault_id = "WIRE-SCHEMA.field-constant-at-3"
+    clauses = ("WIRE-SCHEMA", "DECL-FIELD-CONTENT")
+
+    def prepare(self, model_bytes, base_dir):
+        swapped = renumber(model_bytes, _CATALOGUE_FIELDS, {3: 4, 4: 3})
+        return renumber(swapped, _INLINE_LAYOUT_FIELDS, {3: 4, 4: 3})
+
+
+class MaximumTypeIdIsASentinel(Fault):
+    """Uses UINT64_MAX as its "no type_id" sentinel: a declaration whose type_id is 2**64 - 1 counts as
+    one without a type_id."""
+
+    fault_id = "CAT-ID-NONZERO.max-id-sentinel"
+    clauses = ("CAT-ID-NONZERO",)
+    boundary = True
+
+    def transform(self, model, base_dir):
+        for st, _ in struct_types(model):
+            if st.HasField("type_id") and st.type_id == 2**64 - 1:
+                st.ClearField("type_id")
