@@ -12,7 +12,7 @@ import numpy as np
 
 from conformance.audit.fault import Fault, Patch, struct_types, wrap
 from conformance.audit.wire_edit import renumber
-from reference_impl import bits, dtypes, records, structs, verifier
+from reference_impl import bits, decoders, dtypes, records, schema, structs, verifier
 from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
 
@@ -529,3 +529,86 @@ class MaximumTypeIdIsASentinel(Fault):
         for st, _ in struct_types(model):
             if st.HasField("type_id") and st.type_id == 2**64 - 1:
                 st.ClearField("type_id")
+
+
+# ------------------------------------------------------------------------------------ decoders
+def _names_and_types(signature: tuple) -> tuple:
+    """A registration's signature reduced to what a name-and-type check sees: each leaf's path, type
+    and shape, the constants, and the declared codecs (no bit positions, widths or record size)."""
+    (record_bits, leaves, constants), identity = signature
+    return tuple(sorted((path, elem_type, tuple(count for count, _ in dims))
+                        for path, elem_type, _, _, dims in leaves)), constants, identity
+
+
+class BindsOnNamesAndTypes(Fault):
+    """Verifies a declaration against a registered decoder by its field names, types, shapes and
+    constants only: a declaration of the same ID with the same fields in another order (other bit
+    positions) is bound to the decoder instead of being refused as a different declaration."""
+
+    fault_id = "DEC-KEYED.positions-not-compared"
+    clauses = ("DEC-KEYED", "CAT-ID-CHANGE")
+
+    def patches(self):
+        def bind(registry, type_id, layout, path, declaration=None):
+            found = registry._decoders.get(type_id)
+            if found is None:
+                raise violation(E.CONSUMER_MISSING, path, f"no decoder or registered consumer for type_id {type_id}")
+            identity = decoders._codec_identity(declaration) if declaration is not None else found.signature[1]
+            if _names_and_types(found.signature) != _names_and_types((layout.signature(), identity)):
+                raise violation(E.DECODER_MISMATCH, path, f"decoder {found.name} was registered elsewhere")
+            if type_id not in registered:
+                return found
+            # the typed view it creates reads the registered declaration's positions, not the model's
+            own = registered[type_id]
+            return dataclasses.replace(found, decode=lambda _layout, payload: found.decode(own, payload))
+
+        registered = _registered_layouts()
+        return [Patch(decoders.DecoderRegistry, "bind", bind)]
+
+
+class CodecNamesNotCompared(Fault):
+    """Verifies a declaration's layout and constants against the registered decoder but not the decoder
+    and encoder functions it declares: a declaration naming another decoder is bound all the same."""
+
+    fault_id = "DEC-KEYED.codecs-not-compared"
+    clauses = ("DEC-KEYED", "CAT-ID-CHANGE")
+
+    def patches(self):
+        def make(original):
+            def bind(registry, type_id, layout, path, declaration=None):
+                return original(registry, type_id, layout, path, None)
+            return bind
+        return [wrap(decoders.DecoderRegistry, "bind", make)]
+
+
+def _registered_layouts() -> dict[int, records.RecordLayout]:
+    """The record layouts the built-in decoders were written for, by type_id."""
+    catalogue = structs.Catalogue(decoders.spec_catalogue())
+    return {decl.type_id: records.compile_layout(schema.StructTypeProto(type_ref=decl.type_id), catalogue)
+            for decl in decoders.spec_catalogue()}
+
+
+def _registered_names() -> dict[str, int]:
+    return {decl.name: decl.type_id for decl in decoders.spec_catalogue()}
+
+
+class DecodersKeyedByName(Fault):
+    """Looks decoders up by the declaration's name instead of its type_id: a renamed declaration of a
+    registered ID finds no decoder, and another ID declared under a registered name gets that decoder."""
+
+    fault_id = "DEC-KEYED.keyed-by-name"
+    clauses = ("DEC-KEYED", "DEC-MISSING")
+
+    def patches(self):
+        names = _registered_names()
+
+        def make(original):
+            def bind(registry, type_id, layout, path, declaration=None):
+                if declaration is None:
+                    return original(registry, type_id, layout, path, declaration)
+                by_name = names.get(declaration.name)
+                if by_name is None or by_name not in registry:
+                    raise violation(E.CONSUMER_MISSING, path, f"no decoder for {declaration.name!r}")
+                return original(registry, by_name, layout, path, declaration)
+            return bind
+        return [wrap(decoders.DecoderRegistry, "bind", make)]
