@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from conformance.audit.fault import Fault, Patch, struct_types, wrap
+from conformance.audit.fault import decode_module as decode
 from conformance.audit.wire_edit import renumber
 from reference_impl import bits, decoders, dtypes, records, schema, structs, verifier
 from reference_impl.errors import ContractError, violation
@@ -612,3 +613,61 @@ class DecodersKeyedByName(Fault):
                 return original(registry, by_name, layout, path, declaration)
             return bind
         return [wrap(decoders.DecoderRegistry, "bind", make)]
+
+
+# ------------------------------------------------------------------------ loads and field access
+def _naturally_aligned(original):
+    def read_leaf(payload, record_bits, leaf):
+        if leaf.elem_type is not None and leaf.width in (16, 32) and leaf.offset % leaf.width:
+            leaf = leaf._replace(offset=leaf.offset - leaf.offset % leaf.width)
+        return original(payload, record_bits, leaf)
+    return read_leaf
+
+
+class NaturallyAlignedNarrowLoads(Fault):
+    """Reads 16- and 32-bit fields with naturally aligned loads: the offset is rounded down to a
+    multiple of the field's width, so a FLOAT at byte 5 is read from byte 4."""
+
+    fault_id = "ENC-UNALIGNED.narrow-aligned-loads"
+    clauses = ("ENC-UNALIGNED", "ENC-TIGHT")
+
+    def patches(self):
+        return [wrap(records, "read_leaf", _naturally_aligned)]
+
+
+def _unsigned_char(original):
+    def read_leaf(payload, record_bits, leaf):
+        values = original(payload, record_bits, leaf)
+        if leaf.elem_type == dtypes.INT8:
+            return values.view(np.uint8).astype(np.int16)
+        return values
+    return read_leaf
+
+
+class Int8ReadAsUnsignedChar(Fault):
+    """Reads INT8 fields through a plain ``char``, unsigned on its platform: -1 reads as 255."""
+
+    fault_id = "ENC-LEAVES.int8-unsigned-char"
+    clauses = ("ENC-LEAVES",)
+
+    def patches(self):
+        return [wrap(records, "read_leaf", _unsigned_char)]
+
+
+def _nested_constants_dropped(original):
+    def read_fields(value, catalogue, base_dir=None, path="value"):
+        fields = original(value, catalogue, base_dir, path)
+        return {name: array for name, array in fields.items() if "." not in name or
+                name in records.compile_layout(value.struct_type, catalogue, path).leaves}
+    return read_fields
+
+
+class NestedConstantsNotExposed(Fault):
+    """Generic field access lists the root declaration's own constants but not those a nested group
+    contributes (``quantized.codebook`` of the codebook parent is missing)."""
+
+    fault_id = "DEC-INLINE-CODEC.nested-constants-missing"
+    clauses = ("DEC-INLINE-CODEC", "DEC-ROOT-ONLY")
+
+    def patches(self):
+        return [wrap(decode, "read_fields", _nested_constants_dropped)]
