@@ -671,3 +671,43 @@ class NestedConstantsNotExposed(Fault):
 
     def patches(self):
         return [wrap(decode, "read_fields", _nested_constants_dropped)]
+
+
+# ------------------------------------------------------------------------------------ catalogue
+_CONTAINERS = (".sequence_type", ".map_type", ".optional_type")
+
+
+def _fixed_path_cycles_only(self) -> None:
+    """``Catalogue.check_all`` whose cycle check follows only the references a record's layout expands
+    (fields, arrays, nested structs), not those inside sequences, maps and optionals."""
+    inline: dict[int, int] = {}
+    refs: dict[int, list] = {}
+    for type_id, (decl, decl_path) in self.declarations.items():
+        refs[type_id] = []
+        inline[type_id] = structs.check_struct(decl, decl_path, self, role="declaration", depth=0,
+                                               refs=refs[type_id])
+    edges = {tid: sorted({ref for ref, _, ref_path in found if not any(c in ref_path for c in _CONTAINERS)})
+             for tid, found in refs.items()}
+    order = self._check_acyclic(edges)
+    depths: dict[int, int] = {}
+    for type_id in order:
+        deepest = inline[type_id]
+        for ref, depth, ref_path in refs[type_id]:
+            reached = depth + 1 + depths.get(ref, 0)
+            if reached > structs.MAX_DEPTH:
+                raise structs._too_deep(ref_path, reached)
+            deepest = max(deepest, reached)
+        depths[type_id] = deepest
+    self.depths = depths
+
+
+class CyclesThroughContainersMissed(Fault):
+    """Detects reference cycles along the fields, arrays and nested structs a record expands, but not
+    through sequences, maps or optionals: a type containing an optional or a map of itself is
+    accepted as a recursive type instead of refused as a reference cycle."""
+
+    fault_id = "CAT-REF-ACYCLIC.container-cycles-missed"
+    clauses = ("CAT-REF-ACYCLIC",)
+
+    def patches(self):
+        return [Patch(structs.Catalogue, "check_all", _fixed_path_cycles_only)]
