@@ -711,3 +711,65 @@ class CyclesThroughContainersMissed(Fault):
 
     def patches(self):
         return [Patch(structs.Catalogue, "check_all", _fixed_path_cycles_only)]
+
+
+#: TypeProtos a model commonly holds: graph inputs, outputs and value_info, struct fields of the
+#: catalogue, and encoded values' logical types
+_TYPE_PROTOS = ((7, 11, 2), (7, 12, 2), (7, 13, 2), (1000, 2, 1, 2), (7, 1000, 3))
+
+
+class TypeStructTypeMisnumbered(Fault):
+    """Reads ``TypeProto.struct_type`` from field 1001 (an off-by-one in the local range): a conforming
+    struct-typed input, output or field (field 1000) is an unknown field, leaving its type unset."""
+
+    fault_id = "WIRE-FIELDS.type-struct-at-1001"
+    clauses = ("WIRE-FIELDS", "WIRE-LOCAL-RANGE")
+
+    def prepare(self, model_bytes, base_dir):
+        for path in _TYPE_PROTOS:
+            model_bytes = renumber(model_bytes, path, {1000: 1001})
+        return model_bytes
+
+
+def _packed_run_assumed(original):
+    def read_leaf(payload, record_bits, leaf):
+        if leaf.elem_type in _SUB_BYTE and leaf.offset % 8 == 0 and leaf.dims and not records._is_dense_run(leaf):
+            # the nibble/crumb unpacker is used for every byte-aligned sub-byte leaf: its elements are
+            # taken as consecutive codes, whatever the stride between them
+            expected, dense = leaf.width, []
+            for count, _ in reversed(leaf.dims):
+                dense.append((count, expected))
+                expected *= count
+            leaf = leaf._replace(dims=tuple(reversed(dense)))
+        return original(payload, record_bits, leaf)
+    return read_leaf
+
+
+class StridedCodesReadAsPackedRun(Fault):
+    """Unpacks every byte-aligned run of 4- or 2-bit leaves as consecutive codes: the INT4 field ``a`` of
+    an array of {a: INT4, b: INT4} structs reads a0, b0 instead of a0, a1."""
+
+    fault_id = "ENC-TIGHT.strided-codes-read-packed"
+    clauses = ("ENC-TIGHT", "ENC-SIZE-TABLE")
+
+    def patches(self):
+        return [wrap(records, "read_leaf", _packed_run_assumed)]
+
+
+def _packing_dims_dropped(original):
+    def compile_body(st, catalogue, prefix, offset, dims, layout, path, expanded):
+        if structs.struct_kind(st) == "bit_packing":
+            return original(st, catalogue, prefix, offset, (), layout, path, expanded)
+        return original(st, catalogue, prefix, offset, dims, layout, path, expanded)
+    return compile_body
+
+
+class BitPackingOuterArraysDropped(Fault):
+    """Gives bit-packing components only their own dimension: inside an array (of structs holding a bit
+    packing, or of bit packings), every element reads the first element's components."""
+
+    fault_id = "ENC-SIZE-TABLE.bit-packing-outer-dims-dropped"
+    clauses = ("ENC-SIZE-TABLE", "ENC-TIGHT")
+
+    def patches(self):
+        return [wrap(records, "_compile_body", _packing_dims_dropped)]
