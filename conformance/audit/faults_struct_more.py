@@ -773,3 +773,17 @@ class BitPackingOuterArraysDropped(Fault):
 
     def patches(self):
         return [wrap(records, "_compile_body", _packing_dims_dropped)]
+
+
+# ------------------------------------------------------------------------------------ consumers
+class GetFieldIgnoresConstants(Fault):
+    """Its GetField reads a struct value's stored fields only: a constant field of the struct's declared
+    type is not found."""
+
+    fault_id = "DECL-CONSTANT.get-field-constants-missing"
+    clauses = ("DECL-CONSTANT", "ENC-PER-VALUE-PARAMS")
+
+    def patches(self):
+        from reference_impl.executor import session
+        return [Patch(session.Executor, "struct_constant", lambda self, type_id, name: None)]
+
