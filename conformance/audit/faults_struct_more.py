@@ -787,3 +787,37 @@ class GetFieldIgnoresConstants(Fault):
         from reference_impl.executor import session
         return [Patch(session.Executor, "struct_constant", lambda self, type_id, name: None)]
 
+
+
+# ------------------------------------------------------------------------------- record counts
+def _count_cached_per_type(original):
+    def decode_value(value, catalogue, base_dir=None, registry=None, path="value", out=None):
+        if value.WhichOneof("layout") != "struct_type" or value.struct_type.WhichOneof("kind") != "type_ref" \
+                or value.HasField("data_location") and value.data_location == schema.TensorProto.EXTERNAL:
+            return original(value, catalogue, base_dir, registry, path, out)
+        record_bits = catalogue.bit_size(value.struct_type, path)
+        if isinstance(record_bits, structs.NotFixedSize) or record_bits < 8:
+            return original(value, catalogue, base_dir, registry, path, out)
+        record_bytes = record_bits // 8
+        counts = catalogue.memo("typed view record counts")
+        count = counts.setdefault(value.struct_type.type_ref, len(value.raw_data) // record_bytes)
+        if len(value.raw_data) < count * record_bytes:
+            raise violation(E.PAYLOAD_PARTIAL_RECORD, path, f"the view holds {count} records")
+        if len(value.raw_data) > count * record_bytes:
+            viewed = type(value)()
+            viewed.CopyFrom(value)
+            viewed.raw_data = value.raw_data[: count * record_bytes]
+            value = viewed
+        return original(value, catalogue, base_dir, registry, path, out)
+    return decode_value
+
+
+class RecordCountCachedPerType(Fault):
+    """Builds one typed view per type_id in a session and keeps the record count of the first value it
+    viewed: a second value of the same type with another payload length is read with the first count."""
+
+    fault_id = "ENC-NO-COUNT-IN-TYPE.count-cached-per-type"
+    clauses = ("ENC-NO-COUNT-IN-TYPE", "ENC-RECORD-COUNT")
+
+    def patches(self):
+        return [wrap(decode, "decode_value", _count_cached_per_type)]
