@@ -821,3 +821,59 @@ class RecordCountCachedPerType(Fault):
 
     def patches(self):
         return [wrap(decode, "decode_value", _count_cached_per_type)]
+
+
+# ---------------------------------------------------------------------------- fixed-size fields
+def _lenient_fixed_size(optional_as_element=False, shapeless_as_scalar=False, symbolic_as_one=False):
+    def make(original):
+        def type_bit_size(tp, path, catalogue, depth=0):
+            which = tp.WhichOneof("value")
+            if optional_as_element and which == "optional_type":
+                return type_bit_size(tp.optional_type.elem_type, path, catalogue, depth + 1)
+            if which == "tensor_type" and (shapeless_as_scalar or symbolic_as_one):
+                tensor = tp.tensor_type
+                width = dtypes.BIT_WIDTH.get(tensor.elem_type)
+                if width is not None and shapeless_as_scalar and not tensor.HasField("shape"):
+                    return width
+                if width is not None and symbolic_as_one and tensor.HasField("shape") and \
+                        any(dim.WhichOneof("value") != "dim_value" for dim in tensor.shape.dim):
+                    size = width
+                    for dim in tensor.shape.dim:
+                        size *= dim.dim_value if dim.WhichOneof("value") == "dim_value" else 1
+                    return size
+            return original(tp, path, catalogue, depth)
+        return type_bit_size
+    return make
+
+
+class OptionalFieldsSizedAsPresent(Fault):
+    """Sizes an ``optional<T>`` field as an always-present T instead of refusing it as a field without a
+    fixed inline size."""
+
+    fault_id = "ENC-FIXED-SIZE.optional-sized-as-element"
+    clauses = ("ENC-FIXED-SIZE",)
+
+    def patches(self):
+        return [wrap(structs, "type_bit_size", _lenient_fixed_size(optional_as_element=True))]
+
+
+class ShapelessTensorsSizedAsScalars(Fault):
+    """Sizes a tensor field whose type has no shape (unknown rank) as a scalar, instead of refusing it as
+    a field without a fixed inline size."""
+
+    fault_id = "ENC-FIXED-SIZE.shapeless-tensor-as-scalar"
+    clauses = ("ENC-FIXED-SIZE",)
+
+    def patches(self):
+        return [wrap(structs, "type_bit_size", _lenient_fixed_size(shapeless_as_scalar=True))]
+
+
+class SymbolicDimsSizedAsOne(Fault):
+    """Sizes a symbolic (dim_param) or unset dimension of a tensor field as 1 instead of refusing the
+    field as not fixed-size."""
+
+    fault_id = "ENC-FIXED-SIZE.symbolic-dims-as-one"
+    clauses = ("ENC-FIXED-SIZE", "DECL-COUNTS-CONCRETE")
+
+    def patches(self):
+        return [wrap(structs, "type_bit_size", _lenient_fixed_size(symbolic_as_one=True))]
