@@ -877,3 +877,23 @@ class SymbolicDimsSizedAsOne(Fault):
 
     def patches(self):
         return [wrap(structs, "type_bit_size", _lenient_fixed_size(symbolic_as_one=True))]
+
+
+def _checked_as_bytes(result: int, path: str) -> int:
+    """A size in bits checked against the range of a byte count (8 * UINT64_MAX + 7), not of a bit count."""
+    if result > structs.UINT64_MAX * 8 + 7:
+        raise violation(E.SIZE_OVERFLOW, path, f"size {result} overflows")
+    return result
+
+
+class SizesCheckedInBytes(Fault):
+    """Checks size arithmetic against the uint64 range of a byte count instead of a bit count: an element
+    of 2**61 bytes (2**64 bits) passes instead of overflowing."""
+
+    fault_id = "ENC-OVERFLOW.checked-in-bytes"
+    clauses = ("ENC-OVERFLOW", "ENC-SIZE-TABLE")
+    boundary = True
+
+    def patches(self):
+        return [Patch(structs, "checked_mul", lambda a, b, path: _checked_as_bytes(a * b, path)),
+                Patch(structs, "checked_add", lambda a, b, path: _checked_as_bytes(a + b, path))]
