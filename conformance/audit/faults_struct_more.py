@@ -897,3 +897,30 @@ class SizesCheckedInBytes(Fault):
     def patches(self):
         return [Patch(structs, "checked_mul", lambda a, b, path: _checked_as_bytes(a * b, path)),
                 Patch(structs, "checked_add", lambda a, b, path: _checked_as_bytes(a + b, path))]
+
+
+# --------------------------------------------------------------------------------------- saving
+class SaveDropsDeclarationMetadata(Fault):
+    """Writes catalogue declarations without their doc strings and metadata_props (it keeps only what
+    its own layouts use) when it saves a model."""
+
+    fault_id = "WIRE-ROUNDTRIP.declaration-metadata-dropped"
+    clauses = ("WIRE-ROUNDTRIP", "WIRE-SCHEMA")
+
+    def on_save(self, model):
+        for decl in model.struct_types:
+            decl.ClearField("doc_string")
+            del decl.metadata_props[:]
+
+
+class SaveDropsCodecs(Fault):
+    """Writes catalogue declarations without their decoder and encoder FunctionProtos when it saves a
+    model (it binds codecs natively by type_id and never reads them)."""
+
+    fault_id = "WIRE-ROUNDTRIP.codecs-dropped"
+    clauses = ("WIRE-ROUNDTRIP", "CAT-ID-CHANGE")
+
+    def on_save(self, model):
+        for decl in model.struct_types:
+            decl.ClearField("decoder")
+            decl.ClearField("encoder")
