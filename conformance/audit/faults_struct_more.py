@@ -924,3 +924,27 @@ class SaveDropsCodecs(Fault):
         for decl in model.struct_types:
             decl.ClearField("decoder")
             decl.ClearField("encoder")
+
+
+_FNUZ_AS_FN = {dtypes.FLOAT8E4M3FNUZ: dtypes.FLOAT8E4M3FN, dtypes.FLOAT8E5M2FNUZ: dtypes.FLOAT8E5M2}
+
+
+def _fnuz_as_fn(original):
+    def read_leaf(payload, record_bits, leaf):
+        values = original(payload, record_bits, leaf)
+        if leaf.elem_type in _FNUZ_AS_FN:
+            wrong = dtypes.NUMPY_DTYPE[_FNUZ_AS_FN[leaf.elem_type]]
+            return values.view(np.uint8).view(wrong).astype(np.float32).astype(values.dtype)
+        return values
+    return read_leaf
+
+
+class Float8FnuzReadAsFn(Fault):
+    """Decodes the FNUZ float8 leaves (FLOAT8E4M3FNUZ, FLOAT8E5M2FNUZ) with the exponent bias of their
+    FN/IEEE namesakes, so every value reads twice as large."""
+
+    fault_id = "ENC-LEAVES.float8-fnuz-bias"
+    clauses = ("ENC-LEAVES",)
+
+    def patches(self):
+        return [wrap(records, "read_leaf", _fnuz_as_fn)]
