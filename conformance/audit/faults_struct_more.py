@@ -948,3 +948,26 @@ class Float8FnuzReadAsFn(Fault):
 
     def patches(self):
         return [wrap(records, "read_leaf", _fnuz_as_fn)]
+
+
+class DuplicateIdsCheckedPairwise(Fault):
+    """Looks for duplicate type_ids by comparing each declaration with the one before it only (as if the
+    catalogue were sorted): two declarations of one ID with another between them pass, and the later
+    one wins in its ID map."""
+
+    fault_id = "CAT-REORDER.adjacent-duplicates-only"
+    clauses = ("CAT-REORDER", "CAT-ID-UNIQUE")
+
+    def transform(self, model, base_dir):
+        ids = [decl.type_id if decl.HasField("type_id") else None for decl in model.struct_types]
+        if any(a is not None and a == b for a, b in zip(ids, ids[1:])):
+            return  # an adjacent pair: its check reports the duplicate
+        last = {type_id: index for index, type_id in enumerate(ids) if type_id is not None}
+        kept = []
+        for index, decl in enumerate(model.struct_types):
+            if ids[index] is None or last[ids[index]] == index:
+                copy = type(decl)()
+                copy.CopyFrom(decl)
+                kept.append(copy)
+        del model.struct_types[:]
+        model.struct_types.extend(kept)
