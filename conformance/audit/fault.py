@@ -68,6 +68,20 @@ class Patch:
     def _get(self):
         return self.target[self.name] if isinstance(self.target, dict) else getattr(self.target, self.name)
 
+    def _own(self) -> bool:
+        """Whether the name is stored on the target itself (not resolved by a lazy package's
+        ``__getattr__`` or inherited from a base class)."""
+        if isinstance(self.target, dict):
+            return self.name in self.target
+        return self.name in vars(self.target)
+
+    def _remove(self) -> None:
+        if isinstance(self.target, dict):
+            self.target.pop(self.name, None)
+        else:
+            with contextlib.suppress(AttributeError):  # a read-only property ignored the patch
+                delattr(self.target, self.name)
+
     def _set(self, value) -> None:
         if isinstance(self.target, dict):
             self.target[self.name] = value
@@ -184,9 +198,10 @@ class _Installer:
                 raise RuntimeError(f"fault {fault.fault_id}: the patches of {self.owner.fault_id} are still active")
             patches = [concrete for patch in fault.patches() for concrete in patch.expand()]
             patches += cache_resets(patches)
-            self.saved = []
+            # every original is read before anything is replaced: a package that resolves a name lazily
+            # from its submodule would otherwise report the submodule's already patched function
+            self.saved = [(patch, patch._get(), patch._own()) for patch in patches]
             for patch in patches:
-                self.saved.append((patch, patch._get()))
                 patch._set(patch.value)
             self.owner, self.depth = fault, 1
 
@@ -195,8 +210,11 @@ class _Installer:
             self.depth -= 1
             if self.depth:
                 return
-            for patch, original in reversed(self.saved):
-                patch._set(original)
+            for patch, original, own in reversed(self.saved):
+                if own:
+                    patch._set(original)
+                else:
+                    patch._remove()  # it was resolved lazily or inherited: leave no copy behind
             self.saved, self.owner = [], None
 
     @property
