@@ -971,3 +971,47 @@ class DuplicateIdsCheckedPairwise(Fault):
                 kept.append(copy)
         del model.struct_types[:]
         model.struct_types.extend(kept)
+
+
+_NEWEST_LEAVES = (dtypes.FLOAT4E2M1, dtypes.FLOAT8E8M0)
+
+
+def _newest_unsupported(original):
+    def type_bit_size(tp, path, catalogue, depth=0):
+        if tp.WhichOneof("value") == "tensor_type" and tp.tensor_type.elem_type in _NEWEST_LEAVES:
+            raise violation(E.UNSUPPORTED_LEAF, f"{path}.tensor_type.elem_type",
+                            f"{dtypes.type_name(tp.tensor_type.elem_type)} is not a known scalar type")
+        return original(tp, path, catalogue, depth)
+    return type_bit_size
+
+
+class NewestLeavesUnsupported(Fault):
+    """Has a scalar-type table from before FLOAT4E2M1 and FLOAT8E8M0: fields of those fixed-width ONNX
+    types are refused as unsupported leaves."""
+
+    fault_id = "ENC-LEAVES.newest-types-refused"
+    clauses = ("ENC-LEAVES",)
+
+    def patches(self):
+        return [wrap(structs, "type_bit_size", _newest_unsupported)]
+
+
+def _float4_as_int4(original):
+    def read_leaf(payload, record_bits, leaf):
+        values = original(payload, record_bits, leaf)
+        if leaf.elem_type == dtypes.FLOAT4E2M1:
+            codes = bits.sign_extend(values.view(np.uint8) & 0x0F, 4)
+            return codes.astype(np.float32).astype(values.dtype)
+        return values
+    return read_leaf
+
+
+class Float4ReadAsInt4(Fault):
+    """Unpacks FLOAT4E2M1 fields with its INT4 path: each code becomes its two's complement integer
+    (0x2 reads 2.0, not 1.0)."""
+
+    fault_id = "ENC-LEAVES.float4-as-int4"
+    clauses = ("ENC-LEAVES",)
+
+    def patches(self):
+        return [wrap(records, "read_leaf", _float4_as_int4)]
