@@ -1015,3 +1015,30 @@ class Float4ReadAsInt4(Fault):
 
     def patches(self):
         return [wrap(records, "read_leaf", _float4_as_int4)]
+
+
+def _inline_roots_unchecked(original):
+    def verify_struct_layout(value, path, extent, catalogue):
+        try:
+            return original(value, path, extent, catalogue)
+        except ContractError as error:
+            inline = value.struct_type.WhichOneof("kind") != "type_ref"
+            if not inline or error.code not in (E.ROOT_SIZE_ZERO, E.ROOT_SIZE_NOT_BYTES):
+                raise
+            bits = catalogue.bit_size(value.struct_type, path)
+            record_bytes = -(-bits // 8)
+            count = extent.length // record_bytes if record_bytes else 0
+            return verifier.EncodedInfo(path, extent, element_bytes=record_bytes, record_count=count)
+    return verify_struct_layout
+
+
+class InlineRootSizeUnchecked(Fault):
+    """Checks the root-size rules (positive, whole bytes) when a value's layout is a type_ref, but not
+    for an inline layout: an inline constant-only or 12-bit root is read (zero records, or records
+    rounded up to whole bytes) instead of refused."""
+
+    fault_id = "ENC-ROOT-SIZE.inline-roots-unchecked"
+    clauses = ("ENC-ROOT-SIZE", "ENC-CONSTANT-ONLY")
+
+    def patches(self):
+        return [wrap(verifier, "_verify_struct_layout", _inline_roots_unchecked)]
