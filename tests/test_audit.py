@@ -23,6 +23,23 @@ FAULTS = catalogue.faults()
 COMMITTED = json.loads(report.COMMITTED.read_text())
 
 
+def test_patches_of_lazily_exported_names_are_undone():
+    """The package root resolves ``read_fields`` from its submodule on each read: a fault patching the
+    submodule's function (and, through alias expansion, the package's name) must leave both as they
+    were, or every later fault in the worker runs with its bug."""
+    import importlib
+
+    import reference_impl
+    from conformance.audit.faults_struct_more import NestedConstantsNotExposed
+
+    decode = importlib.import_module("reference_impl.decode")
+    original = decode.read_fields
+    with NestedConstantsNotExposed().injected():
+        assert decode.read_fields is not original and reference_impl.read_fields is not original
+    assert decode.read_fields is original and reference_impl.read_fields is original
+    assert "read_fields" not in vars(reference_impl)
+
+
 def test_every_checkable_clause_has_a_fault_and_no_other_kind_does():
     covered = {clause for cls in FAULTS for clause in cls.clauses}
     assert [cid for cid in catalogue.checkable_clauses() if cid not in covered] == []

@@ -24,6 +24,7 @@ MODULES = (
     "faults_export",
     "faults_kv",
     "faults_state_more",
+    "faults_struct_more",
 )
 
 

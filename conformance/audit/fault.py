@@ -68,19 +68,19 @@ class Patch:
     def _get(self):
         return self.target[self.name] if isinstance(self.target, dict) else getattr(self.target, self.name)
 
-    def _saved(self):
-        """What ``_restore`` puts back. A module's own binding, or _ABSENT: a lazy package root answers a name
-        it does not hold with its submodule's current attribute, which would be the replacement once the
-        submodule is patched, and must go back to holding nothing."""
-        if isinstance(self.target, types.ModuleType):
-            return vars(self.target).get(self.name, _ABSENT)
-        return self._get()
+    def _own(self) -> bool:
+        """Whether the name is stored on the target itself (not resolved by a lazy package's
+        ``__getattr__`` or inherited from a base class)."""
+        if isinstance(self.target, dict):
+            return self.name in self.target
+        return self.name in vars(self.target)
 
-    def _restore(self, saved) -> None:
-        if saved is _ABSENT:
-            delattr(self.target, self.name)
+    def _remove(self) -> None:
+        if isinstance(self.target, dict):
+            self.target.pop(self.name, None)
         else:
-            self._set(saved)
+            with contextlib.suppress(AttributeError):  # a read-only property ignored the patch
+                delattr(self.target, self.name)
 
     def _set(self, value) -> None:
         if isinstance(self.target, dict):
@@ -198,7 +198,9 @@ class _Installer:
                 raise RuntimeError(f"fault {fault.fault_id}: the patches of {self.owner.fault_id} are still active")
             patches = [concrete for patch in fault.patches() for concrete in patch.expand()]
             patches += cache_resets(patches)
-            self.saved = [(patch, patch._saved()) for patch in patches]  # every original before any is replaced
+            # every original is read before anything is replaced: a package that resolves a name lazily
+            # from its submodule would otherwise report the submodule's already patched function
+            self.saved = [(patch, patch._get(), patch._own()) for patch in patches]
             for patch in patches:
                 patch._set(patch.value)
             self.owner, self.depth = fault, 1
@@ -208,8 +210,11 @@ class _Installer:
             self.depth -= 1
             if self.depth:
                 return
-            for patch, original in reversed(self.saved):
-                patch._restore(original)
+            for patch, original, own in reversed(self.saved):
+                if own:
+                    patch._set(original)
+                else:
+                    patch._remove()  # it was resolved lazily or inherited: leave no copy behind
             self.saved, self.owner = [], None
 
     @property
