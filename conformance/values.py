@@ -136,6 +136,8 @@ def _tensor(literal: Mapping) -> np.ndarray:
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     if "data" in literal:
         data = np.asarray(literal["data"], dtype=np.float64 if dtype.kind == "f" else None)
+        if dtype.kind in "iu" and data.dtype.kind == "f":  # integers beyond int64 mixed with others: exact
+            data = np.asarray(literal["data"], dtype=object)
         if data.dtype.kind == "U":
             data = np.asarray(literal["data"], dtype=object)
         array = data.astype(dtype) if dtype.kind not in "OUS" else np.asarray(literal["data"], dtype=object)

@@ -289,3 +289,12 @@ def test_byte_string_tensors_cross_the_testee_protocol_unchanged():
     message = protocol.MESSAGES["Value"]()
     protocol.to_proto(text, message)
     assert message.tensor.dtype == "str" and protocol.from_proto(message).tolist() == ["x", "yz"]
+
+
+def test_uint64_literals_beyond_int64_keep_every_bit():
+    """A list mixing values above and below 2**63 would otherwise pass through float64."""
+    from conformance.values import build
+
+    values = [2**64 - 1, 2**63 + 1, 5, 0]
+    array = build({"dtype": "uint64", "shape": [4], "data": values})
+    assert array.dtype == np.uint64 and [int(v) for v in array] == values

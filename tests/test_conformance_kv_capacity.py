@@ -28,7 +28,9 @@ COUNTER_CASES = {f"{REUSE}.NoWholeCacheCopyPerAppend", f"{REUSE}.ChunkedNoWholeC
                  f"{BOUNDED}.DenseWorkspaceHoldsNoWholeCache", f"{BOUNDED}.Int4WorkspaceHoldsNoWholeCache",
                  f"{BOUNDED}.AppendWritesAtMostOneBlock",
                  f"{BOUNDED_REC}.DenseWorkspaceIndependentOfContext",
-                 f"{BOUNDED_REC}.Int4WorkspaceIndependentOfContext", f"{BOUNDED_REC}.AppendWritesOnlyNewTokens"}
+                 f"{BOUNDED_REC}.Int4WorkspaceIndependentOfContext", f"{BOUNDED_REC}.AppendWritesOnlyNewTokens",
+                 f"{REUSE_REC}.AppendFillingCapacityWritesOnlyNewTokens",
+                 f"{BOUNDED_REC}.AppendFillingSlabWritesOnlyNewTokens"}
 
 
 def _verdicts(adapter, *patterns) -> dict[str, str]:
@@ -55,7 +57,7 @@ def test_a_whole_cache_copy_per_append_is_caught():
                                                    f"{REUSE}.ChunkedNoWholeCacheCopyPerAppend"}
     assert _failed(CopiesEveryAppend(), REUSE_REC) == {f"{REUSE_REC}.{name}" for name in (
         "PresentsShareOneAllocation", "GroupedQueryPresentsShareOneAllocation", "AppendWritesOnlyNewTokens",
-        "ChunkedAppendWritesOnlyNewTokens")}
+        "ChunkedAppendWritesOnlyNewTokens", "AppendFillingCapacityWritesOnlyNewTokens")}
 
 
 @pytest.mark.clause("KV-BOUNDED", "KV-APPEND-INPLACE")
@@ -74,7 +76,8 @@ def test_a_paged_append_that_rewrites_every_block_is_caught(monkeypatch):
 
     monkeypatch.setattr(paged.PagedKVCache, "append", copying)
     assert _failed(ReferenceAdapter(), BOUNDED, BOUNDED_REC) == {f"{BOUNDED}.AppendWritesAtMostOneBlock",
-                                                                 f"{BOUNDED_REC}.AppendWritesOnlyNewTokens"}
+                                                                 f"{BOUNDED_REC}.AppendWritesOnlyNewTokens",
+                                                                 f"{BOUNDED_REC}.AppendFillingSlabWritesOnlyNewTokens"}
 
 
 @pytest.mark.clause("KV-BOUNDED")

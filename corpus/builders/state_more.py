@@ -21,7 +21,7 @@ from .kv_semantics import _run, attention_formula
 MASK_SCENARIOS = {
     # widths shorter than past + new: the last keys (this call's own, then the past's tail) are beyond it
     "ShortBoolMask": ("bool", ((3, 2), (2, 3), (1, 4), (2, 5)), False),
-    "ShortFloatMask": ("float", ((3, 1), (2, 4), (1, 5), (2, 6)), False),
+    "ShortFloatMask": ("float", ((3, 2), (2, 4), (1, 5), (2, 6)), False),  # (a width of 1 would also broadcast)
     # every call masks every key of query row 0 on head 1 (and of the last row on head 0)
     "FullyMaskedBoolRow": ("bool", ((3, None), (2, None), (1, None)), True),
     "FullyMaskedFloatRow": ("float", ((3, None), (2, None), (1, None)), True),
