@@ -285,17 +285,26 @@ def test_a_value_without_logical_type_may_expose_decoder_dimensions():
 
 
 class DeclaredConstants(ReferenceAdapter):
-    """DecodeLinearInt4 bound without comparing the declaration to a registration, reading the model's
-    constants (allowed: type_id is model-scoped). Misreading a changed declaration with the registered
-    constants (forbidden) is the audit's fault CAT-ID-CHANGE.constants-not-checked."""
+    """DecodeLinearInt4 bound to a declaration of 1003 that names it, without comparing the declaration's
+    layout and constants to a registration, reading the model's constants (allowed: type_id is
+    model-scoped). Misreading a changed declaration with the registered constants (forbidden) is the
+    audit's fault CAT-ID-CHANGE.constants-not-checked; binding a declaration that names another decoder
+    (forbidden: only the root's own decoder is invoked) is DEC-KEYED.codecs-not-compared."""
 
     def decode(self, model_bytes, value_name, base_dir):
         import reference_impl
-        from reference_impl.decoders import Decoder, decode_linear_int4, default_registry
+        from reference_impl.decoders import Decoder, _codec_identity, decode_linear_int4, default_registry
 
         registry = default_registry()
-        registry.bind = lambda type_id, layout, path, declaration=None: Decoder("any", (), decode_linear_int4) \
-            if type_id == 1003 else default_registry().bind(type_id, layout, path, declaration)
+        strict = registry.bind
+
+        def bind(type_id, layout, path, declaration=None):
+            if type_id == 1003 and declaration is not None and \
+                    _codec_identity(declaration) == registry._decoders[1003].signature[1]:
+                return Decoder("any", (), decode_linear_int4)
+            return strict(type_id, layout, path, declaration)
+
+        registry.bind = bind
         return reference_impl.decode(model_bytes, value_name, base_dir=base_dir, registry=registry)
 
 
@@ -304,7 +313,7 @@ def test_a_decoder_may_read_the_declared_constants_but_not_ignore_them():
     changed = ["Required.Structured.Consumers.ChangedConstantReadOrRefused",
                "Required.Fuzz.Oracle.decoder_constant_values"]
     _passes(ReferenceAdapter(), *changed)  # refuses the changed declaration
-    _passes(DeclaredConstants(), *changed, "Required.Structured.SpecExamples")
+    _passes(DeclaredConstants(), *changed, "Required.Structured")
     for case_id in changed:
         _fails(DecoderIgnoresConstants(), case_id)
 
