@@ -285,17 +285,26 @@ def test_a_value_without_logical_type_may_expose_decoder_dimensions():
 
 
 class DeclaredConstants(ReferenceAdapter):
-    """DecodeLinearInt4 bound without comparing the declaration to a registration, reading the model's
-    constants (allowed: type_id is model-scoped). Misreading a changed declaration with the registered
-    constants (forbidden) is the audit's fault CAT-ID-CHANGE.constants-not-checked."""
+    """DecodeLinearInt4 bound to a declaration of 1003 that names it, without comparing the declaration's
+    layout and constants to a registration, reading the model's constants (allowed: type_id is
+    model-scoped). Misreading a changed declaration with the registered constants (forbidden) is the
+    audit's fault CAT-ID-CHANGE.constants-not-checked; binding a declaration that names another decoder
+    (forbidden: only the root's own decoder is invoked) is DEC-KEYED.codecs-not-compared."""
 
     def decode(self, model_bytes, value_name, base_dir):
         import reference_impl
-        from reference_impl.decoders import Decoder, decode_linear_int4, default_registry
+        from reference_impl.decoders import Decoder, _codec_identity, decode_linear_int4, default_registry
 
         registry = default_registry()
-        registry.bind = lambda type_id, layout, path, declaration=None: Decoder("any", (), decode_linear_int4) \
-            if type_id == 1003 else default_registry().bind(type_id, layout, path, declaration)
+        strict = registry.bind
+
+        def bind(type_id, layout, path, declaration=None):
+            if type_id == 1003 and declaration is not None and \
+                    _codec_identity(declaration) == registry._decoders[1003].signature[1]:
+                return Decoder("any", (), decode_linear_int4)
+            return strict(type_id, layout, path, declaration)
+
+        registry.bind = bind
         return reference_impl.decode(model_bytes, value_name, base_dir=base_dir, registry=registry)
 
 
@@ -304,9 +313,68 @@ def test_a_decoder_may_read_the_declared_constants_but_not_ignore_them():
     changed = ["Required.Structured.Consumers.ChangedConstantReadOrRefused",
                "Required.Fuzz.Oracle.decoder_constant_values"]
     _passes(ReferenceAdapter(), *changed)  # refuses the changed declaration
-    _passes(DeclaredConstants(), *changed, "Required.Structured.SpecExamples")
+    _passes(DeclaredConstants(), *changed, "Required.Structured")
     for case_id in changed:
         _fails(DecoderIgnoresConstants(), case_id)
+
+
+class DeclaredFieldsBlocksReversed(ReferenceAdapter):
+    """Binds a declaration of 2001 whose fields have Int4Block's names, types and shapes, reading them at
+    the positions the model declares (allowed: type_id is model-scoped, and a decoder reading the model's
+    declaration by field misreads nothing), and its Int4Block decoder maps each block's codes to logical
+    elements in reverse (allowed: "the registered decoder defines signed-code scaling and the
+    block-to-logical-element mapping"). Reading a re-declared 2001 at the registered positions (forbidden)
+    is the audit's fault DEC-KEYED.positions-not-compared."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        import reference_impl
+        from conformance.audit.faults_struct_more import _names_and_types
+        from reference_impl.decoders import _codec_identity, decode_int4_block, default_registry, spec_catalogue
+
+        def reversed_blocks(layout, payload):
+            return decode_int4_block(layout, payload).reshape(-1, 32)[:, ::-1].reshape(-1)
+
+        registry = default_registry()
+        registry.register(2001, "Int4Block", spec_catalogue(), reversed_blocks)
+        strict = registry.bind
+
+        def bind(type_id, layout, path, declaration=None):
+            found = registry._decoders.get(type_id)
+            if type_id == 2001 and declaration is not None and _names_and_types(found.signature) == \
+                    _names_and_types((layout.signature(), _codec_identity(declaration))):
+                return found  # reads the model's layout: the declared positions
+            return strict(type_id, layout, path, declaration)
+
+        registry.bind = bind
+        return reference_impl.decode(model_bytes, value_name, base_dir=base_dir, registry=registry)
+
+
+class MismatchIsMissingConsumer(ReferenceAdapter):
+    """A registry keyed by type_id and declaration together: a declaration its binding does not verify
+    has no consumer at all, so it is refused with CONSUMER_MISSING ("Missing consumers fail explicitly")
+    rather than DECODER_MISMATCH. The spec names no codes; both describe the one refusal it requires."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        try:
+            return super().decode(model_bytes, value_name, base_dir)
+        except ContractError as exc:
+            if exc.code is E.DECODER_MISMATCH:
+                raise violation(E.CONSUMER_MISSING, exc.path, f"no consumer for this declaration: {exc.message}") \
+                    from None
+            raise
+
+
+@pytest.mark.clause("DEC-KEYED", "DEC-DEFINES-MAPPING", "DEC-MISSING")
+def test_a_redeclared_type_may_be_read_by_field_or_refused_as_missing():
+    from conformance.audit.faults_struct_more import BindsOnNamesAndTypes
+
+    redeclared = ["Required.Structured.Consumers.ReorderedParametersNotMisread",
+                  "Required.Structured.Consumers.ScaleFirstParametersNotMisread"]
+    _passes(DeclaredFieldsBlocksReversed(), "Required.Structured", "Required.Catalogue", "Required.Encoding")
+    _fails(DeclaredFieldsBlocksReversed(), "Recommended.Structured.Consumers.ReorderedDeclarationNotMisread")
+    _passes(MismatchIsMissingConsumer(), *redeclared, "Required.Structured.Consumers.OtherDeclaredDecoderRefused")
+    for case_id in redeclared:
+        _fails(BindsOnNamesAndTypes(), case_id)
 
 
 # --------------------------------------------------------------------------------------- read-only
@@ -535,4 +603,5 @@ class MultipliesInTheOutputPrecision(Fault):
 
 @pytest.mark.clause("AFF-DQ")
 def test_a_multiply_in_the_output_precision_passes_every_required_affine_case():
-    _passes(MultipliesInTheOutputPrecision(), "Required.Affine", "Required.External", "Required.KV.PagedFormatRuns")
+    _passes(MultipliesInTheOutputPrecision(), "Required.Affine", "Required.AffineMore", "Required.External",
+            "Required.KV.PagedFormatRuns")
