@@ -106,6 +106,20 @@ class DenseInitializerInputRejected(Fault):
                     raise violation(E.INITIALIZER_NAME_DUPLICATE, "model.graph", f"{name!r} is also a graph input")
 
 
+class NamesUncheckedInFunctionBodies(Fault):
+    """Checks initializer names in the root graph and the subgraphs of its nodes, but not in the
+    control-flow subgraphs of function bodies (walked by a second loop that only validates values)."""
+
+    fault_id = "INIT-NAMES-UNIQUE.function-subgraphs-skipped"
+    clauses = ("INIT-NAMES-UNIQUE",)
+    boundary = True
+
+    def patches(self):
+        def make(original):
+            return lambda graph, path: None if path.startswith("model.functions") else original(graph, path)
+        return [wrap(verifier, "_check_initializer_names", make)]
+
+
 # --------------------------------------------------------------------------------------------- save
 class SubgraphEncodedValuesDropped(Fault):
     """Serializes ``encoded_initializer`` only for the root graph: the encoded constants of control-flow
@@ -168,6 +182,20 @@ class ExternalDataLocationDropped(Fault):
             for value in graph.encoded_initializer:
                 if value.data_location == schema.TensorProto.EXTERNAL:
                     value.ClearField("data_location")
+
+
+class StructLogicalTypesDroppedOnSave(Fault):
+    """Writes ``logical_type`` only for affine values (where it is required to decode), so a struct-layout
+    value saved explicitly loses the logical type its decoder's output is checked against."""
+
+    fault_id = "WIRE-ROUNDTRIP.struct-logical-type-dropped"
+    clauses = ("WIRE-ROUNDTRIP", "EXP-PRESERVE-STRUCT")
+
+    def on_save(self, model):
+        for graph in graphs(model):
+            for value in graph.encoded_initializer:
+                if value.WhichOneof("layout") == "struct_type":
+                    value.ClearField("logical_type")
 
 
 class SparseInitializersDensifiedOnSave(Fault):
@@ -301,6 +329,24 @@ class StandardExportChecksRootGraphOnly(Fault):
 
     def patches(self):
         return [wrap(graph_utils, "_reject_structured", _root_only)]
+
+
+class LoweringKeepsBindings(Fault):
+    """An explicit lowering returns the feedback mapping but serializes the lowered graph with its
+    persistent_bindings still in place (field 1001): the "standard" model carries a local extension."""
+
+    fault_id = "EXP-STANDARD.lowered-bindings-kept"
+    clauses = ("EXP-STANDARD", "WIRE-LOCAL-EXTENSION")
+
+    def export(self, model_bytes, target):
+        exported = super().export(model_bytes, target)
+        if target != "onnx-lowered":
+            return exported
+        data, feedback = exported
+        lowered = schema.parse_model(data)
+        for input_name, output_name in feedback:
+            lowered.graph.persistent_bindings.add(input_name=input_name, output_name=output_name)
+        return lowered.SerializeToString(), feedback
 
 
 class LoweredFeedbackReversed(Fault):
