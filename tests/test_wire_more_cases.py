@@ -21,6 +21,9 @@ CATCHERS = {
     "DEC-MISSING.uint8-bytes-view": (
         "Required.Structured.Consumers.UnregisteredTypeWithByteLogicalType",
         "Required.Structured.Consumers.UnregisteredPairsWithByteLogicalType"),
+    "DEC-KEYED.inline-matched-by-layout": (
+        "Required.Structured.Consumers.InlineCopyOfInt4BlockHasNoDecoder",
+        "Required.Structured.Consumers.InlineCopyOfInt4BlockTwoRecords"),
     "EXP-DEDUP.external-extent-ignored": (
         _DEDUP + "KeepsExternalValuesAtDifferentOffsets", _DEDUP + "KeepsExternalStructValuesInDifferentFiles"),
     "EXP-DEDUP.logical-type-ignored": (

@@ -14,6 +14,8 @@ from reference_impl import dtypes, graph_utils, schema, verifier
 from reference_impl.bindings import validate_bindings
 from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
+from reference_impl.records import compile_layout
+from reference_impl.structs import struct_kind
 from reference_impl.tensors import to_array
 
 _BINDINGS = (7, 1001)             # GraphProto.persistent_bindings
@@ -455,3 +457,32 @@ class MissingDecoderYieldsBytes(Fault):
 
     def patches(self):
         return [wrap(decode_module, "decode_value", _bytes_view)]
+
+
+def _by_layout(original):
+    def decode_value(value, catalogue, base_dir=None, registry=None, path="value", **kwargs):
+        try:
+            return original(value, catalogue, base_dir, registry, path, **kwargs)
+        except ContractError as error:
+            if error.code.value != "CONSUMER_MISSING" or value.WhichOneof("layout") != "struct_type" \
+                    or struct_kind(value.struct_type) == "type_ref":
+                raise
+            layout = compile_layout(value.struct_type, catalogue, f"{path}.struct_type")
+            for decoder in decode_module._registry(registry)._decoders.values():
+                if decoder.signature[0] == layout.signature():
+                    payload = decode_module.payload_array(value, catalogue, base_dir, path)
+                    return decode_module._check_logical(value, decoder.decode(layout, payload), path)
+            raise
+    return decode_value
+
+
+class InlineLayoutMatchedToRegisteredDecoder(Fault):
+    """Finds a decoder for an inline layout by comparing its compiled layout with every registration's:
+    an inline copy of a registered declaration is decoded by that type's decoder, although bindings are
+    keyed by type_id and an inline layout has none."""
+
+    fault_id = "DEC-KEYED.inline-matched-by-layout"
+    clauses = ("DEC-KEYED", "DEC-INLINE-CODEC")
+
+    def patches(self):
+        return [wrap(decode_module, "decode_value", _by_layout)]
