@@ -35,6 +35,9 @@ CATCHERS = {
     "EXP-STANDARD.lowered-feedback-reversed": (
         "Required.Export.Standard.LoweredFeedbackNamesInputThenOutput",
         "Required.Export.Standard.LoweredToStatelessModel"),
+    "EXP-STRUCT.unknown-fields-dropped": (
+        "Required.Export.Standard.RejectsStructInFunctionValueInfo",
+        "Required.Export.Standard.RejectsStructInTypeAttribute"),
     "GRAPH-STRUCT-IO.outputs-unchecked": (_GRAPH + "UnresolvedOutputRefOnly", _GRAPH + "MalformedValueInfoStruct"),
     "GRAPH-STRUCT-IO.nested-io-unchecked": (
         _GRAPH + "SequenceOfUnresolvedRefInput", _GRAPH + "OptionalMalformedStructOutput"),
@@ -46,6 +49,8 @@ CATCHERS = {
     "INIT-NAMES-UNIQUE.sparse-not-counted": (_NAMES + "StructValueRepeatsSparseName", _NAMES + "EncodedRepeatsSparse"),
     "REP-TENSORPROTO-COMPAT.sparse-densified-on-save": (
         "Required.Wire.RoundTrip.SparseInitializerUnmigrated", _PRESERVE + "SparseInitializerUnmigratedExport"),
+    "WIRE-ROUNDTRIP.payload-length-per-type": (
+        "Required.Wire.RoundTrip.SharedTypeLongerValueFirst", _PRESERVE + "SharedTypeIdRoundTrip"),
     "WIRE-ROUNDTRIP.subgraph-encoded-dropped": (
         _PRESERVE + "IfBranchEncodedInitializerRoundTrip", _PRESERVE + "LoopBodyStructInitializerExport"),
 }

@@ -486,3 +486,33 @@ class InlineLayoutMatchedToRegisteredDecoder(Fault):
 
     def patches(self):
         return [wrap(decode_module, "decode_value", _by_layout)]
+
+
+class PayloadLengthCachedPerType(Fault):
+    """Sizes each saved struct payload from a per-type_ref cache filled by the first value of that type:
+    a later value sharing the type ID but holding more or fewer records is saved truncated or
+    zero-padded to the first value's length."""
+
+    fault_id = "WIRE-ROUNDTRIP.payload-length-per-type"
+    clauses = ("WIRE-ROUNDTRIP",)
+
+    def on_save(self, model):
+        lengths: dict[int, int] = {}
+        for graph in graphs(model):
+            for value in graph.encoded_initializer:
+                if value.WhichOneof("layout") != "struct_type" or struct_kind(value.struct_type) != "type_ref" \
+                        or value.external_data:
+                    continue
+                size = lengths.setdefault(value.struct_type.type_ref, len(value.raw_data))
+                value.raw_data = bytes(value.raw_data[:size]).ljust(size, b"\0")
+
+
+class StandardExportDropsUnknownFields(Fault):
+    """Converts to standard ONNX by reparsing with the upstream schema and never looks at what it could
+    not represent: extension fields nested where the explicit checks do not look are silently dropped."""
+
+    fault_id = "EXP-STRUCT.unknown-fields-dropped"
+    clauses = ("EXP-STRUCT", "WIRE-LOCAL-EXTENSION")
+
+    def patches(self):
+        return [Patch(graph_utils, "_has_unknown_fields", lambda message: False, aliases=False)]
