@@ -45,6 +45,41 @@ class EncodedNameAndDocSwapped(Fault):
         return renumber(model_bytes, _ENCODED, {7: 8, 8: 7})
 
 
+def _merge_repeated(repeated) -> None:
+    """What a parser declaring the field singular does with several occurrences: merges them into one."""
+    if len(repeated) < 2:
+        return
+    merged = type(repeated[0])()
+    for item in repeated:
+        merged.MergeFrom(item)
+    del repeated[:]
+    repeated.add().CopyFrom(merged)
+
+
+class BindingsFieldSingular(Fault):
+    """Declares ``persistent_bindings = 1001`` as a singular message instead of a repeated one: several
+    bindings on the wire merge into one (the last names win), so only one pair is ever bound."""
+
+    fault_id = "WIRE-BINDINGS-FIELD.singular-field"
+    clauses = ("WIRE-BINDINGS-FIELD",)
+
+    def transform(self, model, base_dir):
+        _merge_repeated(model.graph.persistent_bindings)
+
+
+class EncodedInitializerFieldSingular(Fault):
+    """Declares ``GraphProto.encoded_initializer = 1000`` as a singular message: a graph's several encoded
+    initializers merge into one value (the last name, layout and payload win; external entries
+    accumulate)."""
+
+    fault_id = "WIRE-FIELDS.encoded-initializer-singular"
+    clauses = ("WIRE-FIELDS",)
+
+    def transform(self, model, base_dir):
+        for graph in graphs(model):
+            _merge_repeated(graph.encoded_initializer)
+
+
 # ---------------------------------------------------------------------------------- initializer names
 def _names_without_sparse(graph, path):
     seen: dict[str, str] = {}
