@@ -41,6 +41,8 @@ CATCHERS = {
     "GRAPH-STRUCT-IO.outputs-unchecked": (_GRAPH + "UnresolvedOutputRefOnly", _GRAPH + "MalformedValueInfoStruct"),
     "GRAPH-STRUCT-IO.nested-io-unchecked": (
         _GRAPH + "SequenceOfUnresolvedRefInput", _GRAPH + "OptionalMalformedStructOutput"),
+    "GRAPH-STRUCT-IO.subgraph-io-unchecked": (
+        _GRAPH + "IfBranchOutputUnresolvedRef", _GRAPH + "LoopBodyInputMalformedStruct"),
     "INIT-AS-INPUT.dense-input-rejected": (
         _NAMES + "DenseInitializerAlsoGraphInput", _NAMES + "SparseInitializerAlsoGraphInput"),
     "INIT-NAMES-UNIQUE.case-insensitive": (_NAMES + "EncodedNamesDifferingInCase", _NAMES + "NamesAreCaseSensitive"),

@@ -441,6 +441,33 @@ def _inputs_only(original):
     return verify_graph
 
 
+def _root_io_only(original):
+    def verify_graph(graph, path, verified):
+        if path == "model.graph":
+            return original(graph, path, verified)
+        probe = type(graph)()
+        probe.CopyFrom(graph)
+        for group in (probe.input, probe.output, probe.value_info):
+            for info in group:
+                if info.HasField("type") and verifier.contains_struct(info.type):
+                    info.ClearField("type")
+        return original(probe, path, verified)
+    return verify_graph
+
+
+class SubgraphIoStructTypesUnchecked(Fault):
+    """Validates the struct types of the root graph's inputs, outputs and value_info, but walks
+    control-flow subgraphs only for their initializers and nodes: a branch or loop body typed by an
+    undeclared or malformed struct is accepted."""
+
+    fault_id = "GRAPH-STRUCT-IO.subgraph-io-unchecked"
+    clauses = ("GRAPH-STRUCT-IO",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(verifier, "_verify_graph", _root_io_only)]
+
+
 class StructOutputTypesUnchecked(Fault):
     """Validates the struct types of graph inputs (which it must bind to feeds) but not of graph outputs
     and value_info: an output or intermediate typed by an undeclared or malformed struct is accepted."""
