@@ -48,6 +48,8 @@ CATCHERS = {
     "INIT-NAMES-UNIQUE.case-insensitive": (_NAMES + "EncodedNamesDifferingInCase", _NAMES + "NamesAreCaseSensitive"),
     "INIT-NAMES-UNIQUE.function-subgraphs-skipped": (
         _NAMES + "DuplicateInFunctionBodyBranch", _NAMES + "DuplicateEncodedInFunctionBodyLoop"),
+    "INIT-NAMES-UNIQUE.sparse-name-from-indices": (
+        _NAMES + "TwoSparseInitializersUnnamedIndices", _NAMES + "StructValueRepeatsSparseName"),
     "INIT-NAMES-UNIQUE.sparse-not-counted": (_NAMES + "StructValueRepeatsSparseName", _NAMES + "EncodedRepeatsSparse"),
     "REP-TENSORPROTO-COMPAT.sparse-densified-on-save": (
         "Required.Wire.RoundTrip.SparseInitializerUnmigrated", _PRESERVE + "SparseInitializerUnmigratedExport"),

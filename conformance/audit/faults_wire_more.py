@@ -104,6 +104,30 @@ class SparseNamesNotCounted(Fault):
         return [Patch(verifier, "_check_initializer_names", _names_without_sparse)]
 
 
+def _sparse_indices_names(graph, path):
+    seen: dict[str, str] = {}
+    named = [(f"{path}.initializer[{i}]", t.name) for i, t in enumerate(graph.initializer)]
+    named += [(f"{path}.sparse_initializer[{i}]", s.indices.name) for i, s in enumerate(graph.sparse_initializer)]
+    named += [(f"{path}.encoded_initializer[{i}]", v.name) for i, v in enumerate(graph.encoded_initializer)]
+    for item_path, name in named:
+        if not name and ".encoded_initializer[" in item_path:
+            raise violation(E.INITIALIZER_NAME_EMPTY, f"{item_path}.name", "encoded initializers must be named")
+        if name in seen:
+            raise violation(E.INITIALIZER_NAME_DUPLICATE, f"{item_path}.name", f"name {name!r} is already used")
+        seen[name] = item_path
+
+
+class SparseNameReadFromIndices(Fault):
+    """Takes a sparse initializer's name from its ``indices`` tensor instead of its ``values`` tensor:
+    the real name is never compared, and unnamed indices make two sparse initializers collide."""
+
+    fault_id = "INIT-NAMES-UNIQUE.sparse-name-from-indices"
+    clauses = ("INIT-NAMES-UNIQUE",)
+
+    def patches(self):
+        return [Patch(verifier, "_check_initializer_names", _sparse_indices_names)]
+
+
 def _case_folded(original):
     def check_initializer_names(graph, path):
         original(graph, path)
