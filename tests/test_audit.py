@@ -96,7 +96,9 @@ def traced():
 
 @pytest.mark.parametrize("fault_id", ["CAT-ID-UNIQUE.last-declaration-wins", "ENC-BIT-ORDER.big-endian-scalars",
                                       "CAT-ID-CHANGE.constants-not-checked", "ZC-TRANSPORT.field-transport-copies",
-                                      "STATE-FEEDS.missing-feeds-zero-filled"])
+                                      "STATE-FEEDS.missing-feeds-zero-filled",
+                                      "EXP-STANDARD.lowered-feedback-reversed",
+                                      "WIRE-ROUNDTRIP.external-location-marker-dropped"])
 def test_scoping_never_changes_a_kill(traced, fault_id):
     """The cases a fault is scoped to catch exactly what running every case catches."""
     cases, traces = traced

@@ -33,6 +33,24 @@ _METHOD_OPS = {"verify": ("verify",), "decode": ("decode",), "read_fields": ("fi
                "on_save": ("roundtrip", "export")}
 
 
+def trace_ops(case: Case) -> frozenset[str]:
+    """The adapter operations a state trace calls besides ``state``: a step opening the state over the
+    adapter's rewrite or export of the model, or running its lowered export (at any nesting depth)."""
+    found: set[str] = set()
+    pending: list = list(case.state_steps())
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            if "rewrite" in item:
+                found.add("rewrite")
+            if "export" in item or item.get("op") == "lowered":
+                found.add("export")
+            pending.extend(value for value in item.values() if isinstance(value, (list, dict)))
+    return frozenset(found)
+
+
 def trace(cases: Iterable[Case], timeout: float = 30.0) -> dict[str, frozenset]:
     """The code objects each case's reference run calls, in any thread."""
     adapter = ReferenceAdapter()
@@ -97,7 +115,8 @@ def cases_for(fault_classes: Iterable[type[Fault]], cases: list[Case],
             case.write_files(base_dir)
             for cls in fault_classes:
                 ops, codes, opaque = seam_of[cls.fault_id]
-                if opaque or case.op in ops or not codes.isdisjoint(traces[case.id]) or \
+                if opaque or case.op in ops or not ops.isdisjoint(trace_ops(case)) or \
+                        not codes.isdisjoint(traces[case.id]) or \
                         _edits(instances[cls.fault_id], case, base_dir):
                     scoped[cls.fault_id].append(case.id)
     return scoped
