@@ -25,6 +25,7 @@ MODULES = (
     "faults_kv",
     "faults_state_more",
     "faults_struct_more",
+    "faults_zc_more",
 )
 
 
