@@ -43,6 +43,9 @@ CAUGHT = {
                                                     "Required.ZeroCopy.More.StructStatesStayApart"}),
     F.ClosedStateBuffersPooled: ("PAY-ARENA", {"Required.ZeroCopy.More.ClosedStateOutputsSurviveNextState",
                                                "Required.ZeroCopy.More.ClosedStateOutputsSurviveOtherState"}),
+    F.SequenceOwnershipUnchecked: ("PAY-OWNERLESS", {"Required.ZeroCopy.More.OwnerlessSequenceElementInitialRejected",
+                                                     "Required.ZeroCopy.More.OwnerlessSequenceElementResetRejected"}),
+    F.SequenceElementsCopied: ("ZC-RETAIN", {"Required.ZeroCopy.More.SequenceElementsRetainedByBuffer"}),
 }
 
 

@@ -567,3 +567,206 @@ class ClosedStateBuffersPooled(Fault):
 
     def make_state(self, handle):
         return _PooledState(handle.state, self, self._key)
+
+
+class _CancelBackupState(FaultState):
+    def _backed_up(self, call):
+        backup = {name: to_runtime(neutral_copy(value)) for name, value in self.state._values.items()}
+        try:
+            return call()
+        except Exception:
+            if not self.state.closed:
+                self.state._values = MappingProxyType(backup)
+            raise
+
+    def run_cancelled(self, feeds):
+        return self._backed_up(lambda: super(_CancelBackupState, self).run_cancelled(feeds))
+
+    def run_held(self, feeds, hold):
+        return self._backed_up(lambda: super(_CancelBackupState, self).run_held(feeds, hold))
+
+
+class CancelRestoresBackup(Fault):
+    """On the cancellable path only, takes a backup copy of the state before the call and restores the
+    copy when the call is cancelled or fails (plain runs keep the previous buffers as they should)."""
+
+    fault_id = "ZC-FAILURE.cancel-backup-restored"
+    clauses = ("ZC-FAILURE",)
+
+    def make_state(self, handle):
+        return _CancelBackupState(handle.state, self)
+
+
+class _ViewedGuardState(FaultState):
+    def __init__(self, state, fault):
+        super().__init__(state, fault)
+        self.viewed = False
+
+    def values(self):
+        found = super().values()
+        self.viewed = True
+        return found
+
+    def run(self, feeds):
+        outputs = super().run(feeds)
+        self.viewed = False
+        return outputs
+
+    def _guard(self, what):
+        from reference_impl.errors import ErrorCode, violation
+
+        if self.viewed and not self.state.closed:
+            raise violation(ErrorCode.STATE_BUSY, f"state.{what}", "retained values are still viewed by the caller")
+
+    def close(self):
+        if self.fault.guards == "close":
+            self._guard("close")
+        return super().close()
+
+    def reset(self, initial):
+        if self.fault.guards == "reset":
+            self._guard("reset")
+        result = super().reset(initial)
+        self.viewed = False
+        return result
+
+
+class CloseRefusedWhileViewed(Fault):
+    """Refuses to close a state while the caller holds views from ``values()`` (reference-counted buffers
+    in use), instead of letting outstanding views outlive the state."""
+
+    fault_id = "ZC-OUTSTANDING.close-refused-while-viewed"
+    clauses = ("ZC-OUTSTANDING", "STATE-CLOSE")
+    guards = "close"
+
+    def make_state(self, handle):
+        return _ViewedGuardState(handle.state, self)
+
+
+class ResetRefusedWhileViewed(Fault):
+    """Refuses to reset a state while the caller holds views from ``values()``, instead of letting the
+    outstanding views outlive the values they show."""
+
+    fault_id = "ZC-OUTSTANDING.reset-refused-while-viewed"
+    clauses = ("ZC-OUTSTANDING", "STATE-RESET")
+    guards = "reset"
+
+    def make_state(self, handle):
+        return _ViewedGuardState(handle.state, self)
+
+
+def _struct_fields_copied(value):
+    return _map_neutral(value, on_array=lambda a, inside: a.copy() if inside and a.dtype.kind not in "OUS" else a)
+
+
+class _StructInitialCopyState(FaultState):
+    def reset(self, initial):
+        return super().reset({name: _struct_fields_copied(value) for name, value in initial.items()})
+
+
+class StructInitialFieldsCopied(Fault):
+    """Takes each tensor field of a whole struct initial value (open and reset) on as its own private
+    copy (fields are re-materialized one by one), while whole tensors are retained by reference."""
+
+    fault_id = "ZC-RETAIN.struct-initial-fields-copied"
+    clauses = ("ZC-RETAIN", "PAY-FIELD-OWNERS")
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        return super().open_state(model_bytes, {name: _struct_fields_copied(value) for name, value in initial.items()},
+                                  base_dir)
+
+    def make_state(self, handle):
+        return _StructInitialCopyState(handle.state, self)
+
+
+class _InitialSnapshotState(FaultState):
+    def values(self):
+        found = super().values()
+        if self.state.steps:
+            return found
+        return {name: neutral_copy(value) for name, value in found.items()}
+
+
+class InitialValuesSnapshotted(Fault):
+    """``values()`` hands out copies while the state still holds the caller's initial values (no call
+    yet since open or reset, "to protect the caller's buffers"), and shared views afterwards."""
+
+    fault_id = "ZC-VIEWS.initial-values-snapshotted"
+    clauses = ("ZC-VIEWS", "ZC-RETAIN")
+
+    def make_state(self, handle):
+        return _InitialSnapshotState(handle.state, self)
+
+
+class _StringOutputsRefusedState(FaultState):
+    def run(self, feeds):
+        outputs = super().run(feeds)
+        from reference_impl.errors import ErrorCode, violation
+
+        for name, value in outputs.items():
+            if isinstance(value, np.ndarray) and value.dtype.kind in "OUS":
+                raise violation(ErrorCode.BINDING_STRING, f"outputs[{name!r}]",
+                                "string tensors cannot be held by a state")
+        return outputs
+
+
+class StringOutputsRefused(Fault):
+    """Adopts every output of a stateful call as if it were retained, so an ordinary (unselected)
+    string output makes the call fail."""
+
+    fault_id = "ZC-STRINGS-NONPERSISTENT.string-outputs-refused"
+    clauses = ("ZC-STRINGS-NONPERSISTENT",)
+
+    def make_state(self, handle):
+        return _StringOutputsRefusedState(handle.state, self)
+
+
+class _SplitAliasesState(FaultState):
+    def run(self, feeds):
+        outputs = super().run(feeds)
+        bound = {b.output_name for b in self.state.bindings}
+        retained = [leaf for name, value in self.state._values.items() for _, leaf in leaves(value, name)
+                    if isinstance(leaf, np.ndarray) and leaf.dtype.kind not in "OUS"]
+        for name, value in list(outputs.items()):
+            if name in bound:
+                continue
+            shared = [leaf for _, leaf in leaves(to_runtime(value), name)
+                      if isinstance(leaf, np.ndarray) and any(np.shares_memory(leaf, kept) for kept in retained)]
+            if shared:
+                outputs[name] = neutral_copy(value)  # "an unselected output must not alias retained state"
+        return outputs
+
+
+class AliasedOutputsSplit(Fault):
+    """Copies an unselected returned output that shares storage with the retained state (the input the
+    call received, or the value it retains), instead of letting returned outputs and state share it."""
+
+    fault_id = "ZC-SHARED-STORAGE.unselected-aliases-copied"
+    clauses = ("ZC-SHARED-STORAGE", "ZC-NO-DUPLICATE")
+
+    def make_state(self, handle):
+        return _SplitAliasesState(handle.state, self)
+
+
+class SequenceOwnershipUnchecked(Fault):
+    """Checks that a retained tensor has an owner for whole tensors and struct fields but not for the
+    elements of a sequence: an ownerless borrow inside a sequence becomes retained state."""
+
+    fault_id = "PAY-OWNERLESS.sequence-elements-unchecked"
+    clauses = ("PAY-OWNERLESS",)
+
+    def patches(self):
+        def adopt_array(original):
+            def adopting(array, path, counters, persistent, owned):
+                if _INDEX_PATH.search(path):
+                    _RESETTING.element = True
+                    try:
+                        return original(array, path, counters, persistent, owned)
+                    finally:
+                        _RESETTING.element = False
+                return original(array, path, counters, persistent, owned)
+            return adopting
+
+        def ownerless(original):
+            return lambda array: False if getattr(_RESETTING, "element", False) else original(array)
+        return [wrap(state_module, "_adopt_array", adopt_array), wrap(state_module, "_ownerless", ownerless)]
