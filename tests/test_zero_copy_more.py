@@ -45,6 +45,10 @@ CAUGHT = {
                                                "Required.ZeroCopy.More.ClosedStateOutputsSurviveOtherState"}),
     F.SequenceOwnershipUnchecked: ("PAY-OWNERLESS", {"Required.ZeroCopy.More.OwnerlessSequenceElementInitialRejected",
                                                      "Required.ZeroCopy.More.OwnerlessSequenceElementResetRejected"}),
+    F.ResetPublishedBindingByBinding: ("STATE-ATOMIC", {"Required.ZeroCopy.More.ResetWithLaterValueInvalidChangesNothing",
+                                                        "Required.ZeroCopy.More.ResetWithLaterStructInvalidChangesNothing"}),
+    F.ResetIgnoresUnknownNames: ("STATE-RESET", {"Recommended.ZeroCopy.More.ResetUnboundNameRejected",
+                                                 "Recommended.ZeroCopy.More.ResetUnboundStructNameRejected"}),
     F.SequenceElementsCopied: ("ZC-RETAIN", {"Required.ZeroCopy.More.SequenceElementsRetainedByBuffer"}),
 }
 

@@ -770,3 +770,53 @@ class SequenceOwnershipUnchecked(Fault):
         def ownerless(original):
             return lambda array: False if getattr(_RESETTING, "element", False) else original(array)
         return [wrap(state_module, "_adopt_array", adopt_array), wrap(state_module, "_ownerless", ownerless)]
+
+
+class _ResetIgnoresUnknownState(FaultState):
+    def reset(self, initial):
+        bound = {b.input_name for b in self.state.bindings}
+        return super().reset({name: value for name, value in initial.items() if name in bound})
+
+
+class ResetIgnoresUnknownNames(Fault):
+    """Checks the names of the initial values when the state is opened but not on ``reset``, where values
+    for names that are not bound inputs are silently dropped."""
+
+    fault_id = "STATE-RESET.unknown-names-ignored"
+    clauses = ("STATE-RESET", "STATE-INITIAL")
+
+    def make_state(self, handle):
+        return _ResetIgnoresUnknownState(handle.state, self)
+
+
+class _ResetBindingByBindingState(FaultState):
+    def reset(self, initial):
+        from reference_impl.errors import ContractError
+
+        try:
+            return super().reset(initial)
+        except ContractError:
+            if self.state.closed or not isinstance(initial, dict):
+                raise
+            applied = dict(self.state._values)
+            for binding in self.state.bindings:  # the bindings before the failing one were swapped in
+                name = binding.input_name
+                if name not in initial:
+                    break
+                try:
+                    super().reset({**applied, name: initial[name]})
+                except ContractError:
+                    break
+                applied = dict(self.state._values)
+            raise
+
+
+class ResetPublishedBindingByBinding(Fault):
+    """Replaces the retained values of a reset one binding at a time, so a reset whose later value is
+    invalid fails after the earlier bindings were already replaced."""
+
+    fault_id = "STATE-RESET.published-binding-by-binding"
+    clauses = ("STATE-RESET", "STATE-ATOMIC")
+
+    def make_state(self, handle):
+        return _ResetBindingByBindingState(handle.state, self)
