@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import threading
 import weakref
+from collections.abc import Mapping
 from types import MappingProxyType
 
 import numpy as np
@@ -14,8 +15,10 @@ import numpy as np
 from conformance.adapters.reference import to_runtime
 from conformance.audit.fault import TESTEE_COPIES_RETURNED_VALUES, Fault, FaultState, wrap
 from conformance.audit.faults_state import neutral_copy
+from conformance.audit.faults_zero_copy import _detached
 from conformance.values import Encoded, Struct
 from reference_impl import state as state_module
+from reference_impl.executor import program
 from reference_impl.values import EncodedValue, leaves
 
 
@@ -820,3 +823,64 @@ class ResetPublishedBindingByBinding(Fault):
 
     def make_state(self, handle):
         return _ResetBindingByBindingState(handle.state, self)
+
+
+# ------------------------------------------------------------------- transport: the other direction
+def _detached_function_outputs(original):
+    def function_call(node, session, key, path, depth):
+        kernel, height = original(node, session, key, path, depth)
+
+        def run(args, ctx, values):
+            return [_detached(v) for v in kernel(args, ctx, values)]
+        return run, height
+    return function_call
+
+
+class FunctionOutputsDetached(Fault):
+    """Deep-copies the values a function call returns to its caller (struct fields and encoded payloads
+    included) instead of passing their owners on; the arguments go in as they are."""
+
+    fault_id = "ZC-TRANSPORT.function-outputs-detached"
+    clauses = ("ZC-TRANSPORT",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(program, "_function_call", _detached_function_outputs)]
+
+
+class _DetachedScope(Mapping):
+    """An If branch's view of the enclosing scope that hands out deep copies of the captured values."""
+
+    def __init__(self, values):
+        self.values = values
+
+    def __getitem__(self, name):
+        return _detached(self.values[name])
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def __len__(self):
+        return len(self.values)
+
+
+def _detached_captures(original):
+    def if_kernel(node, session, opsets, path, depth):
+        kernel, height = original(node, session, opsets, path, depth)
+
+        def run(args, ctx, values):
+            return kernel(args, ctx, _DetachedScope(values))
+        return run, height
+    return if_kernel
+
+
+class IfCapturesDetached(Fault):
+    """Builds an If branch's scope from deep copies of the enclosing values it captures, instead of
+    handing the outer buffers and owners into the branch."""
+
+    fault_id = "ZC-TRANSPORT.if-captures-detached"
+    clauses = ("ZC-TRANSPORT",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(program, "_if", _detached_captures)]
