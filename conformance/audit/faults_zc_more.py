@@ -884,3 +884,69 @@ class IfCapturesDetached(Fault):
 
     def patches(self):
         return [wrap(program, "_if", _detached_captures)]
+
+
+# ------------------------------------------------------------------ one guard for a model's states
+class _SessionGuardState(FaultState):
+    def __init__(self, state, fault, key):
+        super().__init__(state, fault)
+        self.key = key
+
+    def _active(self):
+        return self.fault.active.setdefault(self.key, [0])
+
+    def _counted(self, call):
+        counter = self._active()
+        with self.fault.lock:
+            counter[0] += 1
+        try:
+            return call()
+        finally:
+            with self.fault.lock:
+                counter[0] -= 1
+
+    def run(self, feeds):
+        return self._counted(lambda: super(_SessionGuardState, self).run(feeds))
+
+    def run_cancelled(self, feeds):
+        return self._counted(lambda: super(_SessionGuardState, self).run_cancelled(feeds))
+
+    def run_held(self, feeds, hold):
+        return self._counted(lambda: super(_SessionGuardState, self).run_held(feeds, hold))
+
+    def _guard(self, what):
+        from reference_impl.errors import ErrorCode, violation
+
+        if self._active()[0] and not self.state.closed:
+            raise violation(ErrorCode.STATE_BUSY, f"state.{what}", "a call is active on this model's session")
+
+    def reset(self, initial):
+        self._guard("reset")
+        return super().reset(initial)
+
+    def close(self):
+        self._guard("close")
+        return super().close()
+
+
+class ResetCloseGuardedPerModel(Fault):
+    """Keeps "reset or close cannot race with a call" with one count of active calls per loaded model, so
+    a reset or close of one state is refused while a call on another state of the same model is active."""
+
+    fault_id = "STATE-ISOLATION.reset-close-guarded-per-model"
+    clauses = ("STATE-ISOLATION", "STATE-NO-RACE")
+
+    @property
+    def active(self) -> dict:
+        return self.__dict__.setdefault("_active", {})
+
+    @property
+    def lock(self):
+        return self.__dict__.setdefault("_lock", threading.Lock())
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        self._key = model_bytes
+        return super().open_state(model_bytes, initial, base_dir)
+
+    def make_state(self, handle):
+        return _SessionGuardState(handle.state, self, self._key)
