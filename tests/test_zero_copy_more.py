@@ -54,6 +54,8 @@ CAUGHT = {
                                                  REC + "ResetUnboundStructNameRejected"}),
     F.ResetCloseGuardedPerModel: ("STATE-ISOLATION", {REQ + "ResetOfOtherStateDuringRun",
                                                       REQ + "CloseOfOtherStateDuringRun"}),
+    F.StridedStructFieldsCopied: ("PAY-UNSUPPORTED-OWNERSHIP", {REQ + "StridedStructFieldInitialRetainedOrRejected",
+                                                                REQ + "StridedStructFieldResetRetainedOrRejected"}),
     F.SequenceElementsCopied: ("ZC-RETAIN", {REQ + "SequenceElementsRetainedByBuffer"}),
 }
 

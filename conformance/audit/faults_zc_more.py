@@ -950,3 +950,22 @@ class ResetCloseGuardedPerModel(Fault):
 
     def make_state(self, handle):
         return _SessionGuardState(handle.state, self, self._key)
+
+
+def _field_layout_repaired(original):
+    def adopt_array(array, path, counters, persistent, owned):
+        if _FIELD_PATH.search(path) and not array.flags.c_contiguous and array.dtype.kind not in "OUS":
+            array = np.ascontiguousarray(array)  # the struct packer wants dense fields
+        return original(array, path, counters, persistent, owned)
+    return adopt_array
+
+
+class StridedStructFieldsCopied(Fault):
+    """Rejects a strided whole tensor but silently repairs a strided struct field with a contiguous
+    copy (the struct path packs its fields densely)."""
+
+    fault_id = "PAY-UNSUPPORTED-OWNERSHIP.strided-fields-copied"
+    clauses = ("PAY-UNSUPPORTED-OWNERSHIP", "PAY-FIELD-OWNERS")
+
+    def patches(self):
+        return [wrap(state_module, "_adopt_array", _field_layout_repaired)]
