@@ -56,6 +56,8 @@ CAUGHT = {
                                                       REQ + "CloseOfOtherStateDuringRun"}),
     F.StridedStructFieldsCopied: ("PAY-UNSUPPORTED-OWNERSHIP", {REQ + "StridedStructFieldInitialRetainedOrRejected",
                                                                 REQ + "StridedStructFieldResetRetainedOrRejected"}),
+    F.UnboundOutputsOwnershipUnchecked: ("PAY-OWNERLESS", {REQ + "OwnerlessFeedReturnedDirectlyRejected",
+                                                           REQ + "OwnerlessFeedReturnedAfterRunsRejected"}),
     F.SequenceElementsCopied: ("ZC-RETAIN", {REQ + "SequenceElementsRetainedByBuffer"}),
 }
 

@@ -969,3 +969,33 @@ class StridedStructFieldsCopied(Fault):
 
     def patches(self):
         return [wrap(state_module, "_adopt_array", _field_layout_repaired)]
+
+
+class _BoundOnlyState(FaultState):
+    def run(self, feeds):
+        _RESETTING.bound = {b.output_name for b in self.state.bindings}
+        try:
+            return super().run(feeds)
+        finally:
+            _RESETTING.bound = None
+
+
+class UnboundOutputsOwnershipUnchecked(Fault):
+    """Checks that outputs have an owner only for the outputs it retains: an ownerless borrow fed for the
+    call and returned directly as an unselected output leaves the call."""
+
+    fault_id = "PAY-OWNERLESS.unselected-outputs-unchecked"
+    clauses = ("PAY-OWNERLESS",)
+
+    def patches(self):
+        def reject_outputs(original):
+            def rejecting(found):
+                bound = getattr(_RESETTING, "bound", None)
+                if bound is None:
+                    return original(found)
+                return original({name: pairs for name, pairs in found.items() if name in bound})
+            return rejecting
+        return [wrap(state_module, "_reject_ownerless_outputs", reject_outputs)]
+
+    def make_state(self, handle):
+        return _BoundOnlyState(handle.state, self)
