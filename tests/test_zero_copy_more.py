@@ -58,6 +58,8 @@ CAUGHT = {
                                                                 REQ + "StridedStructFieldResetRetainedOrRejected"}),
     F.UnboundOutputsOwnershipUnchecked: ("PAY-OWNERLESS", {REQ + "OwnerlessFeedReturnedDirectlyRejected",
                                                            REQ + "OwnerlessFeedReturnedAfterRunsRejected"}),
+    F.EncodedAdoptionCountedAsCopy: ("ZC-NO-PAYLOAD-COPY", {REQ + "EncodedStateCopiesNothing",
+                                                            REQ + "EncodedResetCopiesNothing"}),
     F.SequenceElementsCopied: ("ZC-RETAIN", {REQ + "SequenceElementsRetainedByBuffer"}),
 }
 

@@ -999,3 +999,23 @@ class UnboundOutputsOwnershipUnchecked(Fault):
 
     def make_state(self, handle):
         return _BoundOnlyState(handle.state, self)
+
+
+def _encoded_counted(original):
+    def adopt_encoded(value, path, counters, persistent):
+        adopted = original(value, path, counters, persistent)
+        counters.payload_bytes_copied += adopted.payload.nbytes  # the repackaged value counted as a copy
+        counters.payload_allocations += 1
+        return adopted
+    return adopt_encoded
+
+
+class EncodedAdoptionCountedAsCopy(Fault):
+    """Shares encoded payloads correctly but reports each encoded value it takes on as a payload copy
+    (the counter is bumped where the encoded wrapper is rebuilt), so its copy counters misreport."""
+
+    fault_id = "ZC-NO-PAYLOAD-COPY.encoded-counted-as-copied"
+    clauses = ("ZC-NO-PAYLOAD-COPY",)
+
+    def patches(self):
+        return [wrap(state_module, "_adopt_encoded", _encoded_counted)]
