@@ -60,6 +60,8 @@ CAUGHT = {
                                                            REQ + "OwnerlessFeedReturnedAfterRunsRejected"}),
     F.EncodedAdoptionCountedAsCopy: ("ZC-NO-PAYLOAD-COPY", {REQ + "EncodedStateCopiesNothing",
                                                             REQ + "EncodedResetCopiesNothing"}),
+    F.StructFeedStringsRefused: ("ZC-STRINGS-NONPERSISTENT", {REQ + "StringFieldInFreshStructFeed",
+                                                              REQ + "FreshStructWithStringReturnedWhole"}),
     F.SequenceElementsCopied: ("ZC-RETAIN", {REQ + "SequenceElementsRetainedByBuffer"}),
 }
 

@@ -1019,3 +1019,22 @@ class EncodedAdoptionCountedAsCopy(Fault):
 
     def patches(self):
         return [wrap(state_module, "_adopt_encoded", _encoded_counted)]
+
+
+def _feeds_adopted_persistent(original):
+    def adopting(value, path, counters, *, persistent, **options):
+        if path.startswith("feeds["):
+            persistent = True  # one adoption routine for everything entering the state
+        return original(value, path, counters, persistent=persistent, **options)
+    return adopting
+
+
+class StructFeedStringsRefused(Fault):
+    """Adopts fresh structured feeds with the rules for retained values, so a string field in a fresh
+    (non-persistent) struct feed is refused; plain string tensor feeds still work."""
+
+    fault_id = "ZC-STRINGS-NONPERSISTENT.struct-feed-strings-refused"
+    clauses = ("ZC-STRINGS-NONPERSISTENT",)
+
+    def patches(self):
+        return [wrap(state_module, "adopt", _feeds_adopted_persistent, aliases=False)]
