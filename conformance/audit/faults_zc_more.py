@@ -136,16 +136,17 @@ class ResetValuesLeftWritable(Fault):
         return _ResetWritableState(handle.state, self)
 
 
-_RESETTING = threading.local()
+#: per-thread flags a fault sets around one path of the oracle (reset, a struct field, a sequence element)
+_FLAGS = threading.local()
 
 
 class _ResetOwnerlessState(FaultState):
     def reset(self, initial):
-        _RESETTING.on = True
+        _FLAGS.on = True
         try:
             return super().reset(initial)
         finally:
-            _RESETTING.on = False
+            _FLAGS.on = False
 
 
 class ResetAcceptsOwnerless(Fault):
@@ -157,7 +158,7 @@ class ResetAcceptsOwnerless(Fault):
 
     def patches(self):
         def make(original):
-            return lambda array: False if getattr(_RESETTING, "on", False) else original(array)
+            return lambda array: False if getattr(_FLAGS, "on", False) else original(array)
         return [wrap(state_module, "_ownerless", make)]
 
     def make_state(self, handle):
@@ -180,16 +181,16 @@ class StructFieldOwnershipUnchecked(Fault):
         def adopt_array(original):
             def adopting(array, path, counters, persistent, owned):
                 if _FIELD_PATH.search(path):
-                    _RESETTING.field = True
+                    _FLAGS.field = True
                     try:
                         return original(array, path, counters, persistent, owned)
                     finally:
-                        _RESETTING.field = False
+                        _FLAGS.field = False
                 return original(array, path, counters, persistent, owned)
             return adopting
 
         def ownerless(original):
-            return lambda array: False if getattr(_RESETTING, "field", False) else original(array)
+            return lambda array: False if getattr(_FLAGS, "field", False) else original(array)
 
         def reject_outputs(original):
             def rejecting(found):
@@ -762,16 +763,16 @@ class SequenceOwnershipUnchecked(Fault):
         def adopt_array(original):
             def adopting(array, path, counters, persistent, owned):
                 if _INDEX_PATH.search(path):
-                    _RESETTING.element = True
+                    _FLAGS.element = True
                     try:
                         return original(array, path, counters, persistent, owned)
                     finally:
-                        _RESETTING.element = False
+                        _FLAGS.element = False
                 return original(array, path, counters, persistent, owned)
             return adopting
 
         def ownerless(original):
-            return lambda array: False if getattr(_RESETTING, "element", False) else original(array)
+            return lambda array: False if getattr(_FLAGS, "element", False) else original(array)
         return [wrap(state_module, "_adopt_array", adopt_array), wrap(state_module, "_ownerless", ownerless)]
 
 
@@ -973,11 +974,11 @@ class StridedStructFieldsCopied(Fault):
 
 class _BoundOnlyState(FaultState):
     def run(self, feeds):
-        _RESETTING.bound = {b.output_name for b in self.state.bindings}
+        _FLAGS.bound = {b.output_name for b in self.state.bindings}
         try:
             return super().run(feeds)
         finally:
-            _RESETTING.bound = None
+            _FLAGS.bound = None
 
 
 class UnboundOutputsOwnershipUnchecked(Fault):
@@ -990,7 +991,7 @@ class UnboundOutputsOwnershipUnchecked(Fault):
     def patches(self):
         def reject_outputs(original):
             def rejecting(found):
-                bound = getattr(_RESETTING, "bound", None)
+                bound = getattr(_FLAGS, "bound", None)
                 if bound is None:
                     return original(found)
                 return original({name: pairs for name, pairs in found.items() if name in bound})
