@@ -174,3 +174,26 @@ def test_tract_refuses_string_tensors_naming_the_finding():
 
     _, message = _verdict("Required.ZeroCopy.Strings.NonPersistentStringFeedAndOutput", TractAdapter())
     assert "T-STRINGS" in message
+
+
+def test_openvino_forgets_a_handed_out_buffer_once_it_is_gone():
+    """The adapter-wide map from handed-out addresses to tensors counts an entry only while the array it
+    handed out is alive: once that array (and its session's hold on it) is gone, a new caller array at the
+    same address is the caller's own memory, not the old tensor (cases failed in sequence, not alone)."""
+    pytest.importorskip("openvino")
+    import gc
+
+    from conformance.adapters.ov import OpenVinoAdapter, _key
+
+    model = CASES["Recommended.Affine.Scale.OutputDtype_Bfloat16FromFloatScale"].model_bytes()
+    value = schema.parse_model(model).graph.encoded_initializer[0]
+    session = OpenVinoAdapter().stateless(dequantize_model(value))
+    old = np.array([1, 2], np.float32)
+    handed = session.to_numpy(session.adopt(old))
+    fresh = np.array([7, 8], np.float32)
+    session.handed_out[_key(fresh)] = session.handed_out.pop(_key(handed))  # as if fresh took its address
+    old[...] = 0
+    del handed
+    session._keep.clear()
+    gc.collect()
+    np.testing.assert_array_equal(session.to_numpy(session.adopt(fresh)), [7, 8])

@@ -16,6 +16,7 @@ every model with ``INFERENCE_PRECISION_HINT = f32`` so results are the model's o
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import ml_dtypes
@@ -34,7 +35,10 @@ class OpenVinoSession:
         import openvino as ov
 
         self.ov = ov
-        self.handed_out = handed_out  # (address, shape, dtype) -> the ov.Tensor behind it, adapter-wide
+        # (address, shape, dtype) -> (the ov.Tensor behind it, a weak reference to the array handed out),
+        # adapter-wide. An entry counts only while that array is alive: once it is gone (its session and
+        # the caller let go), the address may belong to a new caller array.
+        self.handed_out = handed_out
         model = core.read_model(model_bytes, b"")
         self.compiled = core.compile_model(model, "CPU", COMPILE_CONFIG)
         self.output_names = [output.get_any_name() for output in self.compiled.outputs]
@@ -47,8 +51,8 @@ class OpenVinoSession:
             return value
         array = np.asarray(value)
         known = self.handed_out.get(_key(array))
-        if known is not None:
-            return known
+        if known is not None and known[1]() is not None:
+            return known[0]
         if array.dtype.kind in "OUS":
             raise Rejected(None, "string tensors are not handed to OpenVINO: freeing a request that ran Identity "
                            "over one aborts the process (docs/peer-deviations.md, OV-STRING)")
@@ -81,7 +85,7 @@ class OpenVinoSession:
         self.ids[id(array)] = _address(array)
         self._keep.append((array, handle))
         if array.size:
-            self.handed_out[_key(array)] = handle
+            self.handed_out[_key(array)] = (handle, weakref.ref(array))
         return array
 
     def buffer_id(self, value: Any) -> int | None:

@@ -26,6 +26,7 @@ MODULES = (
     "faults_state_more",
     "faults_struct_more",
     "faults_wire_more",
+    "faults_zc_more",
 )
 
 
