@@ -6,11 +6,7 @@ case passes on the reference and fails on the fault. The whole catalogue is audi
 from __future__ import annotations
 
 import pytest
-
-from conformance.adapters.reference import ReferenceAdapter
-from conformance.audit import catalogue
-from conformance.cases import load_cases
-from conformance.execute import FAILED, PASSED, run_case
+from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a faulty runtime's arithmetic may overflow
 
@@ -73,31 +69,12 @@ CATCHERS = {
         _NEW + "External.Int4NonzeroPaddingNotDecoded"),
 }
 
-FAULTS = {cls.fault_id: cls for cls in catalogue.faults()}
-CASES = {case.id: case for case in load_cases()}
 
-
-def _params():
-    for fault_id, case_ids in CATCHERS.items():
-        clause = fault_id.split(".", 1)[0]
-        yield pytest.param(fault_id, case_ids, id=fault_id, marks=pytest.mark.clause(clause))
-
-
-@pytest.mark.parametrize(("fault_id", "case_ids"), list(_params()))
+@pytest.mark.parametrize(("fault_id", "case_ids"), list(params(CATCHERS)))
 def test_fault_is_caught_by_two_independent_cases(fault_id, case_ids):
-    cases = [CASES[case_id] for case_id in case_ids]
-    assert len(cases) >= 2
-    assert len({case.model_bytes() for case in cases}) == len(cases), "two of the cases share a model"
-    reference = {case.id: run_case(case, ReferenceAdapter(), timeout=60) for case in cases}
-    assert all(r.verdict == PASSED for r in reference.values()), {i: r.message for i, r in reference.items()
-                                                                 if r.verdict != PASSED}
-    faulty = {case.id: run_case(case, FAULTS[fault_id](), timeout=60) for case in cases}
-    missed = [case_id for case_id, result in faulty.items() if result.verdict != FAILED]
-    assert not missed, f"{fault_id} survives {missed}"
+    assert_caught_by_independent_cases(fault_id, case_ids)
 
 
 def test_every_new_case_catches_a_fault_listed_here():
     """Each case of the file is one of the catchers above, so none is there without a fault it kills."""
-    new = {case.id for case in CASES.values() if case.source == "cases/affine_more.toml"}
-    listed = {case_id for case_ids in CATCHERS.values() for case_id in case_ids}
-    assert new and new <= listed, sorted(new - listed)
+    assert_every_case_listed(CATCHERS, "cases/affine_more.toml")
