@@ -15,7 +15,7 @@ import numpy as np
 from conformance.adapters.reference import to_runtime
 from conformance.audit.fault import TESTEE_COPIES_RETURNED_VALUES, Fault, FaultState, wrap
 from conformance.audit.faults_state import neutral_copy
-from conformance.audit.faults_zero_copy import _detached
+from conformance.audit.faults_zero_copy import ScrubbingState, _detached
 from conformance.values import Encoded, Struct
 from reference_impl import state as state_module
 from reference_impl.executor import program
@@ -297,27 +297,8 @@ class ViewsCountedAsCopies(Fault):
 
 
 # ------------------------------------------------------------------------ encoded scrub on close
-def _scrub_encoded(value) -> None:
-    for _, leaf in leaves(value, "value"):
-        if not isinstance(leaf, EncodedValue):
-            continue
-        array = leaf.payload
-        while isinstance(array.base, np.ndarray):
-            array = array.base
-        if array.size:
-            try:
-                array.flags.writeable = True
-            except ValueError:
-                continue
-            array[...] = 0
-
-
-class _ScrubEncodedState(FaultState):
-    def close(self):
-        retained = list(self.state._values.values()) if not self.state.closed else []
-        super().close()
-        for value in retained:
-            _scrub_encoded(value)
+class _ScrubEncodedState(ScrubbingState):
+    encoded_only = True
 
 
 class EncodedScrubbedOnClose(Fault):

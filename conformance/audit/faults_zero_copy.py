@@ -156,8 +156,12 @@ class AliasingRefused(Fault):
         return _NoAliasingState(handle.state, self)
 
 
-def _scrub(value) -> None:
+def scrub(value, encoded_only: bool = False) -> None:
+    """Zero the memory behind every leaf of ``value`` (or behind its encoded payloads only), through the base
+    arrays, as a runtime scrubbing what it releases would."""
     for _, leaf in leaves(value, "value"):
+        if encoded_only and not isinstance(leaf, EncodedValue):
+            continue
         array = leaf.payload if isinstance(leaf, EncodedValue) else leaf
         while isinstance(array, np.ndarray) and isinstance(array.base, np.ndarray):
             array = array.base
@@ -169,12 +173,16 @@ def _scrub(value) -> None:
             array[...] = 0
 
 
-class _ScrubbingState(FaultState):
+class ScrubbingState(FaultState):
+    """Scrubs the retained values once the state is closed (``encoded_only``: their encoded payloads only)."""
+
+    encoded_only = False
+
     def close(self):
         retained = list(self.state._values.values()) if not self.state.closed else []
         super().close()
         for value in retained:
-            _scrub(value)
+            scrub(value, self.encoded_only)
 
 
 class ScrubsOnClose(Fault):
@@ -186,7 +194,7 @@ class ScrubsOnClose(Fault):
     testee_blind = TESTEE_COPIES_RETURNED_VALUES
 
     def make_state(self, handle):
-        return _ScrubbingState(handle.state, self)
+        return ScrubbingState(handle.state, self)
 
 
 def _detached(value):
