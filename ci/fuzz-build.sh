@@ -19,7 +19,8 @@ export SRC="$base/src" OUT="$base/out" WORK="$base/work"
 mkdir -p "$SRC/onnx-light-conformance" "$OUT" "$WORK"
 
 # The builder image copies the repository into $SRC and build.sh into $SRC/.
-(cd "$root" && git ls-files -z --cached --others --exclude-standard | xargs -0 tar -cf - --) \
+# (one tar reads the whole list: xargs would split a long list over several archives on one pipe)
+(cd "$root" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) \
   | tar -xf - -C "$SRC/onnx-light-conformance"
 cp "$root/ci/clusterfuzzlite/build.sh" "$SRC/build.sh"
 
