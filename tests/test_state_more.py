@@ -67,9 +67,10 @@ def test_mask_edge_expectations_agree_with_onnx_reference(case_id):
 def test_attention_expectations_agree_with_peers(case_id, peer):
     """onnx >= 1.23 (bottom-right alignment with nonpad_kv_seqlen) and onnxruntime, the caches fed back by
     hand. onnx's reference returns the softcapped scores in qk_matmul_output mode 0 (its definition: the
-    output of the QK matmul), so that row is compared with onnxruntime only."""
-    if case_id == "Required.KV.QkMatmulOutput.Mode0ScaledProduct" and peer == "onnx-reference":
-        pytest.skip("onnx.reference applies the softcap in mode 0")
+    output of the QK matmul): for that row the test asserts the deviation (E-QK-MODE0 in
+    docs/peer-deviations.md) and every other output agrees."""
+    deviation = case_id == "Required.KV.QkMatmulOutput.Mode0ScaledProduct" and peer == "onnx-reference"
+    deviating: set[str] = set()
     case = {**EXTERNAL, **QK}[case_id]
     if peer == "onnxruntime":
         ort = pytest.importorskip("onnxruntime")
@@ -93,8 +94,13 @@ def test_attention_expectations_agree_with_peers(case_id, peer):
     for step in steps[1:]:
         got = run({**{name: _array(value) for name, value in step["feeds"].items()}, **cache})
         for name, want in step["outputs"].items():
+            if deviation and not np.allclose(got[name], _array(want), rtol=1e-5, atol=1e-5):
+                deviating.add(name)
+                continue
             np.testing.assert_allclose(got[name], _array(want), rtol=1e-5, atol=1e-5)
         cache = {name: got[fed_back[name]] for name in cache}
+    if deviation:  # when onnx's reference follows its schema here, drop this branch and the finding
+        assert len(deviating) == 1 and "y" not in deviating, deviating
 
 
 @pytest.mark.clause("KV-ATTENTION")
