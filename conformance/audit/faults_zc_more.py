@@ -15,7 +15,7 @@ import numpy as np
 from conformance.adapters.reference import to_runtime
 from conformance.audit.fault import TESTEE_COPIES_RETURNED_VALUES, Fault, FaultState, wrap
 from conformance.audit.faults_state import neutral_copy
-from conformance.audit.faults_zero_copy import ScrubbingState, _detached
+from conformance.audit.faults_zero_copy import ScrubbingState, _detached, detached_outputs
 from conformance.values import Encoded, Struct
 from reference_impl import state as state_module
 from reference_impl.executor import program
@@ -808,16 +808,6 @@ class ResetPublishedBindingByBinding(Fault):
 
 
 # ------------------------------------------------------------------- transport: the other direction
-def _detached_function_outputs(original):
-    def function_call(node, session, key, path, depth):
-        kernel, height = original(node, session, key, path, depth)
-
-        def run(args, ctx, values):
-            return [_detached(v) for v in kernel(args, ctx, values)]
-        return run, height
-    return function_call
-
-
 class FunctionOutputsDetached(Fault):
     """Deep-copies the values a function call returns to its caller (struct fields and encoded payloads
     included) instead of passing their owners on; the arguments go in as they are."""
@@ -827,7 +817,7 @@ class FunctionOutputsDetached(Fault):
     boundary = True
 
     def patches(self):
-        return [wrap(program, "_function_call", _detached_function_outputs)]
+        return [wrap(program, "_function_call", detached_outputs)]
 
 
 class _DetachedScope(Mapping):

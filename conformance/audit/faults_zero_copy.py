@@ -251,14 +251,15 @@ class FunctionInputsDetached(Fault):
         return [wrap(program, "_function_call", _detached_function_inputs)]
 
 
-def _detached_branch_outputs(original):
-    def if_kernel(node, session, opsets, path, depth):
-        kernel, height = original(node, session, opsets, path, depth)
+def detached_outputs(original):
+    """A kernel builder (If, function call) whose kernels deep-copy every value they return."""
+    def build(*args, **kwargs):
+        kernel, height = original(*args, **kwargs)
 
         def run(args, ctx, values):
             return [_detached(v) for v in kernel(args, ctx, values)]
         return run, height
-    return if_kernel
+    return build
 
 
 class IfOutputsDetached(Fault):
@@ -270,7 +271,7 @@ class IfOutputsDetached(Fault):
     boundary = True
 
     def patches(self):
-        return [wrap(program, "_if", _detached_branch_outputs)]
+        return [wrap(program, "_if", detached_outputs)]
 
 
 def _scribble(value) -> None:
