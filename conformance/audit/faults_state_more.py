@@ -314,17 +314,16 @@ class CausalAlignedTopLeft(Fault):
         return [wrap(attention_module, "position_bias", _top_left)]
 
 
-def _short_mask_attends(mask, dtype, start, stop):
-    if mask is None:
-        return None
-    width = mask.shape[-1]
-    inside = mask[..., start:min(stop, width)]
-    if mask.dtype == np.bool_:
-        inside = np.where(inside, dtype.type(0), dtype.type(-np.inf))
-    if stop <= width:
-        return inside
-    pad = np.zeros(mask.shape[:-1] + (stop - max(start, width),), dtype=dtype)  # padded with "attend"
-    return np.concatenate([inside.astype(dtype, copy=False), pad], axis=-1)
+def _short_mask_attends(original):
+    def mask_bias(mask, dtype, start, stop):
+        bias = original(mask, dtype, start, stop)
+        if bias is None or stop <= mask.shape[-1]:
+            return bias
+        padded = max(start, mask.shape[-1]) - start  # the first key beyond the mask, within [start, stop)
+        bias = bias.copy()
+        bias[..., padded:] = 0  # padded with "attend"
+        return bias
+    return mask_bias
 
 
 class ShortMaskPaddedToAttend(Fault):
@@ -336,7 +335,7 @@ class ShortMaskPaddedToAttend(Fault):
     boundary = True
 
     def patches(self):
-        return [Patch(attention_module, "mask_bias", _short_mask_attends)]
+        return [wrap(attention_module, "mask_bias", _short_mask_attends)]
 
 
 def _finite_minimum(original):
