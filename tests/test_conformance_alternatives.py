@@ -685,14 +685,34 @@ class KeepsLastEqualValue(ReferenceAdapter):
         return super().rewrite(model.SerializeToString(), rewrite)
 
 
+class ExplicitOffsetWriter(ReferenceAdapter):
+    """Saves every external payload with its offset written out, 0 where the model left it implicit
+    ("offset is optional")."""
+
+    def _rewrite(self, data: bytes) -> bytes:
+        model = schema.parse_model(data)
+        for value in model.graph.encoded_initializer:
+            if value.external_data and "offset" not in {e.key for e in value.external_data}:
+                value.external_data.add(key="offset", value="0")
+        return model.SerializeToString()
+
+    def roundtrip(self, model_bytes):
+        return self._rewrite(super().roundtrip(model_bytes))
+
+    def export(self, model_bytes, target):
+        result = super().export(model_bytes, target)
+        return self._rewrite(result) if target == "onnx-light" else result
+
+
 WIRE_MORE = [case.id for case in CASES if case.source.endswith("wire_more.toml") and case.id.startswith("Required.")]
 
 
-@pytest.mark.clause("GRAPH-STRUCT-IO", "EXP-STRUCT", "INIT-AS-INPUT", "EXP-DEDUP")
-def test_runtimes_enforcing_onnx_typing_or_keeping_another_duplicate_pass_wire_more():
+@pytest.mark.clause("GRAPH-STRUCT-IO", "EXP-STRUCT", "INIT-AS-INPUT", "EXP-DEDUP", "EXP-PRESERVE-STRUCT")
+def test_runtimes_enforcing_onnx_typing_keeping_another_duplicate_or_writing_offsets_pass_wire_more():
     assert len(WIRE_MORE) == 32
     _passes(ChecksOnnxTyping(), *WIRE_MORE)
     _passes(KeepsLastEqualValue(), *WIRE_MORE)
+    _passes(ExplicitOffsetWriter(), *WIRE_MORE, "Required.Export", "Required.Wire", "Required.External")
 
 
 STRIDED_STRUCT = ["Required.ZeroCopy.More.StridedStructFieldInitialRetainedOrRejected",
