@@ -723,3 +723,70 @@ STRIDED_STRUCT = ["Required.ZeroCopy.More.StridedStructFieldInitialRetainedOrRej
 def test_strided_struct_fields_may_be_retained_or_rejected():
     _passes(ReferenceAdapter(), *STRIDED_STRUCT)  # rejects them (STATE_UNRETAINABLE)
     _passes(LoopAdapter(), *STRIDED_STRUCT)  # retains the caller's strided field as it is
+
+
+# ------------------------------------------------------------- reset/close of another state in a run
+class _ModelGuard:
+    def __init__(self):
+        self.idle = threading.Condition()
+        self.active = 0
+
+
+class _WaitsForModelRuns(ReferenceState):
+    """Reset and close of any state wait until no run of the same model is active."""
+
+    def __init__(self, handle, guard: _ModelGuard):
+        super().__init__(handle.state, handle.slot)
+        self.guard = guard
+
+    def _counted(self, call, *args):
+        with self.guard.idle:
+            self.guard.active += 1
+        try:
+            return call(*args)
+        finally:
+            with self.guard.idle:
+                self.guard.active -= 1
+                self.guard.idle.notify_all()
+
+    def run(self, feeds):
+        return self._counted(super().run, feeds)
+
+    def run_held(self, feeds, hold):
+        return self._counted(super().run_held, feeds, hold)
+
+    def reset(self, initial):
+        with self.guard.idle:
+            self.guard.idle.wait_for(lambda: self.guard.active == 0)
+            return super().reset(initial)
+
+    def close(self):
+        with self.guard.idle:
+            self.guard.idle.wait_for(lambda: self.guard.active == 0)
+            return super().close()
+
+
+class GuardsResetClosePerModel(ReferenceAdapter):
+    """Keeps "Reset or close cannot race with a call" with one guard per model: a reset or close of one
+    state waits for a run of another state of the same model (never refuses it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.guards: dict[bytes, _ModelGuard] = {}
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        guard = self.guards.setdefault(model_bytes, _ModelGuard())
+        return _WaitsForModelRuns(super().open_state(model_bytes, initial, base_dir), guard)
+
+
+@pytest.mark.clause("STATE-ISOLATION", "STATE-NO-RACE")
+def test_reset_or_close_of_another_state_may_wait_for_a_run_but_not_be_refused(monkeypatch):
+    from conformance import trace
+    from conformance.audit.faults_zc_more import ResetCloseGuardedPerModel
+
+    other = ["Required.ZeroCopy.More.ResetOfOtherStateDuringRun", "Required.ZeroCopy.More.CloseOfOtherStateDuringRun"]
+    monkeypatch.setattr(trace, "INDEPENDENT_TIMEOUT", 0.5)  # the waiting runtime waits out the whole timeout
+    _passes(ReferenceAdapter(), *other)  # answers at once
+    _passes(GuardsResetClosePerModel(), *other, "Required.State.Concurrency", "Required.State.Independent")
+    for case_id in other:
+        assert "rejected" in _fails(ResetCloseGuardedPerModel(), case_id)  # refuses the other state's call
