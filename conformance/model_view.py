@@ -3,10 +3,11 @@ conforming writer may change.
 
 ``same_message`` (byte-for-byte after parsing) demands more than the spec: a writer may store a
 tensor's values in ``raw_data`` instead of ``float_data``, list ``external_data`` entries in another
-order, reorder the catalogue ("Reordering the catalogue does not change identity") or drop fields it
-does not know. ``same_contract`` compares what the contract preserves: the catalogue, the encoded
-initializers (layout, parameters by value, payload or external extent), the bindings, and the graph's
-inputs, outputs, initializers (by value), nodes and opset imports.
+order, write or omit an external offset of 0 ("offset is optional"), reorder the catalogue ("Reordering
+the catalogue does not change identity") or drop fields it does not know. ``same_contract`` compares
+what the contract preserves: the catalogue, the encoded initializers (layout, parameters by value,
+payload or external extent), the bindings, and the graph's inputs, outputs, initializers (by value),
+nodes and opset imports.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def contract_view(model) -> dict[str, Any]:
 
 
 def _encoded(value) -> tuple:
-    external = sorted((e.key, e.value) for e in value.external_data)
+    # "offset is optional": an explicit offset 0 and no offset name the same extent
+    external = sorted((e.key, e.value) for e in value.external_data if (e.key, e.value) != ("offset", "0"))
     header = type(value)()
     header.CopyFrom(value)
     header.ClearField("external_data")

@@ -607,3 +607,186 @@ class MultipliesInTheOutputPrecision(Fault):
 def test_a_multiply_in_the_output_precision_passes_every_required_affine_case():
     _passes(MultipliesInTheOutputPrecision(), "Required.Affine", "Required.AffineMore", "Required.External",
             "Required.KV.PagedFormatRuns")
+
+
+# ----------------------------------------------------------------- ONNX's own rules around the value
+def _bodies(model):
+    """Every graph and function body with the operator domains it imports, subgraphs included."""
+    pending = [(model.graph, {o.domain for o in model.opset_import})]
+    pending += [(f, {o.domain for o in f.opset_import}) for f in model.functions]
+    while pending:
+        body, imported = pending.pop(0)
+        yield body, imported
+        for node in body.node:
+            for attr in node.attribute:
+                pending += [(g, imported) for g in ([attr.g] if attr.HasField("g") else list(attr.graphs))]
+
+
+def _type_key(value_info) -> bytes:
+    return value_info.type.SerializeToString(deterministic=True)
+
+
+class ChecksOnnxTyping(ReferenceAdapter):
+    """Before anything else, also enforces rules ONNX itself sets on the graph around the value under
+    test and refuses a model breaking one with its own code: every node's domain is imported, If branches
+    agree on their output types, a Loop body carries one type through, a sparse initializer that is also
+    a graph input is typed as a sparse tensor, and Optional's element type is no struct. The Required
+    models keep clear of these rules, so such a runtime passes them."""
+
+    def _check(self, model_bytes: bytes) -> None:
+        model = schema.parse_model(model_bytes)
+        for body, imported in _bodies(model):
+            for node in body.node:
+                if node.domain not in imported:
+                    raise Rejected("TYPE_INVALID", f"no opset import for domain {node.domain!r}")
+                attrs = {a.name: a for a in node.attribute}
+                if (node.domain, node.op_type) == ("", "If"):
+                    then, other = attrs["then_branch"].g, attrs["else_branch"].g
+                    if [_type_key(v) for v in then.output] != [_type_key(v) for v in other.output]:
+                        raise Rejected("TYPE_INVALID", "If branches disagree on their output types")
+                if (node.domain, node.op_type) == ("", "Loop"):
+                    loop = attrs["body"].g
+                    for k in range(len(node.input) - 2):
+                        if _type_key(loop.input[k + 2]) != _type_key(loop.output[k + 1]):
+                            raise Rejected("TYPE_INVALID", "a Loop body changes a carried value's type")
+                if (node.domain, node.op_type) == ("", "Optional") and "type" in attrs \
+                        and attrs["type"].tp.HasField("struct_type"):
+                    raise Rejected("TYPE_INVALID", "Optional admits no struct element")
+            if isinstance(body, schema.GraphProto):
+                sparse = {s.values.name for s in body.sparse_initializer}
+                for value in body.input:
+                    if value.name in sparse and not value.type.HasField("sparse_tensor_type"):
+                        raise Rejected("TYPE_INVALID", f"input {value.name!r} defaults to a sparse tensor")
+
+    def verify(self, model_bytes, base_dir):
+        self._check(model_bytes)
+        return super().verify(model_bytes, base_dir)
+
+    def roundtrip(self, model_bytes):
+        self._check(model_bytes)
+        return super().roundtrip(model_bytes)
+
+    def export(self, model_bytes, target):
+        self._check(model_bytes)
+        return super().export(model_bytes, target)
+
+
+class KeepsLastEqualValue(ReferenceAdapter):
+    """Its deduplication keeps the last of equal encoded values instead of the first (the spec names
+    neither)."""
+
+    def rewrite(self, model_bytes, rewrite):
+        if rewrite.get("kind") != "deduplicate":
+            return super().rewrite(model_bytes, rewrite)
+        model = schema.parse_model(model_bytes)
+        values = list(model.graph.encoded_initializer)
+        del model.graph.encoded_initializer[:]
+        model.graph.encoded_initializer.extend(values[::-1])
+        return super().rewrite(model.SerializeToString(), rewrite)
+
+
+class ExplicitOffsetWriter(ReferenceAdapter):
+    """Saves every external payload with its offset written out, 0 where the model left it implicit
+    ("offset is optional")."""
+
+    def _rewrite(self, data: bytes) -> bytes:
+        model = schema.parse_model(data)
+        for value in model.graph.encoded_initializer:
+            if value.external_data and "offset" not in {e.key for e in value.external_data}:
+                value.external_data.add(key="offset", value="0")
+        return model.SerializeToString()
+
+    def roundtrip(self, model_bytes):
+        return self._rewrite(super().roundtrip(model_bytes))
+
+    def export(self, model_bytes, target):
+        result = super().export(model_bytes, target)
+        return self._rewrite(result) if target == "onnx-light" else result
+
+
+WIRE_MORE = [case.id for case in CASES if case.source.endswith("wire_more.toml") and case.id.startswith("Required.")]
+
+
+@pytest.mark.clause("GRAPH-STRUCT-IO", "EXP-STRUCT", "INIT-AS-INPUT", "EXP-DEDUP", "EXP-PRESERVE-STRUCT")
+def test_runtimes_enforcing_onnx_typing_keeping_another_duplicate_or_writing_offsets_pass_wire_more():
+    assert len(WIRE_MORE) == 32
+    _passes(ChecksOnnxTyping(), *WIRE_MORE)
+    _passes(KeepsLastEqualValue(), *WIRE_MORE)
+    _passes(ExplicitOffsetWriter(), *WIRE_MORE, "Required.Export", "Required.Wire", "Required.External")
+
+
+STRIDED_STRUCT = ["Required.ZeroCopy.More.StridedStructFieldInitialRetainedOrRejected",
+                  "Required.ZeroCopy.More.StridedStructFieldResetRetainedOrRejected"]
+
+
+@pytest.mark.clause("ZC-ENTRY-POINTS", "PAY-UNSUPPORTED-OWNERSHIP", "PAY-FIELD-OWNERS")
+def test_strided_struct_fields_may_be_retained_or_rejected():
+    _passes(ReferenceAdapter(), *STRIDED_STRUCT)  # rejects them (STATE_UNRETAINABLE)
+    _passes(LoopAdapter(), *STRIDED_STRUCT)  # retains the caller's strided field as it is
+
+
+# ------------------------------------------------------------- reset/close of another state in a run
+class _ModelGuard:
+    def __init__(self):
+        self.idle = threading.Condition()
+        self.active = 0
+
+
+class _WaitsForModelRuns(ReferenceState):
+    """Reset and close of any state wait until no run of the same model is active."""
+
+    def __init__(self, handle, guard: _ModelGuard):
+        super().__init__(handle.state, handle.slot)
+        self.guard = guard
+
+    def _counted(self, call, *args):
+        with self.guard.idle:
+            self.guard.active += 1
+        try:
+            return call(*args)
+        finally:
+            with self.guard.idle:
+                self.guard.active -= 1
+                self.guard.idle.notify_all()
+
+    def run(self, feeds):
+        return self._counted(super().run, feeds)
+
+    def run_held(self, feeds, hold):
+        return self._counted(super().run_held, feeds, hold)
+
+    def reset(self, initial):
+        with self.guard.idle:
+            self.guard.idle.wait_for(lambda: self.guard.active == 0)
+            return super().reset(initial)
+
+    def close(self):
+        with self.guard.idle:
+            self.guard.idle.wait_for(lambda: self.guard.active == 0)
+            return super().close()
+
+
+class GuardsResetClosePerModel(ReferenceAdapter):
+    """Keeps "Reset or close cannot race with a call" with one guard per model: a reset or close of one
+    state waits for a run of another state of the same model (never refuses it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.guards: dict[bytes, _ModelGuard] = {}
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        guard = self.guards.setdefault(model_bytes, _ModelGuard())
+        return _WaitsForModelRuns(super().open_state(model_bytes, initial, base_dir), guard)
+
+
+@pytest.mark.clause("STATE-ISOLATION", "STATE-NO-RACE")
+def test_reset_or_close_of_another_state_may_wait_for_a_run_but_not_be_refused(monkeypatch):
+    from conformance import trace
+    from conformance.audit.faults_zc_more import ResetCloseGuardedPerModel
+
+    other = ["Required.ZeroCopy.More.ResetOfOtherStateDuringRun", "Required.ZeroCopy.More.CloseOfOtherStateDuringRun"]
+    monkeypatch.setattr(trace, "INDEPENDENT_TIMEOUT", 0.5)  # the waiting runtime waits out the whole timeout
+    _passes(ReferenceAdapter(), *other)  # answers at once
+    _passes(GuardsResetClosePerModel(), *other, "Required.State.Concurrency", "Required.State.Independent")
+    for case_id in other:
+        assert "rejected" in _fails(ResetCloseGuardedPerModel(), case_id)  # refuses the other state's call
