@@ -59,6 +59,18 @@ def test_every_case_model_declares_an_ir_version_that_has_its_element_types():
     assert not too_old, too_old
 
 
+def test_every_case_model_declares_an_ir_version_that_has_its_opsets():
+    """Opset 23 came with IR 11, 24 with 12, 25 with 13 (onnx's own version table)."""
+    too_old = {}
+    for case, model in _models():
+        standard = [onnx.helper.make_opsetid(o.domain, o.version) for o in model.opset_import
+                    if o.domain in ("", "ai.onnx", "ai.onnx.ml")]
+        needed = onnx.helper.find_min_ir_version_for(standard) if standard else 0
+        if model.ir_version < needed:
+            too_old[case.id] = (model.ir_version, needed)
+    assert not too_old, too_old
+
+
 def test_the_element_type_scan_sees_affine_storage_and_cast_targets():
     """The check above is only as good as its scan: it must find a type named only as affine storage or as
     a Cast target."""

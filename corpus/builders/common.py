@@ -6,7 +6,6 @@ import numpy as np
 
 from reference_impl import schema
 
-
 #: The IR version case models declare: 13 is the first with every element type the contract uses (INT2 and
 #: UINT2; FLOAT4E2M1 came with 11, FLOAT8E8M0 with 12), so a runtime that checks types against it accepts them.
 IR_VERSION = 13

@@ -11,7 +11,7 @@ from conformance.wire import field, field_varint
 
 from . import builder
 from .affine_scales import expected_values
-from .common import pack_nibbles
+from .common import IR_VERSION, pack_nibbles
 from .wire import _float_tensor_type, string
 
 
@@ -22,7 +22,7 @@ def _tensor(data_type: int, dims, payload: bytes) -> bytes:
 
 def _model(graph: bytes, declarations: bytes = b"") -> bytes:
     """ModelProto{ir_version (1), opset_import (8), graph (7), struct_types (1000)...}."""
-    return field_varint(1, 10) + field(8, field_varint(2, 23)) + field(7, graph) + declarations
+    return field_varint(1, IR_VERSION) + field(8, field_varint(2, 23)) + field(7, graph) + declarations
 
 
 @builder

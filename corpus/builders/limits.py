@@ -64,7 +64,7 @@ def legacy_binding_field_path(tag: int):
     from reference_impl import schema
 
     m = schema.parse_text('''
-      ir_version: 10 opset_import { domain: "" version: 23 }
+      ir_version: 13 opset_import { domain: "" version: 23 }
       struct_types { type_id: 7 name: "Cache" structure {
         field { name: "keys" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } }
         field { name: "length" type { tensor_type { elem_type: 7 shape { } } } } } }

@@ -8,6 +8,7 @@ import numpy as np
 from conformance.wire import field, field_varint, varint
 
 from . import builder
+from .common import IR_VERSION
 
 
 def string(number: int, text: str) -> bytes:
@@ -33,7 +34,8 @@ def hand_encoded_struct_model():
     layout = field_varint(4, 7)  # StructTypeProto.type_ref
     value = field(2, layout) + field(4, bytes([1, 2, 3, 4])) + string(7, "v")  # struct_type, raw_data, name
     graph = string(2, "hand") + field(1000, value)
-    model = field_varint(1, 10) + field(8, string(1, "") + field_varint(2, 23)) + field(7, graph) + field(1000, decl)
+    opset = field(8, string(1, "") + field_varint(2, 23))
+    model = field_varint(1, IR_VERSION) + opset + field(7, graph) + field(1000, decl)
     return {"model": model, "expected_fields": {"a": [[1], [3]], "b": [[2], [4]]}}
 
 
@@ -45,7 +47,7 @@ def hand_encoded_affine_model():
     affine = field_varint(1, 3) + field(2, scale)
     value = field(1, affine) + field(3, _float_tensor_type([2])) + field(4, bytes([2, 0xFC])) + string(7, "w")
     graph = string(2, "hand") + field(1000, value)
-    model = field_varint(1, 10) + field(8, field_varint(2, 23)) + field(7, graph)
+    model = field_varint(1, IR_VERSION) + field(8, field_varint(2, 23)) + field(7, graph)
     return {"model": model, "expected": np.array([1.0, -2.0], dtype=np.float32)}
 
 
@@ -55,7 +57,7 @@ def hand_encoded_bindings_model():
     from reference_impl import schema
 
     base = schema.parse_text('''
-      ir_version: 10 opset_import { domain: "" version: 23 }
+      ir_version: 13 opset_import { domain: "" version: 23 }
       graph { name: "g" node { op_type: "Add" input: "past" input: "x" output: "present" }
         input { name: "past" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } }
         input { name: "x" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } }
@@ -100,7 +102,7 @@ def unknown_fields(where: str):
 @builder
 def garbage(kind: str):
     """Bytes that are not a valid ModelProto: a length prefix running past the end."""
-    return {"model": field_varint(1, 10) + varint(7 << 3 | 2) + varint(50) + b"\x00\x01"}
+    return {"model": field_varint(1, IR_VERSION) + varint(7 << 3 | 2) + varint(50) + b"\x00\x01"}
 
 
 @builder
