@@ -111,9 +111,13 @@ class _Adoption:
         if depth >= MAX_DEPTH:
             raise violation(E.NESTING_TOO_DEEP, path, f"the value nests containers deeper than {MAX_DEPTH}")
         if struct:
-            fields = [(name, item, self.adopt(item, f"{path}.{name}", depth + 1)) for name, item in value.items()]
-            result = value if all(new is item for _, item, new in fields) else \
-                StructValue({name: new for name, _, new in fields}, value.type_id)
+            changed = {}
+            for name, item in value.items():
+                new = self.adopt(item, f"{path}.{name}", depth + 1)
+                if new is not item:
+                    changed[name] = new
+            result = StructValue({name: changed.get(name, item) for name, item in value.items()}, value.type_id) \
+                if changed else value
         elif isinstance(value, list):
             result = [item if self._trusted(item) else self.adopt(item, f"{path}[{i}]", depth + 1)
                       for i, item in enumerate(value)]
@@ -200,7 +204,10 @@ def _address(array: np.ndarray) -> int:
 def _ownerless(array: np.ndarray) -> bool:
     """True when the memory ultimately belongs to nobody the array can keep alive: a ctypes object
     created over a raw address (``from_address``, ``np.ctypeslib.as_array(pointer)``)."""
-    owner: Any = array
+    owner: Any = array.base
+    if type(owner) is np.ndarray and owner.base is None:
+        return False  # the common case: a view of an array that owns its memory
+    owner = array
     for _ in range(64):
         if isinstance(owner, np.ndarray):
             if owner.base is None:
@@ -381,6 +388,7 @@ class _Validated:
         self._entries: dict[int, _Entry] = {}
         self.hits: dict[int, _Entry] = {}
         self._misses: set[int] = set()
+        self._first_seen: dict[int, Any] = {}  # flat structs published once, not yet remembered (by id)
 
     def new_call(self) -> None:
         self.hits, self._misses = {}, set()
@@ -407,9 +415,12 @@ class _Validated:
 
     def publish(self, adopted: Mapping[int, tuple[Any, Any]], checked: set[tuple[int, int]]) -> None:
         """Remember the flat structs just published: the hits, and every struct the adoption published as
-        it is (``adopted``: id -> (source, result)), with the declared types ``check_value`` checked it
-        against (``checked``)."""
+        it is (``adopted``: id -> (source, result)) for the second time in a row, with the declared types
+        ``check_value`` checked it against (``checked``). A struct published for the first time is only
+        noted: a struct replaced on every call (a paged cache's open block) is never worth a record, and
+        one that does come back (a sealed block) is checked in full once more, then remembered."""
         entries = dict(self.hits)
+        first_seen, self._first_seen = self._first_seen, {}
         if not adopted:
             self._entries = entries
             self.new_call()
@@ -419,6 +430,9 @@ class _Validated:
             specs.setdefault(key, set()).add(spec)
         for key, (source, result) in adopted.items():
             if result is not source or key in entries or key not in specs or not is_struct(source):
+                continue
+            if first_seen.get(key) is not source:
+                self._first_seen[key] = source
                 continue
             try:
                 entry = _remember(source, frozenset(specs[key]))

@@ -572,4 +572,7 @@ def _collect_leaves(value: Any, path: str, skip: Container[int], seen: set[int],
         if kind is np.ndarray or kind is EncodedValue:
             found.append((path + suffix.format(name), item))
         elif item is not None:
+            child = id(item)
+            if child in seen or child in skip:
+                continue  # (as the call below would decide, without formatting its path)
             _collect_leaves(item, path + suffix.format(name), skip, seen, depth + 1, found)
