@@ -45,6 +45,10 @@ ROLES: dict[str, Role] = {role.name: role for role in (
          "(struct) -> value; attribute field (STRING): one field of a struct value, by reference"),
     Role("make_struct", "onnx_light", "MakeStruct",
          "(values...) -> struct; attributes type_id (INT), fields (STRINGS): a struct from its field values"),
+    # ONNX's Identity types no struct or encoded value; the models pass state through it all the same.
+    Role("forward", "", "Identity",
+         "(value) -> value: its input handed on by reference, whatever it is (tensor, sequence, optional, map, "
+         "struct value, encoded value)"),
 )}
 
 

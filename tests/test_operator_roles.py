@@ -1,4 +1,4 @@
-"""Operator roles: a runtime binds the suite's paged_attention / decode / get_field / make_struct roles to
+"""Operator roles: a runtime binds the suite's paged_attention / decode / get_field / make_struct / forward roles to
 its own operators, and the runner rewrites the case models to that binding before the runtime sees them,
 in process and through the testee; the default for paged attention is the operator the reference (and
 onnx-light) registers."""
@@ -50,7 +50,7 @@ def _cases(ids):
 
 def test_the_paged_attention_default_is_the_operator_the_reference_registers():
     assert operators.ROLES["paged_attention"].default == (KV_DOMAIN, "PagedAttention") == ("ai.rt", "PagedAttention")
-    assert set(operators.ROLES) == {"paged_attention", "decode", "get_field", "make_struct"}
+    assert set(operators.ROLES) == {"paged_attention", "decode", "get_field", "make_struct", "forward"}
 
 
 def test_bind_rewrites_only_the_rebound_role_and_imports_its_domain():
@@ -103,3 +103,55 @@ def test_a_malformed_declaration_is_a_suite_error(declared, message):
 
     result = run_case(_cases(PAGED[:1])[0], Broken())
     assert result.verdict == FAILED and "suite error" in result.message and message in result.message
+
+
+def _identity_over_contract_values(case) -> bool:
+    """Whether the case's model passes a struct or encoded value through an Identity node of its graph."""
+    try:
+        model = schema.parse_model(case.model_bytes() or b"")
+    except Exception:  # noqa: BLE001 - a deliberately unparsable model has no Identity to look at
+        return False
+    declared = {v.name: v.type for v in (*model.graph.input, *model.graph.output, *model.graph.value_info)}
+    encoded = {e.name for e in model.graph.encoded_initializer}
+    return any(node.op_type == "Identity" and node.domain in ("", "ai.onnx")
+               and (node.input[0] in encoded or "struct_type" in str(declared.get(node.input[0], "")))
+               for node in model.graph.node)
+
+
+class TensorOnlyIdentity(ReferenceAdapter):
+    """A runtime whose Identity is ONNX's, typed for tensors, sequences and optionals only: a struct or
+    encoded value reaching it is refused (CONSUMER_MISSING). Its own pass-through operator, vendor::Forward,
+    takes any value; it binds the ``forward`` role to it."""
+
+    name = "tensor-only-identity"
+
+    def operators(self):
+        return {"forward": ("vendor", "Forward")}
+
+    def executor_kernels(self):
+        from reference_impl.errors import ErrorCode, violation
+        from reference_impl.values import EncodedValue, StructValue
+
+        def tensor_identity(inputs, attrs, ctx):
+            if isinstance(inputs[0], (StructValue, EncodedValue)):
+                raise violation(ErrorCode.CONSUMER_MISSING, ctx.path, "Identity takes tensors, sequences and optionals")
+            return [inputs[0]]
+
+        return {**super().executor_kernels(), ("", "Identity"): tensor_identity,
+                ("vendor", "Forward"): lambda inputs, attrs, ctx: [inputs[0]]}
+
+
+class TensorOnlyIdentityUnbound(TensorOnlyIdentity):
+    def operators(self):
+        return {}
+
+
+@pytest.mark.clause("ZC-TRANSPORT")
+def test_a_runtime_whose_identity_refuses_struct_values_binds_forward_and_passes():
+    cases = [case for case in load_cases() if case.level == "Required" and _identity_over_contract_values(case)]
+    assert len(cases) >= 40
+    unbound = [case.id for case in cases if run_case(case, TensorOnlyIdentityUnbound()).verdict == FAILED]
+    assert len(unbound) >= 5  # without the binding its Identity refuses the state the models pass on
+    failed = {case.id: result.message for case in cases
+              if (result := run_case(case, TensorOnlyIdentity())).verdict != PASSED}
+    assert not failed, failed
