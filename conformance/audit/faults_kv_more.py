@@ -1,0 +1,344 @@
+"""More faults in KV caches and external payloads, each in a path the happy decode traces rarely reach:
+batch rows beyond the first (per-row nonpad lengths, per-row masks, per-row TensorScatter write indices),
+masks of rank 2 and 3-D (packed-head) inputs, paged caches whose first block does not start at position
+0, symmetric per-head block scales factored out of the scores and weights under grouped-query heads, and
+external extents whose offset and length are each within the file but not together (or wrap uint64)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+
+import numpy as np
+
+from conformance.audit.fault import Fault, Patch, wrap
+from reference_impl import payload
+from reference_impl.dtypes import INT64_MAX, UINT64_MAX
+from reference_impl.errors import ContractError, violation
+from reference_impl.errors import ErrorCode as E
+from reference_impl.kv import contiguous
+
+# the modules (``reference_impl.kv`` re-exports functions of the same names)
+attention_module = importlib.import_module("reference_impl.kv.attention")
+paged_attention_module = importlib.import_module("reference_impl.kv.paged_attention")
+
+
+# ------------------------------------------------------------------------------ batch rows
+def _first_row_nonpad(original):
+    def check_nonpad(nonpad, batch, total):
+        checked = original(nonpad, batch, total)
+        if checked is None or not checked.size:
+            return checked
+        return np.full_like(checked, checked[0])
+    return check_nonpad
+
+
+class NonpadFirstRowForAll(Fault):
+    """Reads ``nonpad_kv_seqlen`` as one length (its first element) for the whole batch: every batch row
+    is padded, and its causal frontier placed, as if it held the first row's number of valid tokens."""
+
+    fault_id = "KV-ATTENTION.nonpad-first-row-for-all"
+    clauses = ("KV-ATTENTION",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(attention_module, "check_nonpad", _first_row_nonpad)]
+
+
+def _first_batch_mask(original):
+    def check_mask(mask, q_dtype, target):
+        checked = original(mask, q_dtype, target)
+        if checked is not None and checked.ndim == 4 and checked.shape[0] > 1:
+            return checked[:1]  # the batch row of the mask is never advanced
+        return checked
+    return check_mask
+
+
+class MaskFirstBatchRowForAll(Fault):
+    """Indexes a 4-D attention mask with batch row 0 for every batch row (the mask pointer is not advanced
+    by the batch stride): each row is masked with the first row's mask."""
+
+    fault_id = "KV-ATTENTION.mask-first-batch-row-for-all"
+    clauses = ("KV-ATTENTION",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(attention_module, "check_mask", _first_batch_mask)]
+
+
+def _key_padding_mask(original):
+    def check_mask(mask, q_dtype, target):
+        if mask is not None and np.ndim(mask) == 2:
+            mask = np.asarray(mask)
+            if mask.shape[0] != target[0]:
+                raise violation(E.ATTENTION_INPUT_INVALID, "Attention.attn_mask",
+                                f"a 2-D key padding mask needs {target[0]} rows (the batch), got {mask.shape[0]}")
+            mask = mask.reshape(target[0], 1, 1, mask.shape[1])
+        return original(mask, q_dtype, target)
+    return check_mask
+
+
+class TwoDimensionalMaskAsKeyPadding(Fault):
+    """Takes a 2-D attention mask for a (batch, total_sequence) key padding mask (the convention of older
+    contrib attention operators) instead of broadcasting it as (q_sequence, total_sequence): a mask with one
+    row per query is refused unless it happens to have one row per batch entry, and then every query of a
+    batch row gets that row."""
+
+    fault_id = "KV-ATTENTION.two-d-mask-as-key-padding"
+    clauses = ("KV-ATTENTION",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(attention_module, "check_mask", _key_padding_mask)]
+
+
+def _scatter_kernel(args, attrs, ctx):
+    """TensorScatter writing every batch row at the first row's write index."""
+    past, update = args[0], args[1]
+    indices = args[2] if len(args) > 2 else None
+    if indices is not None and np.size(indices):
+        indices = np.full(np.shape(indices), np.asarray(indices).reshape(-1)[0], np.int64)
+    mode = attrs.get("mode", "linear")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    return [contiguous.tensor_scatter(past, update, indices, mode=mode, axis=int(attrs.get("axis", -2)))]
+
+
+class ScatterFirstWriteIndexForAll(Fault):
+    """TensorScatter writes every batch row's update at ``write_indices[0]`` (one write position for the
+    batch) instead of each row's own index: rows whose caches hold different numbers of tokens overwrite
+    or leave gaps in each other's positions."""
+
+    fault_id = "KV-APPEND-EQUIV.scatter-first-write-index"
+    clauses = ("KV-APPEND-EQUIV", "KV-ATTENTION")
+    boundary = True
+
+    def executor_kernels(self):
+        return {**super().executor_kernels(), ("", "TensorScatter"): _scatter_kernel}
+
+
+# ------------------------------------------------------------------------------ 3-D inputs
+def _split_without_transpose(x, num_heads, name):
+    batch, seq, hidden = x.shape
+    if num_heads <= 0 or hidden % num_heads:
+        raise violation(E.ATTENTION_INPUT_INVALID, f"Attention.{name}",
+                        f"hidden size {hidden} is not a multiple of {num_heads} heads")
+    return x.reshape(batch, num_heads, seq, hidden // num_heads)
+
+
+def _merge_without_transpose(y):
+    batch, heads, seq, size = y.shape
+    return y.reshape(batch, seq, heads * size)
+
+
+class PackedHeadsNotTransposed(Fault):
+    """Splits 3-D (batch, sequence, heads * head_size) inputs into heads by a plain reshape to (batch,
+    heads, sequence, head_size), and merges Y back the same way, without the transpose: with more than one
+    token per call, the tokens and heads are scrambled."""
+
+    fault_id = "KV-ATTENTION.packed-heads-not-transposed"
+    clauses = ("KV-ATTENTION",)
+
+    def patches(self):
+        return [Patch(attention_module, "split_heads", _split_without_transpose),
+                Patch(attention_module, "merge_heads", _merge_without_transpose)]
+
+
+# ------------------------------------------------------------------------------ paged positions
+def _offset_from_count(original):
+    def attend_row(q, cache, mask, attrs, offset):
+        if offset is None:
+            offset = cache.count - q.shape[2]
+        return original(q, cache, mask, attrs, offset)
+    return attend_row
+
+
+class PagedQueriesPlacedByCount(Fault):
+    """Places the queries of a paged call at positions ``count - S + i`` (counting the cache's valid tokens
+    from 0) while the keys keep the absolute positions of their blocks: when the first block does not start
+    at 0, the causal frontier hides keys the queries should see."""
+
+    fault_id = "KV-PAGED-RANGE.queries-placed-by-count"
+    clauses = ("KV-PAGED-RANGE", "KV-ATTENTION")
+    boundary = True
+
+    def patches(self):
+        return [wrap(paged_attention_module, "_attend_row", _offset_from_count)]
+
+
+def _mask_by_position(original):
+    def group_bias(mask, sq, lo, hi, first, offset, attrs):
+        return original(mask, sq, lo, hi, 0, offset, attrs)
+    return group_bias
+
+
+class PagedMaskIndexedByPosition(Fault):
+    """Indexes the attention mask of a paged call by the keys' absolute positions instead of their order in
+    the cache: when the first block starts beyond 0, the mask is read shifted (and keys beyond its width
+    are masked)."""
+
+    fault_id = "KV-PAGED-RANGE.mask-indexed-by-position"
+    clauses = ("KV-PAGED-RANGE", "KV-ATTENTION")
+    boundary = True
+
+    def patches(self):
+        return [wrap(paged_attention_module, "_group_bias", _mask_by_position)]
+
+
+# ------------------------------------------------------------------------------ factored block scales
+def _scaled_interleaved(x, scale):
+    """paged_attention._scaled with query head h reading the scale of KV head h % Hkv."""
+    if scale is None:
+        return x
+    hq, hkv = x.shape[1], scale.shape[1]
+    heads = np.arange(hq) % hkv
+    return x * scale.T[heads][None, :, None, :]
+
+
+class FactoredScaleHeadsInterleaved(Fault):
+    """Applies the per-token, per-KV-head scale of symmetric affine blocks (factored out of the decoded
+    keys and values, onto the scores and weights) with query head h reading KV head ``h % kv_heads`` while
+    the codes are read with ``h // (q_heads / kv_heads)``: grouped-query Attention over such blocks mixes
+    heads' scales; dense blocks and the other formats stay right."""
+
+    fault_id = "KV-PAGED-FORMATS.factored-scale-heads-interleaved"
+    clauses = ("KV-PAGED-FORMATS", "KV-ATTENTION")
+
+    def patches(self):
+        return [Patch(paged_attention_module, "_scaled", _scaled_interleaved)]
+
+
+def _add_scaled_normalizer(self, logits, v, bias, v_scale=None):
+    """OnlineSoftmax.add with the value blocks' factored scale folded into the weights before their sum:
+    the normalizer sums scale-weighted weights."""
+    A = attention_module
+    f32 = np.dtype(np.float32)
+    if bias is None:
+        self.attended[...] = True
+    else:
+        self.attended |= ~np.isneginf(bias.max(axis=-1, keepdims=True))
+    new_max = logits.max(axis=-1, keepdims=True)
+    first = self.normalizer is None
+    if not first:
+        new_max = np.maximum(self.row_max, new_max)
+    safe_max = new_max if bias is None else np.where(np.isneginf(new_max), f32.type(0), new_max)
+    weights = paged_attention_module._scaled(np.exp(logits - safe_max), v_scale)
+    part = A.grouped_values(weights, v)
+    if first:
+        self.normalizer, self.acc = weights.sum(axis=-1, keepdims=True), part
+    else:
+        correction = np.exp(self.row_max - safe_max)
+        self.normalizer = self.normalizer * correction + weights.sum(axis=-1, keepdims=True)
+        self.acc = self.acc * correction + part
+    self.row_max = new_max
+    return weights
+
+
+class ValueScaleInNormalizer(Fault):
+    """Folds the factored per-token scale of symmetric affine value blocks into the softmax weights before
+    the weights are summed, so the normalizer is sum(w * scale) instead of sum(w): Y is off whenever the
+    value scales of the attended tokens differ."""
+
+    fault_id = "KV-PAGED-FORMATS.value-scale-in-normalizer"
+    clauses = ("KV-PAGED-FORMATS", "KV-ATTENTION")
+
+    def patches(self):
+        return [Patch(paged_attention_module.OnlineSoftmax, "add", _add_scaled_normalizer)]
+
+
+# ------------------------------------------------------------------------------ external extents
+def _checked_apart(original):
+    def open_external(extent, base_dir, path):
+        loose = dataclasses.replace(extent, offset=0, length=max(extent.offset, extent.length))
+        return original(loose, base_dir, path)
+    return open_external
+
+
+class ExtentCheckedPartByPart(Fault):
+    """Checks an external extent against its backing file part by part (``offset <= size`` and ``length <=
+    size``) instead of ``offset + length <= size``: an extent that starts inside the file and runs past
+    its end is accepted (its bytes then read short)."""
+
+    fault_id = "PAY-EXTERNAL-EXTENT.offset-length-checked-apart"
+    clauses = ("PAY-EXTERNAL-EXTENT",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(payload, "open_external", _checked_apart, aliases=False)]
+
+
+def _wrapped(extent) -> int | None:
+    """offset + length modulo 2**64 when the sum overflows uint64, else None."""
+    total = extent.offset + extent.length
+    return total % (UINT64_MAX + 1) if extent.external and total > UINT64_MAX else None
+
+
+def _extent_wrapping(original):
+    def payload_extent(value, path):
+        try:
+            return original(value, path)
+        except ContractError as error:
+            if error.code != E.EXTERNAL_EXTENT_OVERFLOW:
+                raise
+            entries = {entry.key: entry.value for entry in value.external_data}
+            offset, length = int(entries.get("offset", "0")), int(entries["length"])
+            if (offset + length) % (UINT64_MAX + 1) > INT64_MAX:
+                raise
+            return payload.Extent(length=length, location=entries["location"], offset=offset)
+    return payload_extent
+
+
+def _open_wrapping(original):
+    def open_external(extent, base_dir, path):
+        wrapped = _wrapped(extent)
+        if wrapped is not None:  # the size check compares the wrapped end
+            extent = dataclasses.replace(extent, offset=0, length=wrapped)
+        return original(extent, base_dir, path)
+    return open_external
+
+
+def _read_wrapping(original):
+    def open_payload(value, extent, base_dir, path):
+        if _wrapped(extent) is not None:
+            os.close(payload.open_external(extent, base_dir, path))
+            raise violation(E.EXTERNAL_FILE_INVALID, path, "reading at the extent's offset found no bytes")
+        return original(value, extent, base_dir, path)
+    return open_payload
+
+
+class ExtentSumWraps(Fault):
+    """Computes an external extent's end as ``offset + length`` in wrapping uint64 arithmetic: an extent
+    whose end overflows wraps to a small number, passes the file-size check, and is accepted (reading it
+    then fails)."""
+
+    fault_id = "PAY-EXTERNAL-EXTENT.extent-sum-wraps"
+    clauses = ("PAY-EXTERNAL-EXTENT",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(payload, "payload_extent", _extent_wrapping),
+                wrap(payload, "open_external", _open_wrapping, aliases=False),
+                wrap(payload, "open_payload", _read_wrapping)]
+
+
+def _basename_only(original):
+    def open_external(extent, base_dir, path):
+        name = extent.location.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+        return original(dataclasses.replace(extent, location=name or extent.location), base_dir, path)
+    return open_external
+
+
+class LocationBasenameOnly(Fault):
+    """Opens an external payload by the last component of its location, in the model directory itself
+    (``os.path.basename``): a backing file in a subdirectory is not found, or a same-named file beside the
+    model is read instead."""
+
+    fault_id = "PAY-EXTERNAL-EXTENT.location-basename-only"
+    clauses = ("PAY-EXTERNAL-EXTENT",)
+
+    def patches(self):
+        return [wrap(payload, "open_external", _basename_only, aliases=False)]
+
+
+__all__ = [name for name, obj in dict(globals()).items()
+           if isinstance(obj, type) and issubclass(obj, Fault) and obj is not Fault]
