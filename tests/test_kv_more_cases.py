@@ -1,0 +1,120 @@
+"""The KV and payload faults of conformance/audit/faults_kv_more.py are each caught by at least two cases of
+corpus/cases/kv_more.toml, each with its own model: every case passes on the reference and fails on the
+fault. The contiguous cases' NumPy expectations agree with onnx's reference Attention and onnxruntime (the
+caches fed back by hand). The whole catalogue is audited by ``python -m conformance audit``
+(tests/test_audit.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
+
+from conformance.cases import load_cases, select
+from reference_impl import schema
+
+_REQ, _REC = "Required.KVMore.", "Recommended.KVMore."
+#: fault ID -> the new cases that must catch it
+CATCHERS = {
+    "PAY-EXTERNAL-EXTENT.offset-length-checked-apart": (
+        _REQ + "External.AffineExtentRunsPastEnd", _REQ + "External.StructExtentRunsPastEnd"),
+    "PAY-EXTERNAL-EXTENT.extent-sum-wraps": (
+        _REQ + "ExternalOverflow.AffineEndIsTwoToThe64", _REQ + "ExternalOverflow.StructEndWrapsToFour"),
+    "PAY-EXTERNAL-EXTENT.location-basename-only": (
+        _REQ + "ExternalPath.AffineSubdirectoryBesideSameName", _REQ + "ExternalPath.StructSubdirectoryBesideSameName"),
+    "KV-ATTENTION.nonpad-first-row-for-all": (
+        _REQ + "BatchExternalCache.RowsPaddedApart", _REQ + "BatchExternalCache.RowsCausalApart",
+        _REQ + "BatchExternalCache.RowsCausalGroupedQuery"),
+    "KV-APPEND-EQUIV.scatter-first-write-index": (
+        _REQ + "BatchExternalCache.RowsPaddedApart", _REQ + "BatchExternalCache.RowsCausalApart",
+        _REQ + "BatchExternalCache.RowsCausalGroupedQuery"),
+    "KV-ATTENTION.mask-first-batch-row-for-all": (
+        _REQ + "BatchMask.BoolPerRow", _REQ + "BatchMask.FloatPerRow", _REQ + "BatchMask.BoolPerRowCausal"),
+    "KV-ATTENTION.two-d-mask-as-key-padding": (_REQ + "Mask2D.BoolRowPerQuery", _REQ + "Mask2D.FloatRowPerQuery"),
+    "KV-ATTENTION.packed-heads-not-transposed": (_REQ + "PackedHeads.TwoOnTwo", _REQ + "PackedHeads.FourOnTwo"),
+    "KV-PAGED-RANGE.queries-placed-by-count": (
+        _REC + "PagedLateStart.CausalDecode", _REC + "PagedLateStart.CausalChunkGroupedQuery"),
+    "KV-PAGED-RANGE.mask-indexed-by-position": (_REC + "PagedLateStart.BoolMask", _REC + "PagedLateStart.FloatMask"),
+    "KV-PAGED-FORMATS.factored-scale-heads-interleaved": (
+        _REQ + "PagedHeadScales.Int8KeysGroupedQuery", _REQ + "PagedHeadScales.Int8ValuesGroupedQuery",
+        _REQ + "PagedHeadScales.Int4KeysValuesGroupedQuery"),
+    "KV-PAGED-FORMATS.value-scale-in-normalizer": (
+        _REQ + "PagedHeadScales.Int8ValuesGroupedQuery", _REQ + "PagedHeadScales.Int4KeysValuesGroupedQuery"),
+}
+
+
+@pytest.mark.parametrize(("fault_id", "case_ids"), list(params(CATCHERS)))
+def test_fault_is_caught_by_two_independent_cases(fault_id, case_ids):
+    assert_caught_by_independent_cases(fault_id, case_ids)
+
+
+def test_every_new_case_catches_a_fault_listed_here():
+    assert_every_case_listed(CATCHERS, "cases/kv_more.toml")
+
+
+# --------------------------------------------------------------------------- peers agree (contiguous)
+CONTIGUOUS = {case.id: case for case in select(load_cases(), [_REQ + "Batch*", _REQ + "Mask2D.*",
+                                                               _REQ + "PackedHeads.*"])}
+_FED_BACK = {"cache_key": "next_key", "cache_value": "next_value", "past_key": "present_key",
+             "past_value": "present_value"}
+
+
+def _array(literal):
+    from conformance import values as V
+
+    return V.build(literal)
+
+
+def _plain(case):
+    """The case's model without its persistent bindings, as a standard ONNX ModelProto."""
+    from onnx import ModelProto
+
+    model = schema.parse_model(case.model_bytes())
+    model.graph.ClearField("persistent_bindings")
+    plain = ModelProto()
+    plain.ParseFromString(model.SerializeToString())
+    return plain
+
+
+def _runner(case, peer: str):
+    if peer == "onnxruntime":
+        ort = pytest.importorskip("onnxruntime")
+        session = ort.InferenceSession(_plain(case).SerializeToString())
+        names = [o.name for o in session.get_outputs()]
+        return lambda feeds: dict(zip(names, session.run(None, feeds), strict=True))
+    from onnx.reference import ReferenceEvaluator
+
+    evaluator = ReferenceEvaluator(_plain(case))
+    names = [o.name for o in _plain(case).graph.output]
+    return lambda feeds: dict(zip(names, evaluator.run(None, feeds), strict=True))
+
+
+@pytest.mark.clause("KV-ATTENTION")
+@pytest.mark.parametrize("peer", ["onnx-reference", "onnxruntime"])
+@pytest.mark.parametrize("case_id", sorted(CONTIGUOUS))
+def test_contiguous_expectations_agree_with_peers(case_id, peer):
+    case = CONTIGUOUS[case_id]
+    run = _runner(case, peer)
+    steps = case.extras()["steps"]
+    cache = {name: _array(value) for name, value in steps[0]["initial"].items()}
+    assert len(steps) > 2
+    for step in steps[1:]:
+        got = run({**{name: _array(value) for name, value in step["feeds"].items()}, **cache})
+        for name, want in step["outputs"].items():
+            np.testing.assert_allclose(got[name], _array(want), rtol=1e-5, atol=1e-5)
+        cache = {name: got[_FED_BACK[name]] for name in cache}
+
+
+@pytest.mark.clause("KV-ATTENTION")
+def test_batch_rows_and_mask_rows_really_differ():
+    """The cases reach the faults' paths: the external cache's rows hold different lengths, the per-row
+    masks differ between the rows, and every rank-2 mask call of several queries has distinct rows."""
+    steps = CONTIGUOUS[_REQ + "BatchExternalCache.RowsPaddedApart"].extras()["steps"]
+    assert all(len(set(_array(step["feeds"]["nonpad"]).tolist())) == 2 for step in steps[1:])
+    assert all(len(set(_array(step["feeds"]["write_indices"]).tolist())) == 2 for step in steps[1:])
+    for step in CONTIGUOUS[_REQ + "BatchMask.BoolPerRow"].extras()["steps"][1:]:
+        mask = _array(step["feeds"]["attn_mask"])
+        assert mask.shape[0] == 2 and not np.array_equal(mask[0], mask[1])
+    for step in CONTIGUOUS[_REQ + "Mask2D.FloatRowPerQuery"].extras()["steps"][1:]:
+        mask = _array(step["feeds"]["attn_mask"])
+        assert mask.ndim == 2 and (mask.shape[0] == 1 or not np.array_equal(mask[0], mask[1]))
