@@ -31,6 +31,9 @@ CATCHERS = {
     "KV-ATTENTION.mask-first-batch-row-for-all": (
         _REQ + "BatchMask.BoolPerRow", _REQ + "BatchMask.FloatPerRow", _REQ + "BatchMask.BoolPerRowCausal"),
     "KV-ATTENTION.two-d-mask-as-key-padding": (_REQ + "Mask2D.BoolRowPerQuery", _REQ + "Mask2D.FloatRowPerQuery"),
+    "KV-ATTENTION.three-d-mask-batch-first": (_REQ + "Mask3D.BoolPerHead", _REQ + "Mask3D.FloatPerHead"),
+    "PAY-EXTERNAL-EXTENT.numbers-thirty-two-bit": (
+        _REQ + "ExternalWide.AffineOffsetTwoToThe32", _REQ + "ExternalWide.StructOffsetBeyondTwoToThe32"),
     "KV-ATTENTION.packed-heads-not-transposed": (_REQ + "PackedHeads.TwoOnTwo", _REQ + "PackedHeads.FourOnTwo"),
     "KV-PAGED-RANGE.queries-placed-by-count": (
         _REC + "PagedLateStart.CausalDecode", _REC + "PagedLateStart.CausalChunkGroupedQuery"),
@@ -54,7 +57,7 @@ def test_every_new_case_catches_a_fault_listed_here():
 
 # --------------------------------------------------------------------------- peers agree (contiguous)
 CONTIGUOUS = {case.id: case for case in select(load_cases(), [_REQ + "Batch*", _REQ + "Mask2D.*",
-                                                               _REQ + "PackedHeads.*"])}
+                                                               _REQ + "Mask3D.*", _REQ + "PackedHeads.*"])}
 _FED_BACK = {"cache_key": "next_key", "cache_value": "next_value", "past_key": "present_key",
              "past_value": "present_value"}
 

@@ -340,5 +340,51 @@ class LocationBasenameOnly(Fault):
         return [wrap(payload, "open_external", _basename_only, aliases=False)]
 
 
+
+
+def _batch_first_mask(original):
+    def check_mask(mask, q_dtype, target):
+        if mask is not None and np.ndim(mask) == 3:
+            mask = np.asarray(mask)
+            if mask.shape[0] != target[0]:
+                raise violation(E.ATTENTION_INPUT_INVALID, "Attention.attn_mask",
+                                f"a 3-D mask needs {target[0]} rows (the batch), got {mask.shape[0]}")
+            mask = mask[:, None]  # (batch, S, T) -> (batch, 1, S, T)
+        return original(mask, q_dtype, target)
+    return check_mask
+
+
+class ThreeDimensionalMaskBatchFirst(Fault):
+    """Aligns a 3-D attention mask's dimensions from the left, as (batch, q_sequence, total_sequence) (the
+    convention of older contrib attention operators), instead of broadcasting it from the right as (heads,
+    q_sequence, total_sequence): a per-head mask is refused unless it happens to have one entry per batch
+    row, and then it is applied per batch row to every head."""
+
+    fault_id = "KV-ATTENTION.three-d-mask-batch-first"
+    clauses = ("KV-ATTENTION",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(attention_module, "check_mask", _batch_first_mask)]
+
+
+def _thirty_two_bit(original):
+    def decimal(text, path):
+        return original(text, path) % (1 << 32)
+    return decimal
+
+
+class ExternalNumbersThirtyTwoBit(Fault):
+    """Parses external offset and length into 32-bit integers (``(uint32_t)strtoull(...)``): numbers of 2**32
+    and beyond wrap, so an extent far beyond a small file is read from its start."""
+
+    fault_id = "PAY-EXTERNAL-EXTENT.numbers-thirty-two-bit"
+    clauses = ("PAY-EXTERNAL-EXTENT", "PAY-EXTERNAL-KEYS")
+    boundary = True
+
+    def patches(self):
+        return [wrap(payload, "_decimal", _thirty_two_bit)]
+
+
 __all__ = [name for name, obj in dict(globals()).items()
            if isinstance(obj, type) and issubclass(obj, Fault) and obj is not Fault]

@@ -125,8 +125,9 @@ def kv_more_masked_past(mask: str, batch: int = 2, mask_rank: int = 4, q_heads: 
                         head_size: int = 8, plan: tuple = (3, 2, 1), causal: int = 0, seed: int = 61):
     """Attention(q, k, v, attn_mask, past_key, past_value) with ``past_* <- present_*`` and ``batch`` rows.
     The mask covers every key so far (past and new, so it broadcasts in Attention-23 too): rank 4,
-    (batch, q_heads, S, T) with a different mask per row and head, or rank 2, (S, T) broadcast over the
-    batch and heads, with a different mask per query."""
+    (batch, q_heads, S, T) with a different mask per row and head; rank 3, (q_heads, S, T) broadcast over
+    the batch, a different mask per head; or rank 2, (S, T) broadcast over the batch and heads, with a
+    different mask per query."""
     from .common import model as new_model
 
     m = new_model("kv_more_masked_past", opset=23)
@@ -137,7 +138,7 @@ def kv_more_masked_past(mask: str, batch: int = 2, mask_rank: int = 4, q_heads: 
     _tensor_vi(g, "q", [batch, q_heads, "s", head_size])
     for name in ("k", "v"):
         _tensor_vi(g, name, [batch, heads, "s", head_size])
-    mask_dims = [batch, q_heads, "s", "t"] if mask_rank == 4 else ["s", "t"]
+    mask_dims = {4: [batch, q_heads, "s", "t"], 3: [q_heads, "s", "t"], 2: ["s", "t"]}[mask_rank]
     _tensor_vi(g, "attn_mask", mask_dims, elem=9 if mask == "bool" else 1)
     for name in ("past_key", "past_value"):
         _tensor_vi(g, name, [batch, heads, "p", head_size])
@@ -157,7 +158,7 @@ def kv_more_masked_past(mask: str, batch: int = 2, mask_rank: int = 4, q_heads: 
         q = rng.standard_normal((batch, q_heads, count, head_size)).astype(np.float32)
         k, v = (rng.standard_normal((batch, heads, count, head_size)).astype(np.float32) for _ in range(2))
         keys, values = np.concatenate([keys, k], 2), np.concatenate([values, v], 2)
-        shape = (batch, q_heads, count, total) if mask_rank == 4 else (count, total)
+        shape = {4: (batch, q_heads, count, total), 3: (q_heads, count, total), 2: (count, total)}[mask_rank]
         attn_mask = _mask(rng, mask, shape, past + np.arange(count))
         bias = _bias_of(attn_mask)
         if causal:
