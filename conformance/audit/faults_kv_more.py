@@ -17,7 +17,7 @@ from reference_impl import payload
 from reference_impl.dtypes import INT64_MAX, UINT64_MAX
 from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
-from reference_impl.kv import contiguous
+from reference_impl.kv import contiguous, paged
 
 # the modules (``reference_impl.kv`` re-exports functions of the same names)
 attention_module = importlib.import_module("reference_impl.kv.attention")
@@ -384,6 +384,77 @@ class ExternalNumbersThirtyTwoBit(Fault):
 
     def patches(self):
         return [wrap(payload, "_decimal", _thirty_two_bit)]
+
+
+# ------------------------------------------------------------------------------ paged appends
+def _paged_append(start_after_slots: bool = False, lazy_seal: bool = False):
+    """PagedKVCache.append as a runtime with one of two bugs writes it: a new block after a partial one
+    starts behind the partial block's physical slots (``start_after_slots``), or a full block is sealed
+    only when the next block is started (``lazy_seal``), so a block filled by a call's last token stays
+    open (dense) in the cache that call returns."""
+    def append(self, key, value, key_format=paged.DENSE, value_format=paged.DENSE, cancel=None):
+        key_format, value_format = self.check_formats(key_format, value_format)
+        key, value = self._check_tokens(key, value)
+        blocks = list(self.blocks)
+        paged.check_cancel(cancel, "kv.paged.append")
+        position, total = 0, key.shape[0]
+        capacities = tuple(paged._capacity(fmt, self.block_size) for fmt in (key_format, value_format))
+        while position < total:
+            last = blocks[-1] if blocks else None
+            if last is not None and last.valid < self.block_size and last.valid == last.tokens \
+                    and last.key_place is not None and last.value_place is not None:
+                take = min(self.block_size - last.valid, total - position)
+                start, valid, places = last.start, last.valid, (last.key_place, last.value_place)
+            else:
+                if lazy_seal and last is not None and last.valid == self.block_size:
+                    blocks[-1] = last = paged.seal(last, key_format, value_format, self.geometry)
+                take = min(self.block_size, total - position)
+                start = 0 if last is None else last.start + last.tokens if start_after_slots else last.end
+                valid = 0
+                places = (None, None) if last is None else \
+                    (paged._next_place(last.key_place, self.block_size),
+                     paged._next_place(last.value_place, self.block_size))
+                blocks.append(None)
+            chunk = slice(position, position + take)
+            grown = [paged._grow(place, valid, x[chunk].reshape(take, -1), capacity, "kv.paged.append")
+                     for place, x, capacity in zip(places, (key, value), capacities)]
+            block = paged.make_block(start, valid + take,
+                                     grown[0][0].reshape(valid + take, self.kv_heads, self.head_size),
+                                     grown[1][0].reshape(valid + take, self.kv_heads, self.v_head_size),
+                                     self.geometry, places=(grown[0][1], grown[1][1]))
+            if block.valid == self.block_size and not lazy_seal:
+                block = paged.seal(block, key_format, value_format, self.geometry)
+            blocks[-1] = block
+            position += take
+        return paged.PagedKVCache(self.kv_heads, self.head_size, self.v_head_size, self.block_size, tuple(blocks),
+                                  _checked=True)
+    return append
+
+
+class NewBlockAfterPartialSlots(Fault):
+    """Starts the block that follows a partial block (a caller's block whose payload holds more slots
+    than valid tokens) at the partial block's start plus its physical slots, not its valid length: the
+    cache it returns has a gap in its token range, which the next call refuses."""
+
+    fault_id = "KV-PAGED-RANGE.new-block-after-partial-slots"
+    clauses = ("KV-PAGED-RANGE",)
+    boundary = True
+
+    def patches(self):
+        return [Patch(paged.PagedKVCache, "append", _paged_append(start_after_slots=True))]
+
+
+class FilledBlockLeftOpen(Fault):
+    """Seals a full block into the cache's key/value formats only when the next block is started: a block
+    filled by a call's last token is returned (and retained) dense, and Attention in that call reads its
+    unencoded values."""
+
+    fault_id = "KV-PAGED-FORMATS.filled-block-left-open"
+    clauses = ("KV-PAGED-FORMATS",)
+    boundary = True
+
+    def patches(self):
+        return [Patch(paged.PagedKVCache, "append", _paged_append(lazy_seal=True))]
 
 
 __all__ = [name for name, obj in dict(globals()).items()
