@@ -42,7 +42,8 @@ CATCHERS = {
         _REQ + "PagedHeadScales.Int8KeysGroupedQuery", _REQ + "PagedHeadScales.Int8ValuesGroupedQuery",
         _REQ + "PagedHeadScales.Int4KeysValuesGroupedQuery"),
     "KV-PAGED-FORMATS.filled-block-left-open": (
-        _REC + "PagedSealing.Int2KeysUint2ValuesFilledByLastCall", _REC + "PagedSealing.Uint4KeysInt8ValuesFilledByLastCall"),
+        _REC + "PagedSealing.Int2KeysUint2ValuesFilledByLastCall",
+        _REC + "PagedSealing.Uint4KeysInt8ValuesFilledByLastCall"),
     "KV-PAGED-FORMATS.value-scale-in-normalizer": (
         _REQ + "PagedHeadScales.Int8ValuesGroupedQuery", _REQ + "PagedHeadScales.Int4KeysValuesGroupedQuery"),
 }
