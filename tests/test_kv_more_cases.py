@@ -28,6 +28,11 @@ CATCHERS = {
     "KV-APPEND-EQUIV.scatter-first-write-index": (
         _REQ + "BatchExternalCache.RowsPaddedApart", _REQ + "BatchExternalCache.RowsCausalApart",
         _REQ + "BatchExternalCache.RowsCausalGroupedQuery"),
+    "KV-APPEND-EQUIV.scatter-axis-fixed": (
+        _REQ + "ScatteredCache.TokenMajorCausal", _REQ + "ScatteredCache.TokenMajorGroupedQuery",
+        _REQ + "ScatteredCache.TokenMajorRing"),
+    "KV-APPEND-EQUIV.scatter-circular-as-linear": (_REQ + "ScatteredCache.TokenMajorRing",
+                                                   _REQ + "ScatteredCache.HeadMajorRing"),
     "KV-ATTENTION.mask-first-batch-row-for-all": (
         _REQ + "BatchMask.BoolPerRow", _REQ + "BatchMask.FloatPerRow", _REQ + "BatchMask.BoolPerRowCausal"),
     "KV-ATTENTION.two-d-mask-as-key-padding": (_REQ + "Mask2D.BoolRowPerQuery", _REQ + "Mask2D.FloatRowPerQuery"),
@@ -60,7 +65,8 @@ def test_every_new_case_catches_a_fault_listed_here():
 
 # --------------------------------------------------------------------------- peers agree (contiguous)
 CONTIGUOUS = {case.id: case for case in select(load_cases(), [_REQ + "Batch*", _REQ + "Mask2D.*",
-                                                               _REQ + "Mask3D.*", _REQ + "PackedHeads.*"])}
+                                                               _REQ + "Mask3D.*", _REQ + "PackedHeads.*",
+                                                               _REQ + "ScatteredCache.*"])}
 _FED_BACK = {"cache_key": "next_key", "cache_value": "next_value", "past_key": "present_key",
              "past_value": "present_value"}
 

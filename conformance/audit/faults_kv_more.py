@@ -117,6 +117,43 @@ class ScatterFirstWriteIndexForAll(Fault):
         return {**super().executor_kernels(), ("", "TensorScatter"): _scatter_kernel}
 
 
+def _scatter_on_axis(sequence_axis: int | None = None, wrap: bool = True):
+    """A TensorScatter kernel that writes along ``sequence_axis`` whatever the axis attribute says (None:
+    the attribute's axis) and, without ``wrap``, treats circular mode as linear."""
+    def kernel(args, attrs, ctx):
+        past, update = args[0], args[1]
+        indices = args[2] if len(args) > 2 else None
+        mode = attrs.get("mode", "linear")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        axis = int(attrs.get("axis", -2)) if sequence_axis is None else sequence_axis
+        return [contiguous.tensor_scatter(past, update, indices, mode=mode if wrap else "linear", axis=axis)]
+    return kernel
+
+
+class ScatterAxisFixedAtMinusTwo(Fault):
+    """TensorScatter always writes along axis -2 (the head-major (batch, heads, sequence, head_size) cache
+    layout), ignoring the axis attribute: a token-major (batch, sequence, heads, head_size) cache scattered
+    along axis 1 is written across its heads, or refused."""
+
+    fault_id = "KV-APPEND-EQUIV.scatter-axis-fixed"
+    clauses = ("KV-APPEND-EQUIV", "KV-ATTENTION")
+
+    def executor_kernels(self):
+        return {**super().executor_kernels(), ("", "TensorScatter"): _scatter_on_axis(sequence_axis=-2)}
+
+
+class ScatterCircularAsLinear(Fault):
+    """TensorScatter ignores mode = "circular": writes that run past the cache's end are refused as in
+    linear mode instead of wrapping to its start."""
+
+    fault_id = "KV-APPEND-EQUIV.scatter-circular-as-linear"
+    clauses = ("KV-APPEND-EQUIV",)
+    boundary = True
+
+    def executor_kernels(self):
+        return {**super().executor_kernels(), ("", "TensorScatter"): _scatter_on_axis(wrap=False)}
+
+
 # ------------------------------------------------------------------------------ 3-D inputs
 def _split_without_transpose(x, num_heads, name):
     batch, seq, hidden = x.shape

@@ -258,3 +258,83 @@ def kv_more_paged(blocks: list, first_start: int = 0, q_heads: int = 2, heads: i
     tokens = "s" if max(plan) > 1 else 1
     return {"model": paged_model(heads, head_size, block_size, q_heads=q_heads, tokens=tokens, mask=mask),
             "steps": trace}
+
+
+# ------------------------------------------------------------------------------ scattered caches, any layout
+@builder
+def kv_more_scattered_cache(causal: int, q_heads: int = 2, token_major: bool = True, mode: str = "linear",
+                            plan: tuple = (3, 2, 1), heads: int = 2, head_size: int = 4, capacity: int = 8,
+                            seed: int = 73):
+    """A bound external cache written by TensorScatter and read by Attention with ``nonpad_kv_seqlen``.
+    ``token_major``: the caches are (1, capacity, heads, head_size), scattered along axis 1 and reshaped to
+    3-D (1, capacity, heads * head_size) for Attention (3-D Q and Y, q_num_heads/kv_num_heads); otherwise
+    head-major (1, heads, capacity, head_size) along the default axis -2. ``mode`` "circular" wraps the
+    writes modulo the capacity (write index = tokens so far modulo capacity, nonpad = min(tokens so far,
+    capacity)); with it the queries attend over the ring's slots, so ``causal`` must be 0."""
+    from .common import model as new_model
+
+    m = new_model("kv_more_scattered_cache", opset=24)
+    g = m.graph
+    scatter = {"mode": mode if mode != "linear" else None, "axis": 1 if token_major else None}
+    for name in ("key", "value"):
+        node = g.node.add(op_type="TensorScatter", input=[f"cache_{name}", name[0], "write_indices"],
+                          output=[f"next_{name}"])
+        add_attributes(node, scatter)
+    attention_inputs = ["q", "next_key", "next_value"]
+    if token_major:
+        shape = g.initializer.add(name="flat_shape", data_type=7, dims=[3])
+        shape.int64_data.extend([1, capacity, heads * head_size])
+        for name in ("key", "value"):
+            g.node.add(op_type="Reshape", input=[f"next_{name}", "flat_shape"], output=[f"flat_{name}"])
+        attention_inputs = ["q", "flat_key", "flat_value"]
+    node = g.node.add(op_type="Attention", input=[*attention_inputs, "", "", "", "nonpad"], output=["y"])
+    add_attributes(node, {"is_causal": causal, **({"q_num_heads": q_heads, "kv_num_heads": heads}
+                                                  if token_major else {})})
+    cache_dims = [1, capacity, heads, head_size] if token_major else [1, heads, capacity, head_size]
+    if token_major:
+        _tensor_vi(g, "q", [1, "s", q_heads * head_size])
+        for name in ("k", "v"):
+            _tensor_vi(g, name, [1, "s", heads, head_size])
+    else:
+        _tensor_vi(g, "q", [1, q_heads, "s", head_size])
+        for name in ("k", "v"):
+            _tensor_vi(g, name, [1, heads, "s", head_size])
+    for name in ("cache_key", "cache_value"):
+        _tensor_vi(g, name, cache_dims)
+    _tensor_vi(g, "write_indices", [1], elem=7)
+    _tensor_vi(g, "nonpad", [1], elem=7)
+    _tensor_vi(g, "y", [1, "s", q_heads * head_size] if token_major else [1, q_heads, "s", head_size], output=True)
+    for name in ("next_key", "next_value"):
+        _tensor_vi(g, name, cache_dims, output=True)
+    g.persistent_bindings.add(input_name="cache_key", output_name="next_key")
+    g.persistent_bindings.add(input_name="cache_value", output_name="next_value")
+
+    rng = np.random.default_rng(seed)
+    keys = np.zeros((1, heads, capacity, head_size), np.float32)  # head-major here, whatever the layout
+    values = keys.copy()
+
+    def stored(x):  # head-major (1, H, T, D) -> the case's layout
+        return x.transpose(0, 2, 1, 3) if token_major else x
+
+    trace = [{"op": "open", "initial": {"cache_key": _literal(stored(keys)), "cache_value": _literal(stored(values))}}]
+    filled = 0
+    for index, count in enumerate(plan):
+        q = rng.standard_normal((1, q_heads, count, head_size)).astype(np.float32)
+        k, v = (rng.standard_normal((1, heads, count, head_size)).astype(np.float32) for _ in range(2))
+        slots = (filled + np.arange(count)) % capacity if mode == "circular" else filled + np.arange(count)
+        keys, values = keys.copy(), values.copy()
+        keys[:, :, slots], values[:, :, slots] = k, v
+        nonpad = min(filled + count, capacity)
+        bias = np.where(np.arange(capacity) < nonpad, 0.0, -np.inf)[None, None, None, :]
+        if causal:
+            bias = bias + causal_bias(count, capacity, [nonpad])
+        y = attention_expected(q, keys, values, bias).astype(np.float32)
+        feeds = {"q": q, "k": stored(k), "v": stored(v),
+                 "write_indices": np.array([filled % capacity if mode == "circular" else filled], np.int64),
+                 "nonpad": np.array([nonpad], np.int64)}
+        if token_major:
+            feeds["q"] = q.transpose(0, 2, 1, 3).reshape(1, count, q_heads * head_size)
+            y = y.transpose(0, 2, 1, 3).reshape(1, count, q_heads * head_size)
+        trace.append(_run(f"r{index}", feeds, {"y": y, "next_key": stored(keys), "next_value": stored(values)}))
+        filled += count
+    return {"model": m, "steps": trace}
