@@ -39,6 +39,7 @@ CATCHERS = {
     "KV-ATTENTION.three-d-mask-batch-first": (_REQ + "Mask3D.BoolPerHead", _REQ + "Mask3D.FloatPerHead"),
     "PAY-EXTERNAL-EXTENT.numbers-thirty-two-bit": (
         _REQ + "ExternalWide.AffineOffsetTwoToThe32", _REQ + "ExternalWide.StructOffsetBeyondTwoToThe32"),
+    "KV-ATTENTION.zero-scale-defaulted": (_REC + "ZeroScale.PackedHeadsCausal", _REC + "ZeroScale.FloatMaskOnly"),
     "KV-ATTENTION.packed-heads-not-transposed": (_REQ + "PackedHeads.TwoOnTwo", _REQ + "PackedHeads.FourOnTwo"),
     "KV-PAGED-RANGE.queries-placed-by-count": (
         _REC + "PagedLateStart.CausalDecode", _REC + "PagedLateStart.CausalChunkGroupedQuery"),
@@ -67,6 +68,8 @@ def test_every_new_case_catches_a_fault_listed_here():
 CONTIGUOUS = {case.id: case for case in select(load_cases(), [_REQ + "Batch*", _REQ + "Mask2D.*",
                                                                _REQ + "Mask3D.*", _REQ + "PackedHeads.*",
                                                                _REQ + "ScatteredCache.*"])}
+#: onnxruntime refuses an explicit scale of 0 when the model is loaded (the cases are Recommended)
+ZERO_SCALE = {case.id: case for case in select(load_cases(), [_REC + "ZeroScale.*"])}
 _FED_BACK = {"cache_key": "next_key", "cache_value": "next_value", "past_key": "present_key",
              "past_value": "present_value"}
 
@@ -110,6 +113,20 @@ def test_contiguous_expectations_agree_with_peers(case_id, peer):
     steps = case.extras()["steps"]
     cache = {name: _array(value) for name, value in steps[0]["initial"].items()}
     assert len(steps) > 2
+    for step in steps[1:]:
+        got = run({**{name: _array(value) for name, value in step["feeds"].items()}, **cache})
+        for name, want in step["outputs"].items():
+            np.testing.assert_allclose(got[name], _array(want), rtol=1e-5, atol=1e-5)
+        cache = {name: got[_FED_BACK[name]] for name in cache}
+
+
+@pytest.mark.clause("KV-ATTENTION")
+@pytest.mark.parametrize("case_id", sorted(ZERO_SCALE))
+def test_zero_scale_expectations_agree_with_onnx_reference(case_id):
+    case = ZERO_SCALE[case_id]
+    run = _runner(case, "onnx-reference")
+    steps = case.extras()["steps"]
+    cache = {name: _array(value) for name, value in steps[0]["initial"].items()}
     for step in steps[1:]:
         got = run({**{name: _array(value) for name, value in step["feeds"].items()}, **cache})
         for name, want in step["outputs"].items():

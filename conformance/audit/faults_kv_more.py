@@ -154,6 +154,26 @@ class ScatterCircularAsLinear(Fault):
         return {**super().executor_kernels(), ("", "TensorScatter"): _scatter_on_axis(wrap=False)}
 
 
+def _zero_scale_defaulted(original):
+    def sqrt_scale(attrs, head_size, dtype):
+        """attention.sqrt_scale reading the scale as ``attrs.scale or 1 / sqrt(head_size)``."""
+        return original(dataclasses.replace(attrs, scale=attrs.scale or None), head_size, dtype)
+    return sqrt_scale
+
+
+class ZeroScaleDefaulted(Fault):
+    """Reads Attention's scale as ``scale or 1 / sqrt(head_size)`` (0 taken for "not set", the convention
+    of older contrib attention operators): an explicit scale of 0, which makes every score 0 (each query
+    averages the values it may see), is replaced by the default."""
+
+    fault_id = "KV-ATTENTION.zero-scale-defaulted"
+    clauses = ("KV-ATTENTION",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(attention_module, "sqrt_scale", _zero_scale_defaulted)]
+
+
 # ------------------------------------------------------------------------------ 3-D inputs
 def _split_without_transpose(x, num_heads, name):
     batch, seq, hidden = x.shape

@@ -122,19 +122,20 @@ def kv_more_batch_external(causal: int, q_heads: int = 2, lead: tuple = (0, 2), 
 # ------------------------------------------------------------------------------ masks over a bound past
 @builder
 def kv_more_masked_past(mask: str, batch: int = 2, mask_rank: int = 4, q_heads: int = 2, heads: int = 2,
-                        head_size: int = 8, plan: tuple = (3, 2, 1), causal: int = 0, seed: int = 61):
+                        head_size: int = 8, plan: tuple = (3, 2, 1), causal: int = 0, seed: int = 61,
+                        scale: float | None = None):
     """Attention(q, k, v, attn_mask, past_key, past_value) with ``past_* <- present_*`` and ``batch`` rows.
     The mask covers every key so far (past and new, so it broadcasts in Attention-23 too): rank 4,
     (batch, q_heads, S, T) with a different mask per row and head; rank 3, (q_heads, S, T) broadcast over
     the batch, a different mask per head; or rank 2, (S, T) broadcast over the batch and heads, with a
-    different mask per query."""
+    different mask per query. ``scale``: the Attention attribute (None: left out, 1/sqrt(head_size))."""
     from .common import model as new_model
 
     m = new_model("kv_more_masked_past", opset=23)
     g = m.graph
     node = g.node.add(op_type="Attention", input=["q", "k", "v", "attn_mask", "past_key", "past_value"],
                       output=["y", "present_key", "present_value"])
-    add_attributes(node, {"is_causal": causal})
+    add_attributes(node, {"is_causal": causal, "scale": None if scale is None else float(scale)})
     _tensor_vi(g, "q", [batch, q_heads, "s", head_size])
     for name in ("k", "v"):
         _tensor_vi(g, name, [batch, heads, "s", head_size])
@@ -163,7 +164,7 @@ def kv_more_masked_past(mask: str, batch: int = 2, mask_rank: int = 4, q_heads: 
         bias = _bias_of(attn_mask)
         if causal:
             bias = bias + causal_bias(count, total, [total])
-        y = attention_expected(q, keys, values, bias).astype(np.float32)
+        y = attention_expected(q, keys, values, bias, scale).astype(np.float32)
         feeds = {"q": q, "k": k, "v": v, "attn_mask": attn_mask}
         trace.append(_run(f"r{index}", feeds, {"y": y, "present_key": keys, "present_value": values}))
     return {"model": m, "steps": trace}
@@ -172,17 +173,19 @@ def kv_more_masked_past(mask: str, batch: int = 2, mask_rank: int = 4, q_heads: 
 # ------------------------------------------------------------------------------ 3-D inputs
 @builder
 def kv_more_packed_heads(q_heads: int, heads: int, head_size: int = 4, plan: tuple = (3, 2, 1), causal: int = 1,
-                         seed: int = 67):
+                         seed: int = 67, scale: float | None = None):
     """Attention over 3-D inputs: Q (1, S, q_heads * head_size), K and V (1, S, heads * head_size) with
     q_num_heads/kv_num_heads; the bound past and present are 4-D (1, heads, T, head_size) and Y is 3-D
-    (1, S, q_heads * head_size). Head h of a token is its h-th run of head_size values."""
+    (1, S, q_heads * head_size). Head h of a token is its h-th run of head_size values. ``scale``: the
+    Attention attribute (None: left out, 1/sqrt(head_size))."""
     from .common import model as new_model
 
     m = new_model("kv_more_packed_heads", opset=23)
     g = m.graph
     node = g.node.add(op_type="Attention", input=["q", "k", "v", "", "past_key", "past_value"],
                       output=["y", "present_key", "present_value"])
-    add_attributes(node, {"is_causal": causal, "q_num_heads": q_heads, "kv_num_heads": heads})
+    add_attributes(node, {"is_causal": causal, "q_num_heads": q_heads, "kv_num_heads": heads,
+                          "scale": None if scale is None else float(scale)})
     _tensor_vi(g, "q", [1, "s", q_heads * head_size])
     for name in ("k", "v"):
         _tensor_vi(g, name, [1, "s", heads * head_size])
@@ -208,7 +211,7 @@ def kv_more_packed_heads(q_heads: int, heads: int, head_size: int = 4, plan: tup
         values = np.concatenate([values, heads_of(v, heads)], 2)
         total = keys.shape[2]
         bias = causal_bias(count, total, [total]) if causal else None
-        y4 = attention_expected(heads_of(q, q_heads), keys, values, bias)
+        y4 = attention_expected(heads_of(q, q_heads), keys, values, bias, scale)
         y = y4.transpose(0, 2, 1, 3).reshape(1, count, q_heads * head_size).astype(np.float32)
         trace.append(_run(f"r{index}", {"q": q, "k": k, "v": v},
                           {"y": y, "present_key": keys, "present_value": values}))
