@@ -443,6 +443,47 @@ class ExternalNumbersThirtyTwoBit(Fault):
         return [wrap(payload, "_decimal", _thirty_two_bit)]
 
 
+def _empty_extent_unopened(original):
+    def open_external(extent, base_dir, path):
+        if extent.length == 0:  # nothing to read: the backing file is never looked at
+            return os.open(os.devnull, os.O_RDONLY)
+        return original(extent, base_dir, path)
+    return open_external
+
+
+class EmptyExtentFileNotOpened(Fault):
+    """Skips the backing file entirely for a zero-length extent (nothing to read, so nothing is opened): an
+    empty external payload whose location names no file is accepted."""
+
+    fault_id = "PAY-EXTERNAL-EXTENT.empty-extent-file-not-opened"
+    clauses = ("PAY-EXTERNAL-EXTENT", "PAY-EMPTY")
+    boundary = True
+
+    def patches(self):
+        return [wrap(payload, "open_external", _empty_extent_unopened, aliases=False)]
+
+
+def _aligned_only(original):
+    def open_external(extent, base_dir, path):
+        if extent.offset % 4:
+            raise violation(E.EXTERNAL_FILE_INVALID, path,
+                            f"offset {extent.offset} is not 4-byte aligned: no typed view of the extent")
+        return original(extent, base_dir, path)
+    return open_external
+
+
+class UnalignedOffsetRefused(Fault):
+    """Refuses external offsets that are not a multiple of 4 (it maps payloads as typed views and will not
+    read a FLOAT or INT32 from an unaligned address) instead of reading the bytes at any offset."""
+
+    fault_id = "PAY-EXTERNAL-EXTENT.unaligned-offset-refused"
+    clauses = ("PAY-EXTERNAL-EXTENT",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(payload, "open_external", _aligned_only, aliases=False)]
+
+
 # ------------------------------------------------------------------------------ paged appends
 def _paged_append(start_after_slots: bool = False, lazy_seal: bool = False):
     """PagedKVCache.append as a runtime with one of two bugs writes it: a new block after a partial one
