@@ -144,3 +144,13 @@ def test_batch_rows_and_mask_rows_really_differ():
     for step in CONTIGUOUS[_REQ + "Mask2D.FloatRowPerQuery"].extras()["steps"][1:]:
         mask = _array(step["feeds"]["attn_mask"])
         assert mask.ndim == 2 and (mask.shape[0] == 1 or not np.array_equal(mask[0], mask[1]))
+
+
+def test_a_fault_overriding_the_executor_kernels_acts_on_state_cases():
+    """The TensorScatter faults only replace the kernels a state's executor runs: the audit's scoping must
+    still run them on the state cases (otherwise they are reported as surviving every case)."""
+    from conformance.audit import faults_kv_more as F
+    from conformance.audit.scope import seams
+
+    for cls in (F.ScatterFirstWriteIndexForAll, F.ScatterAxisFixedAtMinusTwo, F.ScatterCircularAsLinear):
+        assert "state" in seams(cls)[0]
