@@ -50,6 +50,9 @@ CATCHERS = {
     "KV-PAGED-FORMATS.filled-block-left-open": (
         _REC + "PagedSealing.Int2KeysUint2ValuesFilledByLastCall",
         _REC + "PagedSealing.Uint4KeysInt8ValuesFilledByLastCall"),
+    "KV-PAGED-FORMATS.block-axis-assumed-head-size": (
+        _REQ + "PagedBlockAxes.PerTokenKeysPerHeadValues", _REQ + "PagedBlockAxes.PerHeadKeysPerTokenValues",
+        _REQ + "PagedBlockAxes.PerTensorKeysPerTokenValues"),
     "KV-PAGED-FORMATS.value-scale-in-normalizer": (
         _REQ + "PagedHeadScales.Int8ValuesGroupedQuery", _REQ + "PagedHeadScales.Int4KeysValuesGroupedQuery"),
 }
@@ -154,3 +157,32 @@ def test_a_fault_overriding_the_executor_kernels_acts_on_state_cases():
 
     for cls in (F.ScatterFirstWriteIndexForAll, F.ScatterAxisFixedAtMinusTwo, F.ScatterCircularAsLinear):
         assert "state" in seams(cls)[0]
+
+
+@pytest.mark.clause("AFF-DQ")
+@pytest.mark.parametrize("fmt", ["int8@0", "uint8@1", "uint4@1", "int4@0", "uint8@tensor", "int4@tensor", "uint4@0"])
+def test_blocks_along_other_axes_decode_as_onnx_dequantize_linear(fmt):
+    """The per-axis and per-tensor blocks of the PagedBlockAxes cases (corpus/builders/kv_more.py) decode,
+    by onnx's reference DequantizeLinear on the same codes and parameters, to the values the cases' Y uses."""
+    from onnx import TensorProto, helper
+    from onnx.reference import ReferenceEvaluator
+
+    from corpus.builders.kv_more import encode_along
+
+    x = np.random.default_rng(5).standard_normal((4, 2, 8)).astype(np.float32) * np.float32(3)
+    value, decoded = encode_along(x, fmt)
+    layout = value.affine
+    codes = helper.make_tensor("x", layout.storage_type, [4, 2, 8], value.raw_data, raw=True)
+    inputs = [codes, TensorProto.FromString(layout.scale.SerializeToString())]
+    inputs[1].name = "scale"
+    if layout.HasField("zero_point"):
+        inputs.append(TensorProto.FromString(layout.zero_point.SerializeToString()))
+        inputs[2].name = "zero_point"
+    attrs = {"axis": layout.axis} if layout.HasField("axis") else {}
+    node = helper.make_node("DequantizeLinear", [t.name for t in inputs], ["y"], **attrs)
+    graph = helper.make_graph([node], "dq", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=inputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    (got,) = ReferenceEvaluator(model).run(None, {})
+    np.testing.assert_array_equal(got, decoded)
+    assert np.max(np.abs(decoded - x)) < np.max(np.abs(x)) / 2  # the encoding is a real approximation

@@ -17,7 +17,7 @@ from reference_impl import payload
 from reference_impl.dtypes import INT64_MAX, UINT64_MAX
 from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
-from reference_impl.kv import contiguous, paged
+from reference_impl.kv import contiguous, formats, paged
 
 # the modules (``reference_impl.kv`` re-exports functions of the same names)
 attention_module = importlib.import_module("reference_impl.kv.attention")
@@ -482,6 +482,28 @@ class UnalignedOffsetRefused(Fault):
 
     def patches(self):
         return [wrap(payload, "open_external", _aligned_only, aliases=False)]
+
+
+def _head_size_axis(original):
+    def bind_affine(self, layout, nbytes):
+        if layout.HasField("axis"):
+            layout = type(layout).FromString(layout.SerializeToString())
+            layout.axis = 2  # per-axis and blocked parameters are taken to run along head_size
+        return original(self, layout, nbytes)
+    return bind_affine
+
+
+class BlockAxisAssumedHeadSize(Fault):
+    """Reads every per-axis or blocked affine K/V block as if its parameters ran along head_size (the axis
+    of the runtime's own block formats), whatever its axis field says: a caller's block with one scale per
+    token (axis 0) or per head (axis 1) is refused for its parameter shape, or decoded along the wrong
+    axis."""
+
+    fault_id = "KV-PAGED-FORMATS.block-axis-assumed-head-size"
+    clauses = ("KV-PAGED-FORMATS", "AFF-AXIS")
+
+    def patches(self):
+        return [wrap(formats.BlockCodec, "_bind_affine", _head_size_axis)]
 
 
 # ------------------------------------------------------------------------------ paged appends

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import builder
 from .kv import _literal, _tensor_vi, add_attributes, paged_model
-from .kv_formats import encode
+from .kv_formats import AFFINE, _tensor, encode, pack
 from .kv_paged import DECODED_ATOL, block_literal, cache_literal
 
 
@@ -219,11 +219,48 @@ def kv_more_packed_heads(q_heads: int, heads: int, head_size: int = 4, plan: tup
 
 
 # ------------------------------------------------------------------------------ paged caches
+def encode_along(x: np.ndarray, fmt: str):
+    """(block value, decoded float32 values) of a FLOAT[tokens, heads, size] block in the built-in affine
+    branch with per-axis parameters: ``fmt`` is ``"<type>@<axis>"`` (one scale, and for unsigned types one
+    zero point, per index of that axis, covering the values there) or ``"<type>@tensor"`` (one of each).
+    Codes are QuantizeLinear's (round half to even, saturate); values decode as (code - zp) * scale."""
+    from reference_impl import schema
+
+    from .common import add_float_logical
+
+    name, _, where = fmt.partition("@")
+    data_type, width, low, high = AFFINE[name]
+    axis = None if where == "tensor" else int(where)
+    others = tuple(i for i in range(3) if i != axis)
+    keep = (lambda a: a.reshape(-1)) if axis is not None else (lambda a: a.reshape(()))
+    if low < 0:
+        amax = np.max(np.abs(x), axis=others, keepdims=True)
+        scale = np.where(amax > 0, amax / np.float32(high), np.float32(1)).astype(np.float32)
+        zero = np.zeros_like(scale, np.int64)
+    else:
+        lo = np.minimum(np.min(x, axis=others, keepdims=True), np.float32(0))
+        hi = np.maximum(np.max(x, axis=others, keepdims=True), np.float32(0))
+        scale = np.where(hi > lo, (hi - lo) / np.float32(high - low), np.float32(1)).astype(np.float32)
+        zero = np.clip(np.rint(low - lo / scale), low, high).astype(np.int64)
+    codes = np.clip(np.rint(x / scale).astype(np.int64) + zero, low, high)
+    value = schema.EncodedValueProto()
+    add_float_logical(value, x.shape)
+    value.affine.storage_type = data_type
+    value.affine.scale.CopyFrom(_tensor(keep(scale), 1))
+    if low >= 0:
+        value.affine.zero_point.CopyFrom(_tensor(keep(zero), data_type, width))
+    if axis is not None:
+        value.affine.axis = axis
+    value.raw_data = pack(codes, width)
+    return value, ((codes - zero).astype(np.float32) * scale).astype(np.float32)
+
+
 @builder
 def kv_more_paged(blocks: list, first_start: int = 0, q_heads: int = 2, heads: int = 2, head_size: int = 8,
                   block_size: int = 4, plan: tuple = (1, 1), mask: str | None = None, head_gain: tuple = (1.0, 1.0),
                   seed: int = 71):
-    """An initial paged cache of pre-encoded blocks (``"key:value"`` format pairs, kv_formats) whose first
+    """An initial paged cache of pre-encoded blocks (``"key:value"`` format pairs: kv_formats', or
+    ``encode_along``'s ``"<type>@<axis>"`` / ``"<type>@tensor"``) whose first
     block starts at position ``first_start``; each call appends ``plan[i]`` dense tokens through the
     paged_attention role (is_causal by default: query i sees the keys up to the cache's last S tokens' i-th),
     optionally with an ``attn_mask`` over the cache's tokens in order. KV head h's data is scaled by
@@ -237,7 +274,8 @@ def kv_more_paged(blocks: list, first_start: int = 0, q_heads: int = 2, heads: i
         key_format, value_format = pair.split(":")
         k = (rng.standard_normal((block_size, heads, head_size)) * gain).astype(np.float32)
         v = (rng.standard_normal((block_size, heads, head_size)) * gain).astype(np.float32)
-        (key, k_decoded), (value, v_decoded) = encode(k, key_format), encode(v, value_format)
+        (key, k_decoded), (value, v_decoded) = (encode_along(x, fmt) if "@" in fmt else encode(x, fmt)
+                                                for x, fmt in ((k, key_format), (v, value_format)))
         table.append(block_literal(start, block_size, key, value))
         keys.append(k_decoded.transpose(1, 0, 2))
         values.append(v_decoded.transpose(1, 0, 2))
