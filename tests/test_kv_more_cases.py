@@ -40,6 +40,8 @@ CATCHERS = {
     "PAY-EXTERNAL-EXTENT.numbers-thirty-two-bit": (
         _REQ + "ExternalWide.AffineOffsetTwoToThe32", _REQ + "ExternalWide.StructOffsetBeyondTwoToThe32"),
     "KV-ATTENTION.zero-scale-defaulted": (_REC + "ZeroScale.PackedHeadsCausal", _REC + "ZeroScale.FloatMaskOnly"),
+    "KV-ATTENTION.qk-output-per-kv-head": (
+        _REQ + "QkGrouped.Mode0ScoresPerQueryHead", _REQ + "QkGrouped.Mode3WeightsPerQueryHeadCausal"),
     "KV-ATTENTION.packed-heads-not-transposed": (_REQ + "PackedHeads.TwoOnTwo", _REQ + "PackedHeads.FourOnTwo"),
     "KV-PAGED-RANGE.queries-placed-by-count": (
         _REC + "PagedLateStart.CausalDecode", _REC + "PagedLateStart.CausalChunkGroupedQuery"),
@@ -70,7 +72,7 @@ def test_every_new_case_catches_a_fault_listed_here():
 # --------------------------------------------------------------------------- peers agree (contiguous)
 CONTIGUOUS = {case.id: case for case in select(load_cases(), [_REQ + "Batch*", _REQ + "Mask2D.*",
                                                                _REQ + "Mask3D.*", _REQ + "PackedHeads.*",
-                                                               _REQ + "ScatteredCache.*"])}
+                                                               _REQ + "ScatteredCache.*", _REQ + "QkGrouped.*"])}
 #: onnxruntime refuses an explicit scale of 0 when the model is loaded (the cases are Recommended)
 ZERO_SCALE = {case.id: case for case in select(load_cases(), [_REC + "ZeroScale.*"])}
 _FED_BACK = {"cache_key": "next_key", "cache_value": "next_value", "past_key": "present_key",

@@ -174,6 +174,30 @@ class ZeroScaleDefaulted(Fault):
         return [wrap(attention_module, "sqrt_scale", _zero_scale_defaulted)]
 
 
+def _qk_per_kv_head(original):
+    def attention(*args, **kwargs):
+        out = original(*args, **kwargs)
+        qk, hkv = out.qk_matmul_output, out.present_key.shape[1]
+        if qk.ndim == 4 and hkv and qk.shape[1] > hkv:
+            group = qk.shape[1] // hkv
+            out = out._replace(qk_matmul_output=np.repeat(qk[:, ::group], group, axis=1))
+        return out
+    return attention
+
+
+class QkOutputPerKvHead(Fault):
+    """Fills qk_matmul_output one row per key/value head (the scores of the first query head of each group)
+    and repeats it over the group, as a grouped-query kernel that computes a group's scores together would:
+    with grouped- or multi-query heads, every query head but the first of its group reports another head's
+    scores."""
+
+    fault_id = "KV-ATTENTION.qk-output-per-kv-head"
+    clauses = ("KV-ATTENTION",)
+
+    def patches(self):
+        return [wrap(attention_module, "attention", _qk_per_kv_head)]
+
+
 # ------------------------------------------------------------------------------ 3-D inputs
 def _split_without_transpose(x, num_heads, name):
     batch, seq, hidden = x.shape

@@ -379,3 +379,37 @@ def kv_more_scattered_cache(causal: int, q_heads: int = 2, token_major: bool = T
         trace.append(_run(f"r{index}", feeds, {"y": y, "next_key": stored(keys), "next_value": stored(values)}))
         filled += count
     return {"model": m, "steps": trace}
+
+
+# ------------------------------------------------------------------------------ qk_matmul_output, grouped heads
+@builder
+def kv_more_qk_grouped(mode: int, q_heads: int = 4, heads: int = 2, head_size: int = 4, causal: int = 0,
+                       plan: tuple = (3, 2, 1), seed: int = 79):
+    """Attention over a bound past with grouped-query heads and its fourth output qk_matmul_output in
+    ``mode`` 0 (Q K^T times the scale) or 3 (the softmax weights), one row per query head: (1, q_heads, S,
+    T). No mask and no softcap, so the modes' intermediate steps are not at stake."""
+    from .kv import attention_model
+
+    m = attention_model(heads, head_size, name="kv_more_qk_grouped", q_heads=q_heads, is_causal=causal,
+                        qk_matmul_output_mode=mode)
+    m.graph.node[0].output.append("qk")
+    _tensor_vi(m.graph, "qk", [1, q_heads, "s", "t2"], output=True)
+    rng = np.random.default_rng(seed + mode)
+    keys = values = np.zeros((1, heads, 0, head_size), np.float32)
+    trace = [{"op": "open", "initial": {"past_key": _literal(keys), "past_value": _literal(values)}}]
+    group = q_heads // heads
+    for index, count in enumerate(plan):
+        q = (rng.standard_normal((1, q_heads, count, head_size)) * 2).astype(np.float32)
+        k, v = (rng.standard_normal((1, heads, count, head_size)).astype(np.float32) for _ in range(2))
+        keys, values = np.concatenate([keys, k], 2), np.concatenate([values, v], 2)
+        total = keys.shape[2]
+        bias = causal_bias(count, total, [total]) if causal else None
+        y = attention_expected(q, keys, values, bias).astype(np.float32)
+        scores = q.astype(np.float64) @ np.swapaxes(np.repeat(keys, group, axis=1), -1, -2) / np.sqrt(head_size)
+        if mode == 3:
+            biased = scores if bias is None else scores + bias
+            weights = np.exp(biased - biased.max(axis=-1, keepdims=True))
+            scores = weights / weights.sum(axis=-1, keepdims=True)
+        trace.append(_run(f"r{index}", {"q": q, "k": k, "v": v},
+                          {"y": y, "present_key": keys, "present_value": values, "qk": scores.astype(np.float32)}))
+    return {"model": m, "steps": trace}
