@@ -55,6 +55,8 @@ CATCHERS = {
     "KV-PAGED-FORMATS.block-axis-assumed-head-size": (
         _REQ + "PagedBlockAxes.PerTokenKeysPerHeadValues", _REQ + "PagedBlockAxes.PerHeadKeysPerTokenValues",
         _REQ + "PagedBlockAxes.PerTensorKeysPerTokenValues"),
+    "KV-MUTATION-FAILED.max-tokens-counts-slots": (
+        _REQ + "PagedMaxTokens.PartialBlockFilledToTheLimit", _REQ + "PagedMaxTokens.PartialSecondBlockToTheLimit"),
     "KV-PAGED-FORMATS.value-scale-in-normalizer": (
         _REQ + "PagedHeadScales.Int8ValuesGroupedQuery", _REQ + "PagedHeadScales.Int4KeysValuesGroupedQuery"),
 }

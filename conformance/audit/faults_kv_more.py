@@ -17,7 +17,7 @@ from reference_impl import payload
 from reference_impl.dtypes import INT64_MAX, UINT64_MAX
 from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
-from reference_impl.kv import contiguous, formats, paged
+from reference_impl.kv import contiguous, formats, kernels, paged
 
 # the modules (``reference_impl.kv`` re-exports functions of the same names)
 attention_module = importlib.import_module("reference_impl.kv.attention")
@@ -528,6 +528,36 @@ class BlockAxisAssumedHeadSize(Fault):
 
     def patches(self):
         return [wrap(formats.BlockCodec, "_bind_affine", _head_size_axis)]
+
+
+def _slots_against_max_tokens(original):
+    def kernel(args, attrs, ctx):
+        limit = attrs.get("max_tokens", 4096)
+        try:
+            value, block_size = args[3], int(attrs.get("block_size", 16))
+            geometry = paged.struct_geometry(value, "PagedAttention.past")
+            cache = paged.PagedKVCache.from_struct(value, *geometry, block_size) if geometry else None
+            new = args[1].shape[2]
+        except (ContractError, AttributeError, IndexError, TypeError, ValueError):
+            cache = None  # the kernel itself reports what is wrong with its inputs
+        if cache is not None and isinstance(limit, int) and sum(b.tokens for b in cache.blocks) + new > limit:
+            raise violation(E.KV_CAPACITY_EXCEEDED, "PagedAttention.max_tokens",
+                            f"{sum(b.tokens for b in cache.blocks)} slots + {new} tokens exceed max_tokens {limit}")
+        return original(args, attrs, ctx)
+    return kernel
+
+
+class MaxTokensCountsSlots(Fault):
+    """Checks max_tokens against the cache's physical slots plus the new tokens instead of its valid tokens:
+    a cache holding a partial block (a payload with unused slots) is refused an append that stays within
+    max_tokens."""
+
+    fault_id = "KV-MUTATION-FAILED.max-tokens-counts-slots"
+    clauses = ("KV-MUTATION-FAILED", "KV-PAGED-RANGE")
+    boundary = True
+
+    def patches(self):
+        return [wrap(kernels, "paged_attention_kernel", _slots_against_max_tokens)]
 
 
 # ------------------------------------------------------------------------------ paged appends

@@ -258,28 +258,31 @@ def encode_along(x: np.ndarray, fmt: str):
 @builder
 def kv_more_paged(blocks: list, first_start: int = 0, q_heads: int = 2, heads: int = 2, head_size: int = 8,
                   block_size: int = 4, plan: tuple = (1, 1), mask: str | None = None, head_gain: tuple = (1.0, 1.0),
-                  seed: int = 71):
+                  seed: int = 71, valid: tuple | None = None, max_tokens: int | None = None):
     """An initial paged cache of pre-encoded blocks (``"key:value"`` format pairs: kv_formats', or
     ``encode_along``'s ``"<type>@<axis>"`` / ``"<type>@tensor"``) whose first
     block starts at position ``first_start``; each call appends ``plan[i]`` dense tokens through the
     paged_attention role (is_causal by default: query i sees the keys up to the cache's last S tokens' i-th),
     optionally with an ``attn_mask`` over the cache's tokens in order. KV head h's data is scaled by
-    ``head_gain[h]``, so per-head block scales differ. Y is attention over every block's decoded tokens."""
+    ``head_gain[h]``, so per-head block scales differ. ``valid`` gives each block's valid tokens (default:
+    all its slots; fewer: a partial block whose payload holds unused slots), ``max_tokens`` the role's
+    attribute. Y is attention over every block's decoded valid tokens."""
     mask = mask or None  # a case row without a mask passes ""
     rng = np.random.default_rng(seed)
     gain = np.asarray(head_gain, np.float32).reshape(1, heads, 1)
     table, start = [], first_start
     keys, values = [], []  # decoded, each (H, n, D)
-    for pair in blocks:
+    valid = [block_size] * len(blocks) if valid is None else list(valid)
+    for pair, used in zip(blocks, valid, strict=True):
         key_format, value_format = pair.split(":")
         k = (rng.standard_normal((block_size, heads, head_size)) * gain).astype(np.float32)
         v = (rng.standard_normal((block_size, heads, head_size)) * gain).astype(np.float32)
         (key, k_decoded), (value, v_decoded) = (encode_along(x, fmt) if "@" in fmt else encode(x, fmt)
                                                 for x, fmt in ((k, key_format), (v, value_format)))
-        table.append(block_literal(start, block_size, key, value))
-        keys.append(k_decoded.transpose(1, 0, 2))
-        values.append(v_decoded.transpose(1, 0, 2))
-        start += block_size
+        table.append(block_literal(start, used, key, value))
+        keys.append(k_decoded[:used].transpose(1, 0, 2))
+        values.append(v_decoded[:used].transpose(1, 0, 2))
+        start += used
     trace = [{"op": "open", "initial": {"cache": cache_literal(table, start - first_start)}}]
     for index, count in enumerate(plan):
         q = rng.standard_normal((1, q_heads, count, head_size)).astype(np.float32)
@@ -297,7 +300,8 @@ def kv_more_paged(blocks: list, first_start: int = 0, q_heads: int = 2, heads: i
         y = attention_expected(q, all_keys, all_values, bias).astype(np.float32)
         trace.append(_run(f"r{index}", feeds, {"y": y}, atol=DECODED_ATOL * float(np.max(head_gain))))
     tokens = "s" if max(plan) > 1 else 1
-    return {"model": paged_model(heads, head_size, block_size, q_heads=q_heads, tokens=tokens, mask=mask),
+    attrs = {} if max_tokens is None else {"max_tokens": max_tokens}
+    return {"model": paged_model(heads, head_size, block_size, q_heads=q_heads, tokens=tokens, mask=mask, **attrs),
             "steps": trace}
 
 
