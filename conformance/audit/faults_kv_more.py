@@ -1,8 +1,10 @@
 """More faults in KV caches and external payloads, each in a path the happy decode traces rarely reach:
-batch rows beyond the first (per-row nonpad lengths, per-row masks, per-row TensorScatter write indices),
-masks of rank 2 and 3-D (packed-head) inputs, paged caches whose first block does not start at position
-0, symmetric per-head block scales factored out of the scores and weights under grouped-query heads, and
-external extents whose offset and length are each within the file but not together (or wrap uint64)."""
+batch rows beyond the first (per-row nonpad lengths, masks and TensorScatter write indices), masks of rank
+2 and 3, TensorScatter's axis and circular mode, an explicit scale of 0, qk_matmul_output under grouped
+heads, 3-D (packed-head) inputs, paged caches whose first block does not start at position 0, symmetric
+per-head block scales factored out of the scores and weights, blocks with parameters along other axes,
+max_tokens against partial blocks, blocks sealed late, and external extents whose offset and length each
+fit the file but not together, wrap uint64 or 32 bits, sit in a subdirectory, are empty or unaligned."""
 
 from __future__ import annotations
 
@@ -93,15 +95,46 @@ class TwoDimensionalMaskAsKeyPadding(Fault):
         return [wrap(attention_module, "check_mask", _key_padding_mask)]
 
 
-def _scatter_kernel(args, attrs, ctx):
-    """TensorScatter writing every batch row at the first row's write index."""
-    past, update = args[0], args[1]
-    indices = args[2] if len(args) > 2 else None
-    if indices is not None and np.size(indices):
-        indices = np.full(np.shape(indices), np.asarray(indices).reshape(-1)[0], np.int64)
-    mode = attrs.get("mode", "linear")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    return [contiguous.tensor_scatter(past, update, indices, mode=mode, axis=int(attrs.get("axis", -2)))]
+def _batch_first_mask(original):
+    def check_mask(mask, q_dtype, target):
+        if mask is not None and np.ndim(mask) == 3:
+            mask = np.asarray(mask)
+            if mask.shape[0] != target[0]:
+                raise violation(E.ATTENTION_INPUT_INVALID, "Attention.attn_mask",
+                                f"a 3-D mask needs {target[0]} rows (the batch), got {mask.shape[0]}")
+            mask = mask[:, None]  # (batch, S, T) -> (batch, 1, S, T)
+        return original(mask, q_dtype, target)
+    return check_mask
+
+
+class ThreeDimensionalMaskBatchFirst(Fault):
+    """Aligns a 3-D attention mask's dimensions from the left, as (batch, q_sequence, total_sequence) (the
+    convention of older contrib attention operators), instead of broadcasting it from the right as (heads,
+    q_sequence, total_sequence): a per-head mask is refused unless it happens to have one entry per batch
+    row, and then it is applied per batch row to every head."""
+
+    fault_id = "KV-ATTENTION.three-d-mask-batch-first"
+    clauses = ("KV-ATTENTION",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(attention_module, "check_mask", _batch_first_mask)]
+
+
+def _scatter(sequence_axis: int | None = None, wrap: bool = True, first_index: bool = False):
+    """A TensorScatter kernel with one bug: it writes along ``sequence_axis`` whatever the axis attribute
+    says (None: the attribute's axis), treats circular mode as linear (``wrap`` False), or writes every
+    batch row at the first row's write index (``first_index``)."""
+    def kernel(args, attrs, ctx):
+        past, update = args[0], args[1]
+        indices = args[2] if len(args) > 2 else None
+        if first_index and indices is not None and np.size(indices):
+            indices = np.full(np.shape(indices), np.asarray(indices).reshape(-1)[0], np.int64)
+        mode = attrs.get("mode", "linear")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        axis = int(attrs.get("axis", -2)) if sequence_axis is None else sequence_axis
+        return [contiguous.tensor_scatter(past, update, indices, mode=mode if wrap else "linear", axis=axis)]
+    return kernel
 
 
 class ScatterFirstWriteIndexForAll(Fault):
@@ -114,20 +147,7 @@ class ScatterFirstWriteIndexForAll(Fault):
     boundary = True
 
     def executor_kernels(self):
-        return {**super().executor_kernels(), ("", "TensorScatter"): _scatter_kernel}
-
-
-def _scatter_on_axis(sequence_axis: int | None = None, wrap: bool = True):
-    """A TensorScatter kernel that writes along ``sequence_axis`` whatever the axis attribute says (None:
-    the attribute's axis) and, without ``wrap``, treats circular mode as linear."""
-    def kernel(args, attrs, ctx):
-        past, update = args[0], args[1]
-        indices = args[2] if len(args) > 2 else None
-        mode = attrs.get("mode", "linear")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
-        axis = int(attrs.get("axis", -2)) if sequence_axis is None else sequence_axis
-        return [contiguous.tensor_scatter(past, update, indices, mode=mode if wrap else "linear", axis=axis)]
-    return kernel
+        return {**super().executor_kernels(), ("", "TensorScatter"): _scatter(first_index=True)}
 
 
 class ScatterAxisFixedAtMinusTwo(Fault):
@@ -139,7 +159,7 @@ class ScatterAxisFixedAtMinusTwo(Fault):
     clauses = ("KV-APPEND-EQUIV", "KV-ATTENTION")
 
     def executor_kernels(self):
-        return {**super().executor_kernels(), ("", "TensorScatter"): _scatter_on_axis(sequence_axis=-2)}
+        return {**super().executor_kernels(), ("", "TensorScatter"): _scatter(sequence_axis=-2)}
 
 
 class ScatterCircularAsLinear(Fault):
@@ -151,7 +171,7 @@ class ScatterCircularAsLinear(Fault):
     boundary = True
 
     def executor_kernels(self):
-        return {**super().executor_kernels(), ("", "TensorScatter"): _scatter_on_axis(wrap=False)}
+        return {**super().executor_kernels(), ("", "TensorScatter"): _scatter(wrap=False)}
 
 
 def _zero_scale_defaulted(original):
@@ -421,32 +441,6 @@ class LocationBasenameOnly(Fault):
         return [wrap(payload, "open_external", _basename_only, aliases=False)]
 
 
-
-
-def _batch_first_mask(original):
-    def check_mask(mask, q_dtype, target):
-        if mask is not None and np.ndim(mask) == 3:
-            mask = np.asarray(mask)
-            if mask.shape[0] != target[0]:
-                raise violation(E.ATTENTION_INPUT_INVALID, "Attention.attn_mask",
-                                f"a 3-D mask needs {target[0]} rows (the batch), got {mask.shape[0]}")
-            mask = mask[:, None]  # (batch, S, T) -> (batch, 1, S, T)
-        return original(mask, q_dtype, target)
-    return check_mask
-
-
-class ThreeDimensionalMaskBatchFirst(Fault):
-    """Aligns a 3-D attention mask's dimensions from the left, as (batch, q_sequence, total_sequence) (the
-    convention of older contrib attention operators), instead of broadcasting it from the right as (heads,
-    q_sequence, total_sequence): a per-head mask is refused unless it happens to have one entry per batch
-    row, and then it is applied per batch row to every head."""
-
-    fault_id = "KV-ATTENTION.three-d-mask-batch-first"
-    clauses = ("KV-ATTENTION",)
-    boundary = True
-
-    def patches(self):
-        return [wrap(attention_module, "check_mask", _batch_first_mask)]
 
 
 def _thirty_two_bit(original):
