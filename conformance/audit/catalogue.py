@@ -27,6 +27,7 @@ MODULES = (
     "faults_struct_more",
     "faults_wire_more",
     "faults_zc_more",
+    "faults_kv_more",
 )
 
 

@@ -30,7 +30,7 @@ WRITE_OPS = frozenset({"roundtrip", "export", "rewrite"})
 #: overridable adapter members -> the case operations that call them
 _METHOD_OPS = {"verify": ("verify",), "decode": ("decode",), "read_fields": ("fields",), "roundtrip": ("roundtrip",),
                "open_state": ("state",), "make_state": ("state",), "export": ("export",), "rewrite": ("rewrite",),
-               "on_save": ("roundtrip", "export")}
+               "on_save": ("roundtrip", "export"), "executor_kernels": ("state",)}
 
 
 def trace_ops(case: Case) -> frozenset[str]:
