@@ -172,7 +172,7 @@ def _fields(case: Case, adapter: Any, workdir: str, require_codes: bool):
 
 def _roundtrip(case: Case, adapter: Any, workdir: str, require_codes: bool):
     data = operators.model_bytes(case, adapter)
-    outcome = call(adapter, "roundtrip", data)
+    outcome = call(adapter, "roundtrip", data, base_dir=workdir)
     checked = judge_rejection(outcome, case.expect, "the round trip", require_codes)
     if "error" not in case.expect and outcome.rejected is None:
         check_model_bytes(data, outcome.value, case.expect)
@@ -181,7 +181,7 @@ def _roundtrip(case: Case, adapter: Any, workdir: str, require_codes: bool):
 
 def _export(case: Case, adapter: Any, workdir: str, require_codes: bool):
     data = operators.model_bytes(case, adapter)
-    outcome = call(adapter, "export", data, case.target or "onnx-light")
+    outcome = call(adapter, "export", data, case.target or "onnx-light", base_dir=workdir)
     checked = judge_rejection(outcome, case.expect, f"export to {case.target}", require_codes)
     if "error" not in case.expect and outcome.rejected is None:
         produced, feedback = outcome.value, None
@@ -196,7 +196,7 @@ def _export(case: Case, adapter: Any, workdir: str, require_codes: bool):
 
 def _rewrite(case: Case, adapter: Any, workdir: str, require_codes: bool):
     data = operators.model_bytes(case, adapter)
-    outcome = call(adapter, "rewrite", data, dict(case.rewrite or {}))
+    outcome = call(adapter, "rewrite", data, dict(case.rewrite or {}), base_dir=workdir)
     checked = judge_rejection(outcome, case.expect, f"rewrite {case.rewrite}", require_codes)
     if "error" not in case.expect and outcome.rejected is None:
         check_model_bytes(data, outcome.value, case.expect)

@@ -12,6 +12,7 @@ import numpy as np
 
 from conformance import values as V
 from conformance.adapters import NotSupported, Rejected
+from conformance.adapters.base import accepted_keywords
 
 
 class CaseFailure(Exception):
@@ -30,14 +31,15 @@ class Outcome:
         self.rejected = rejected
 
 
-def call(adapter: Any, method: str, *args: Any) -> Outcome:
+def call(adapter: Any, method: str, *args: Any, **optional: Any) -> Outcome:
     """Call an adapter method, classifying exceptions. NotSupported and unclassified exceptions
-    propagate (the first becomes the verdict, the second a failure with traceback)."""
+    propagate (the first becomes the verdict, the second a failure with traceback). ``optional``
+    keywords reach the method only when it accepts them (``accepted_keywords``)."""
     fn = getattr(adapter, method, None)
     if fn is None:
         raise NotSupported(f"the adapter has no {method}()")
     try:
-        return Outcome(value=fn(*args))
+        return Outcome(value=fn(*args, **accepted_keywords(fn, **optional)))
     except Rejected as rejected:
         return Outcome(rejected=rejected)
     except NotSupported:

@@ -19,7 +19,8 @@ from google.protobuf.message import DecodeError
 from conformance.protocol_schema import PACKAGE, SCHEMA
 from conformance.values import Encoded, Struct, borrow, default_buffer_id, dtype_of, is_ownerless
 
-PROTOCOL_VERSION = 4  # 2: Run.cancelled; 3: names as bytes, Rejection.causes, Counters; 4: Run.hold, Hold
+PROTOCOL_VERSION = 5  # 2: Run.cancelled; 3: names as bytes, Rejection.causes, Counters; 4: Run.hold, Hold;
+#                       5: base_dir on RoundTrip, Export and Rewrite
 #: Default cap on one frame's length (bytes). A longer length prefix is a framing error before anything
 #: is read; ``read_frame`` takes another cap, the testee adapter reads it from CONFORMANCE_MAX_FRAME.
 MAX_FRAME = 1 << 26

@@ -56,6 +56,10 @@ class Message:
 
 SCALARS = ("string", "bytes", "int64", "uint64", "uint32", "bool")
 
+#: base_dir of RoundTrip, Export and Rewrite came with protocol version 5; the runner sends it to every
+#: testee (an older one ignores the unknown field).
+BASE_DIR_NOTE = "protocol 5: directory holding the model's external payload files"
+
 SCHEMA: list[Message] = [
     Message("Tensor", doc=(
              "A dense tensor. dtype is a NumPy dtype name (\"float32\", \"int64\", \"bool\", \"bfloat16\", ...); "
@@ -131,6 +135,7 @@ SCHEMA: list[Message] = [
     ]),
     Message("RoundTrip", fields=[
         Field("model", 1, "bytes"),
+        Field("base_dir", 2, "string", note=BASE_DIR_NOTE),
     ]),
     Message("OpenState", fields=[
         Field("model", 1, "bytes"),
@@ -161,11 +166,13 @@ SCHEMA: list[Message] = [
     Message("Export", fields=[
         Field("model", 1, "bytes"),
         Field("target", 2, "string", note="\"onnx-light\" (save/load), \"onnx\" (standard), \"onnx-lowered\""),
+        Field("base_dir", 3, "string", note=BASE_DIR_NOTE),
     ]),
     Message("Rewrite", fields=[
         Field("model", 1, "bytes"),
         Field("rewrite_json", 2, "string",
               note='{"kind": "rename", "old": ..., "new": ...} and the other kinds in the docs'),
+        Field("base_dir", 3, "string", note=BASE_DIR_NOTE),
     ]),
     Message("Shutdown"),
     Message("Counters", doc=("The runtime's own counters for an open state (protocol version 3); see "
@@ -212,7 +219,8 @@ SCHEMA: list[Message] = [
         Field("version", 2, "string"),
         Field("profiles", 3, "string*"),
         Field("protocol_version", 4, "uint32",
-              note="4 (3: no Run.hold; 2: string names, no causes or counters; 1: no Run.cancelled)"),
+              note=("5 (4: RoundTrip, Export and Rewrite without base_dir; 3: no Run.hold; 2: string names, "
+                    "no causes or counters; 1: no Run.cancelled)")),
         Field("operators", 5, "OperatorRole*", note="protocol 3"),
     ]),
     Message("Ok"),

@@ -160,19 +160,19 @@ class {cls}:
         # TODO({name}): generic field access: leaf path -> values, one row per record.
         raise NotSupported("read_fields() is not written yet")
 
-    def roundtrip(self, model_bytes: bytes) -> bytes:
-        # TODO({name}): explicit load then save.
+    def roundtrip(self, model_bytes: bytes, base_dir: str | None = None) -> bytes:
+        # TODO({name}): explicit load then save (base_dir holds the model's external files).
         raise NotSupported("roundtrip() is not written yet")
 
     def open_state(self, model_bytes: bytes, initial: dict[str, Any], base_dir: str | None = None):
         # TODO({name}): a state over the model's persistent bindings holding these initial values.
         raise NotSupported("open_state() is not written yet")
 
-    def export(self, model_bytes: bytes, target: str):
+    def export(self, model_bytes: bytes, target: str, base_dir: str | None = None):
         # TODO({name}): "onnx-light" / "onnx": model bytes; "onnx-lowered": (model bytes, feedback pairs).
         raise NotSupported("export() is not written yet")
 
-    def rewrite(self, model_bytes: bytes, rewrite: dict) -> bytes:
+    def rewrite(self, model_bytes: bytes, rewrite: dict, base_dir: str | None = None) -> bytes:
         # TODO({name}): the model after one graph rewrite (docs/adapters.md lists the kinds).
         raise NotSupported("rewrite() is not written yet")
 '''

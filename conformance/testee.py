@@ -24,6 +24,7 @@ from typing import Any
 from conformance import operators
 from conformance import protocol as P
 from conformance.adapters import NotSupported, Rejected, load_adapter
+from conformance.adapters.base import accepted_keywords
 from conformance.hold import Hold
 from conformance.judging import classify
 from conformance.values import default_buffer_id
@@ -91,6 +92,11 @@ class Server:
     def _base_dir(text: str) -> str | None:
         return text or None
 
+    def _writer_call(self, method: str, *args: Any, base_dir: str) -> Any:
+        """roundtrip, export or rewrite, given ``base_dir`` when the adapter's method accepts it."""
+        found = getattr(self.adapter, method)
+        return found(*args, **accepted_keywords(found, base_dir=self._base_dir(base_dir)))
+
     # ---------------------------------------------------------------------------------- operations
     def op_hello(self, body, response) -> None:
         response.hello.name = str(getattr(self.adapter, "name", "adapter"))
@@ -114,7 +120,7 @@ class Server:
         P.named_to_proto(fields, response.values.values)
 
     def op_roundtrip(self, body, response) -> None:
-        response.model.model = self.adapter.roundtrip(body.model)
+        response.model.model = self._writer_call("roundtrip", body.model, base_dir=body.base_dir)
 
     def op_open_state(self, body, response) -> None:
         initial = P.named_from_proto(body.initial)
@@ -204,7 +210,7 @@ class Server:
             response.counters.counters.add(name=name, value=int(value))
 
     def op_export(self, body, response) -> None:
-        result = self.adapter.export(body.model, body.target)
+        result = self._writer_call("export", body.model, body.target, base_dir=body.base_dir)
         if isinstance(result, tuple):
             result, feedback = result
             response.model.has_feedback = True
@@ -214,7 +220,8 @@ class Server:
         response.model.model = result
 
     def op_rewrite(self, body, response) -> None:
-        response.model.model = self.adapter.rewrite(body.model, json.loads(body.rewrite_json))
+        response.model.model = self._writer_call("rewrite", body.model, json.loads(body.rewrite_json),
+                                                 base_dir=body.base_dir)
 
     def op_shutdown(self, body, response) -> None:
         response.ok.SetInParent()

@@ -255,7 +255,7 @@ class Trace:
         import onnx
         from onnx.reference import ReferenceEvaluator
 
-        outcome = call(self.adapter, "export", self.case.model_bytes(), "onnx-lowered")
+        outcome = call(self.adapter, "export", self.case.model_bytes(), "onnx-lowered", base_dir=self.workdir)
         if not self.judge(outcome, step, f"step {index} (export onnx-lowered)"):
             return
         if not isinstance(outcome.value, tuple):
@@ -440,11 +440,11 @@ class Trace:
         save/load of it."""
         data = operators.model_bytes(self.case, self.adapter)
         if "rewrite" in step:
-            outcome = call(self.adapter, "rewrite", data, dict(step["rewrite"]))
+            outcome = call(self.adapter, "rewrite", data, dict(step["rewrite"]), base_dir=self.workdir)
             judge_rejection(outcome, {}, f"step {index} (rewrite {step['rewrite']})", self.require_codes)
             return bytes(outcome.value)
         if "export" in step:
-            outcome = call(self.adapter, "export", data, step["export"])
+            outcome = call(self.adapter, "export", data, step["export"], base_dir=self.workdir)
             judge_rejection(outcome, {}, f"step {index} (export {step['export']})", self.require_codes)
             produced = outcome.value[0] if isinstance(outcome.value, tuple) else outcome.value
             return bytes(produced)

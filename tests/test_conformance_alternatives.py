@@ -5,21 +5,26 @@ Recommended case is the one that tells them apart."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
 import pytest
 
-from conformance.adapters import Rejected
+import reference_impl
+from conformance.adapters import Rejected, load_adapter
+from conformance.adapters.base import accepted_keywords
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState, _HoldSlot, to_neutral, to_runtime
 from conformance.audit.fault import Fault, wrap
 from conformance.audit.faults_representation import DecoderIgnoresConstants
+from conformance.audit.scope import WRITE_OPS
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
 from conformance.hold import HOLD_DOMAIN, HOLD_OP
 from reference_impl import ContractError, affine, schema
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import violation
+from reference_impl.values import EncodedValue
 
 CASES = load_cases()
 
@@ -790,3 +795,113 @@ def test_reset_or_close_of_another_state_may_wait_for_a_run_but_not_be_refused(m
     _passes(GuardsResetClosePerModel(), *other, "Required.State.Concurrency", "Required.State.Independent")
     for case_id in other:
         assert "rejected" in _fails(ResetCloseGuardedPerModel(), case_id)  # refuses the other state's call
+
+
+# ------------------------------------------------------------- a load that maps every external payload
+class MapsExternalOnLoad(ReferenceAdapter):
+    """Its explicit load adopts every encoded value as ``EncodedValue.from_proto`` does, mapping each
+    external payload from the files in ``base_dir`` (EXTERNAL_FILE_INVALID when it cannot find them),
+    before it saves, exports or rewrites. The spec leaves a load free to read its payloads."""
+
+    @staticmethod
+    def _load(model_bytes: bytes, base_dir) -> None:
+        verified = reference_impl.verify_model(model_bytes, base_dir=base_dir)
+        for index, value in enumerate(verified.model.graph.encoded_initializer):
+            path = f"model.graph.encoded_initializer[{index}]"
+            EncodedValue.from_proto(value, verified.catalogue, base_dir, path=path)
+
+    def roundtrip(self, model_bytes, base_dir=None):
+        self._load(model_bytes, base_dir)
+        return super().roundtrip(model_bytes, base_dir)
+
+    def export(self, model_bytes, target, base_dir=None):
+        self._load(model_bytes, base_dir)
+        return super().export(model_bytes, target, base_dir)
+
+    def rewrite(self, model_bytes, rewrite, base_dir=None):
+        self._load(model_bytes, base_dir)
+        return super().rewrite(model_bytes, rewrite, base_dir)
+
+
+class WithoutBaseDir:
+    """An adapter's view as a runner passing no ``base_dir`` to roundtrip, export and rewrite sees it."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def roundtrip(self, model_bytes):
+        return self.inner.roundtrip(model_bytes)
+
+    def export(self, model_bytes, target):
+        return self.inner.export(model_bytes, target)
+
+    def rewrite(self, model_bytes, rewrite):
+        return self.inner.rewrite(model_bytes, rewrite)
+
+
+#: The one-shot save, export and rewrite cases whose model keeps payloads in external files.
+EXTERNAL_WRITES = ["Required.Export.Dedup.KeepsExternalStructValuesInDifferentFiles",
+                   "Required.Export.Dedup.KeepsExternalValuesAtDifferentOffsets",
+                   "Required.Export.Preserve.ExternalAffineExplicitRoundTrip",
+                   "Required.Export.Preserve.ExternalAffineRoundTrip",
+                   "Required.Export.Preserve.ExternalSubdirectoryLocationExport",
+                   "Required.Export.Preserve.SaveLoadKeepsExternalStructuredValue",
+                   "Required.Wire.RoundTrip.ExternalNestedDirectoryLocation"]
+
+
+def test_the_external_writes_are_every_one_shot_write_of_an_external_model():
+    found = sorted(case.id for case in CASES if case.level == "Required" and case.op in WRITE_OPS
+                   and any(v.data_location == schema.TensorProto.EXTERNAL
+                           for v in schema.parse_model(case.model_bytes()).graph.encoded_initializer))
+    assert found == sorted(EXTERNAL_WRITES)
+
+
+@pytest.mark.clause("EXP-PRESERVE", "EXP-DEDUP", "WIRE-ROUNDTRIP")
+def test_a_load_that_maps_external_payloads_passes_every_required_export_wire_and_external_case():
+    _passes(MapsExternalOnLoad(), "Required.Export", "Required.Wire", "Required.External")
+    # Without the case's directory such a load cannot find the files: a runner withholding base_dir
+    # would fail a correct runtime on every one of these cases.
+    for case_id in [*EXTERNAL_WRITES, "Required.Export.Preserve.SavedAndLoadedStateRuns"]:  # the last: a trace's export
+        assert "EXTERNAL_FILE_INVALID" in _fails(WithoutBaseDir(MapsExternalOnLoad()), case_id)
+
+
+def test_base_dir_reaches_the_adapter_through_the_testee():
+    command = f"{sys.executable} -m conformance.testee --adapter {__file__}:MapsExternalOnLoad"
+    adapter = load_adapter(testee=command, timeout=60.0)
+    try:
+        assert adapter.protocol_version == 5
+        results = [run_case(case, adapter) for case in select(CASES, EXTERNAL_WRITES)]
+    finally:
+        adapter.shutdown()
+    assert all(r.verdict == PASSED for r in results), [(r.id, r.message) for r in results if r.verdict != PASSED]
+
+
+class OldStyleWriter(ReferenceAdapter):
+    """Written before roundtrip, export and rewrite had ``base_dir``: it must keep working."""
+
+    def roundtrip(self, model_bytes):
+        return super().roundtrip(model_bytes)
+
+    def export(self, model_bytes, target):
+        return super().export(model_bytes, target)
+
+    def rewrite(self, model_bytes, rewrite):
+        return super().rewrite(model_bytes, rewrite)
+
+
+def test_an_adapter_whose_methods_take_no_base_dir_keeps_working():
+    assert accepted_keywords(OldStyleWriter().roundtrip, base_dir="d") == {}
+    assert accepted_keywords(MapsExternalOnLoad().rewrite, base_dir="d") == {"base_dir": "d"}
+    assert accepted_keywords(lambda data, **more: data, base_dir="d") == {"base_dir": "d"}
+    _passes(OldStyleWriter(), *EXTERNAL_WRITES, "Required.Export.Rewrite",
+            "Required.Export.Preserve.SavedAndLoadedStateRuns")
+    command = f"{sys.executable} -m conformance.testee --adapter {__file__}:OldStyleWriter"
+    adapter = load_adapter(testee=command, timeout=60.0)
+    try:
+        results = [run_case(case, adapter) for case in select(CASES, EXTERNAL_WRITES)]
+    finally:
+        adapter.shutdown()
+    assert all(r.verdict == PASSED for r in results), [(r.id, r.message) for r in results if r.verdict != PASSED]

@@ -7,7 +7,7 @@ import struct
 import subprocess
 
 import pytest
-from native_toolchain import EXAMPLE, build
+from native_toolchain import EXAMPLE, ROOT, SDK, build
 
 from conformance import protocol as P
 from reference_impl import schema
@@ -192,4 +192,58 @@ graph {
     assert response.WhichOneof("result") == "rejected"
     assert response.rejected.code == "EXTERNAL_NUMBER_INVALID"
     assert "\\xff" in response.rejected.message
+    assert session.finish()[0] == 0
+
+
+EXTERNAL_INT4 = '''
+ir_version: 10
+graph {
+  name: "external"
+  encoded_initializer {
+    name: "w"
+    affine { storage_type: INT4 scale { data_type: 1 float_data: 0.5 } }
+    logical_type { tensor_type { elem_type: 1 shape { dim { dim_value: 4 } } } }
+    data_location: EXTERNAL
+    external_data { key: "location" value: "w.bin" }
+    external_data { key: "length" value: "2" }
+  }
+}
+'''
+
+
+def test_roundtrip_receives_the_base_dir(testee, tmp_path):
+    """The example's explicit load checks the backing file inside base_dir: found in the directory that
+    holds it, refused in an empty one, so the request's base_dir is what reached the runtime."""
+    model = schema.parse_text(EXTERNAL_INT4).SerializeToString()
+    (tmp_path / "holds").mkdir()
+    (tmp_path / "holds" / "w.bin").write_bytes(b"\x21\x8f")
+    (tmp_path / "empty").mkdir()
+    session = Session(testee)
+    saved = session.call("roundtrip", model=model, base_dir=str(tmp_path / "holds"))
+    assert saved.WhichOneof("result") == "model"
+    assert schema.parse_model(saved.model.model).SerializeToString() == schema.parse_model(model).SerializeToString()
+    refused = session.call("roundtrip", model=model, base_dir=str(tmp_path / "empty"))
+    assert (refused.WhichOneof("result"), refused.rejected.code) == ("rejected", "EXTERNAL_FILE_INVALID")
+    assert session.finish()[0] == 0
+
+
+OLD_STYLE_SOURCE = ROOT / "tests" / "fixtures" / "native" / "old_style_testee.cc"
+
+
+@pytest.fixture(scope="module")
+def old_style(tmp_path_factory):
+    tree = build("release")
+    binary = tmp_path_factory.mktemp("old-style") / "old-style-testee"
+    subprocess.run(["g++", "-std=c++17", "-Wall", "-Wextra", str(OLD_STYLE_SOURCE), f"-I{SDK / 'include'}",
+                    f"-L{tree}", "-lonnx_light_testee_sdk", "-lonnx_light_testee_protocol", "-lprotobuf-lite",
+                    "-pthread", "-o", str(binary)], check=True)
+    return str(binary)
+
+
+def test_a_runtime_overriding_the_forms_without_base_dir_still_serves_them(old_style):
+    session = Session(old_style)
+    answers = [session.call("roundtrip", model=b"m", base_dir="/d"),
+               session.call("export", model=b"m", target="onnx", base_dir="/d"),
+               session.call("rewrite", model=b"m", rewrite_json="{}", base_dir="/d")]
+    assert [a.model.model for a in answers] == [b"roundtrip m", b"export onnx m", b"rewrite {} m"]
     assert session.finish()[0] == 0

@@ -128,21 +128,22 @@ class Adapter(Protocol):
         """Generic field access: leaf path -> NumPy array of that leaf's values per record."""
 
     @for_profiles("representation", "external-data", "export")
-    def roundtrip(self, model_bytes: bytes) -> bytes:
-        """Explicit load then save."""
+    def roundtrip(self, model_bytes: bytes, base_dir: str | None = None) -> bytes:
+        """Explicit load then save; ``base_dir`` holds the model's external files."""
 
     @for_profiles("bindings", "state", "zero-copy", "export", "kv-contiguous", "kv-paged", "decode-e2e")
     def open_state(self, model_bytes: bytes, initial: dict[str, Any], base_dir: str | None) -> StateHandle:
         """A state over the model's persistent bindings, holding these initial values."""
 
     @for_profiles("export")
-    def export(self, model_bytes: bytes, target: str) -> Any:
-        """``onnx-light`` or ``onnx``: model bytes; ``onnx-lowered``: (model bytes, [[input, output], ...])."""
+    def export(self, model_bytes: bytes, target: str, base_dir: str | None = None) -> Any:
+        """``onnx-light`` or ``onnx``: model bytes; ``onnx-lowered``: (model bytes, [[input, output], ...]);
+        ``base_dir`` holds the model's external files."""
 
     @for_profiles("export")
-    def rewrite(self, model_bytes: bytes, rewrite: dict) -> bytes:
+    def rewrite(self, model_bytes: bytes, rewrite: dict, base_dir: str | None = None) -> bytes:
         """The model after one graph rewrite (rename, remove_output, remove_input, retype_output,
-        remove_binding, copy, prune_unused, deduplicate)."""
+        remove_binding, copy, prune_unused, deduplicate); ``base_dir`` holds the model's external files."""
 
     @optional
     def classify(self, exc: BaseException) -> Any:

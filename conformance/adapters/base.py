@@ -4,6 +4,11 @@ adapter protocol so adapters (the subprocess testee client among them) import it
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 #: Profiles a runtime can claim; every case belongs to exactly one.
 PROFILES = {
     "representation": "wire round trip, catalogue and identity, declarations, size arithmetic, payloads",
@@ -40,3 +45,34 @@ class NotSupported(Exception):
 
 class SuiteError(Exception):
     """A problem with the suite itself (bad case, unknown adapter): never blamed on the adapter."""
+
+
+def accepted_keywords(method: Callable[..., Any], **keywords: Any) -> dict[str, Any]:
+    """The ``keywords`` that ``method`` accepts: by name, or all of them when it takes ``**kwargs``.
+
+    Arguments added to an adapter method after adapters were written (``base_dir`` of ``roundtrip``,
+    ``export`` and ``rewrite``) are passed only to a method whose signature names them, so an adapter
+    written before keeps working unchanged. A signature that cannot be read accepts none.
+    """
+    function = getattr(method, "__func__", method)
+    try:
+        names = _keyword_names(function)
+    except TypeError:  # an unhashable callable object: read it without the cache
+        names = _keyword_names.__wrapped__(function)
+    if names is None:
+        return dict(keywords)
+    return {name: value for name, value in keywords.items() if name in names}
+
+
+@functools.lru_cache(maxsize=1024)
+def _keyword_names(function: Callable[..., Any]) -> frozenset[str] | None:
+    """The names ``function`` accepts as keywords, or None when it takes ``**kwargs`` (read once per
+    function: adapters' methods are few and fixed)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return frozenset()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters
+                     if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY))

@@ -56,8 +56,9 @@ class ReferenceAdapter:
                                                   path=f"model.graph.encoded_initializer[{index}]")
         raise Rejected("VALUE_NOT_FOUND", f"no encoded value named {value_name!r}")
 
-    def roundtrip(self, model_bytes: bytes) -> bytes:
-        """Explicit load then save: parse with the extended schema and serialize again."""
+    def roundtrip(self, model_bytes: bytes, base_dir: str | None = None) -> bytes:
+        """Explicit load then save: parse with the extended schema and serialize again. The oracle's load
+        reads no external payload, so it needs nothing from ``base_dir``."""
         model = reference_impl.verify_model(model_bytes).model
         return model.SerializeToString()
 
@@ -80,7 +81,7 @@ class ReferenceAdapter:
         return kv_kernels()
 
     # --------------------------------------------------------------------------- export/rewrite
-    def export(self, model_bytes: bytes, target: str):
+    def export(self, model_bytes: bytes, target: str, base_dir: str | None = None):
         """``onnx-light``: explicit save/load; ``onnx``: standard export; ``onnx-lowered``: standard
         export lowered to a stateless model plus its feedback mapping."""
         utils = graph_utils
@@ -93,7 +94,7 @@ class ReferenceAdapter:
             return (data, [list(pair) for pair in exported.feedback]) if target == "onnx-lowered" else data
         raise NotSupported(f"export target {target!r}")
 
-    def rewrite(self, model_bytes: bytes, rewrite: dict) -> bytes:
+    def rewrite(self, model_bytes: bytes, rewrite: dict, base_dir: str | None = None) -> bytes:
         """The rewrites cases ask for, done the way the graph builder does them (bindings checked)."""
         utils = graph_utils
         model = reference_impl.schema.parse_model(model_bytes)

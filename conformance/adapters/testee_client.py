@@ -213,17 +213,20 @@ class TesteeAdapter:
                                         base_dir=base_dir or "")
         return P.named_from_proto(self._call("read_fields", body).values.values)
 
-    def roundtrip(self, model_bytes: bytes) -> bytes:
-        return self._call("roundtrip", P.MESSAGES["RoundTrip"](model=model_bytes)).model.model
+    # base_dir is sent whatever protocol version the testee speaks: an older one ignores the field.
+    def roundtrip(self, model_bytes: bytes, base_dir: str | None = None) -> bytes:
+        body = P.MESSAGES["RoundTrip"](model=model_bytes, base_dir=base_dir or "")
+        return self._call("roundtrip", body).model.model
 
-    def export(self, model_bytes: bytes, target: str):
-        result = self._call("export", P.MESSAGES["Export"](model=model_bytes, target=target)).model
+    def export(self, model_bytes: bytes, target: str, base_dir: str | None = None):
+        body = P.MESSAGES["Export"](model=model_bytes, target=target, base_dir=base_dir or "")
+        result = self._call("export", body).model
         if result.has_feedback:
             return result.model, [[P.decode_name(f.input_name), P.decode_name(f.output_name)] for f in result.feedback]
         return result.model
 
-    def rewrite(self, model_bytes: bytes, rewrite: dict) -> bytes:
-        body = P.MESSAGES["Rewrite"](model=model_bytes, rewrite_json=json.dumps(rewrite))
+    def rewrite(self, model_bytes: bytes, rewrite: dict, base_dir: str | None = None) -> bytes:
+        body = P.MESSAGES["Rewrite"](model=model_bytes, rewrite_json=json.dumps(rewrite), base_dir=base_dir or "")
         return self._call("rewrite", body).model.model
 
     def open_state(self, model_bytes: bytes, initial: dict, base_dir: str | None = None):

@@ -314,9 +314,9 @@ class Fault(ReferenceAdapter):
         with self.injected():
             return super().read_fields(self.prepare(model_bytes, base_dir), value_name, base_dir)
 
-    def roundtrip(self, model_bytes):
+    def roundtrip(self, model_bytes, base_dir=None):
         with self.injected():
-            return self._saved(super().roundtrip(self._write_input(model_bytes)))
+            return self._saved(super().roundtrip(self._write_input(model_bytes), base_dir))
 
     def open_state(self, model_bytes, initial, base_dir=None):
         with self.injected():
@@ -327,14 +327,14 @@ class Fault(ReferenceAdapter):
         finally:
             self.opened = None
 
-    def export(self, model_bytes, target):
+    def export(self, model_bytes, target, base_dir=None):
         with self.injected():
-            exported = super().export(self._write_input(model_bytes), target)
+            exported = super().export(self._write_input(model_bytes), target, base_dir)
         return self._saved(exported) if target == "onnx-light" else exported
 
-    def rewrite(self, model_bytes, rewrite):
+    def rewrite(self, model_bytes, rewrite, base_dir=None):
         with self.injected():
-            return super().rewrite(self._write_input(model_bytes), rewrite)
+            return super().rewrite(self._write_input(model_bytes), rewrite, base_dir)
 
 
 class FaultState(ReferenceState):

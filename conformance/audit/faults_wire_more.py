@@ -399,8 +399,8 @@ class LoweringKeepsBindings(Fault):
     fault_id = "EXP-STANDARD.lowered-bindings-kept"
     clauses = ("EXP-STANDARD", "WIRE-LOCAL-EXTENSION")
 
-    def export(self, model_bytes, target):
-        exported = super().export(model_bytes, target)
+    def export(self, model_bytes, target, base_dir=None):
+        exported = super().export(model_bytes, target, base_dir)
         if target != "onnx-lowered":
             return exported
         data, feedback = exported
@@ -417,8 +417,8 @@ class LoweredFeedbackReversed(Fault):
     fault_id = "EXP-STANDARD.lowered-feedback-reversed"
     clauses = ("EXP-STANDARD", "STATE-EQUIV-LOOP")
 
-    def export(self, model_bytes, target):
-        exported = super().export(model_bytes, target)
+    def export(self, model_bytes, target, base_dir=None):
+        exported = super().export(model_bytes, target, base_dir)
         if target != "onnx-lowered":
             return exported
         data, feedback = exported

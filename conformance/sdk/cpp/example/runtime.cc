@@ -28,10 +28,10 @@ Value ExampleRuntime::Decode(std::string_view model, const std::string& value_na
   Fail("VALUE_NOT_FOUND", "model.graph.encoded_initializer", "no encoded value of that name");
 }
 
-std::string ExampleRuntime::RoundTrip(std::string_view model) {
-  // Explicit load then save: the model is verified, then written back with every field it carried
-  // (unknown fields included).
-  VerifiedModel verified = VerifyModel(model, "");
+std::string ExampleRuntime::RoundTrip(std::string_view model, const std::string& base_dir) {
+  // Explicit load then save: the model is verified (its external files included, found in base_dir),
+  // then written back with every field it carried (unknown fields included).
+  VerifiedModel verified = VerifyModel(model, base_dir);
   std::string saved;
   if (!verified.model->SerializeToString(&saved)) throw std::runtime_error("the model could not be serialized");
   return saved;

@@ -15,7 +15,8 @@ class ExampleRuntime : public onnx_light::testee::Runtime {
   void Verify(std::string_view model, const std::string& base_dir) override;
   onnx_light::testee::Value Decode(std::string_view model, const std::string& value_name,
                                    const std::string& base_dir) override;
-  std::string RoundTrip(std::string_view model) override;
+  using onnx_light::testee::Runtime::RoundTrip;
+  std::string RoundTrip(std::string_view model, const std::string& base_dir) override;
 };
 
 }  // namespace example

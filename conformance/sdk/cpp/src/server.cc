@@ -227,7 +227,8 @@ class Server {
         return;
       }
       case pb::Request::kRoundtrip:
-        response->mutable_model()->set_model(runtime_.RoundTrip(request->roundtrip().model()));
+        response->mutable_model()->set_model(
+            runtime_.RoundTrip(request->roundtrip().model(), request->roundtrip().base_dir()));
         return;
       case pb::Request::kOpenState: {
         const pb::OpenState& body = request->open_state();
@@ -286,7 +287,8 @@ class Server {
         return;
       }
       case pb::Request::kExport: {
-        ExportResult result = runtime_.Export(request->export_().model(), request->export_().target());
+        const pb::Export& body = request->export_();
+        ExportResult result = runtime_.Export(body.model(), body.target(), body.base_dir());
         pb::ModelResult* out = response->mutable_model();
         out->set_model(result.model);
         if (result.feedback) {
@@ -299,10 +301,11 @@ class Server {
         }
         return;
       }
-      case pb::Request::kRewrite:
-        response->mutable_model()->set_model(
-            runtime_.Rewrite(request->rewrite().model(), request->rewrite().rewrite_json()));
+      case pb::Request::kRewrite: {
+        const pb::Rewrite& body = request->rewrite();
+        response->mutable_model()->set_model(runtime_.Rewrite(body.model(), body.rewrite_json(), body.base_dir()));
         return;
+      }
       case pb::Request::kShutdown:  // handled by the loop
         response->mutable_ok();
         return;

@@ -114,6 +114,7 @@ Value Runtime::Decode(std::string_view, const std::string&, const std::string&) 
 NamedValues Runtime::ReadFields(std::string_view, const std::string&, const std::string&) {
   Unsupported("generic field access (read_fields)");
 }
+std::string Runtime::RoundTrip(std::string_view model, const std::string&) { return RoundTrip(model); }
 std::string Runtime::RoundTrip(std::string_view) { Unsupported("explicit load and save (roundtrip)"); }
 StateId Runtime::OpenState(std::string_view, const NamedValues&, const std::string&) {
   Unsupported("persistent state (open_state)");
@@ -123,7 +124,13 @@ NamedValues Runtime::Values(StateId) { Unsupported("persistent state (values)");
 void Runtime::Reset(StateId, const NamedValues&) { Unsupported("persistent state (reset)"); }
 void Runtime::Close(StateId) { Unsupported("persistent state (close)"); }
 std::map<std::string, std::int64_t> Runtime::Counters(StateId) { Unsupported("runtime counters"); }
+ExportResult Runtime::Export(std::string_view model, const std::string& target, const std::string&) {
+  return Export(model, target);
+}
 ExportResult Runtime::Export(std::string_view, const std::string&) { Unsupported("export"); }
+std::string Runtime::Rewrite(std::string_view model, const std::string& rewrite_json, const std::string&) {
+  return Rewrite(model, rewrite_json);
+}
 std::string Runtime::Rewrite(std::string_view, const std::string&) { Unsupported("rewrite"); }
 
 }  // namespace onnx_light::testee

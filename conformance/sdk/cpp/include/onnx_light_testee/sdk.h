@@ -25,7 +25,9 @@
 
 namespace onnx_light::testee {
 
-// The protocol version this SDK speaks (names as bytes, Rejection.causes, Counters).
+// The protocol version this SDK speaks (names as bytes, Rejection.causes, Counters). It also reads the
+// base_dir of RoundTrip, Export and Rewrite (a protocol 5 field the runner sends to every testee), but not
+// the held runs of protocol 4.
 inline constexpr std::uint32_t kProtocolVersion = 3;
 
 // ------------------------------------------------------------------------------------------ values
@@ -149,6 +151,10 @@ class Runtime {
   virtual Value Decode(std::string_view model, const std::string& value_name, const std::string& base_dir);
   virtual NamedValues ReadFields(std::string_view model, const std::string& value_name,
                                  const std::string& base_dir);
+  // Explicit load then save. The SDK calls this form; its default calls the one without base_dir, which
+  // runtimes written before RoundTrip, Export and Rewrite had base_dir override (those keep working; a
+  // runtime overriding one form adds `using Runtime::RoundTrip;` to keep the other visible).
+  virtual std::string RoundTrip(std::string_view model, const std::string& base_dir);
   virtual std::string RoundTrip(std::string_view model);
 
   // States: the runtime chooses the id; the SDK echoes `received` for the initial values and feeds.
@@ -159,8 +165,11 @@ class Runtime {
   virtual void Close(StateId state);
   virtual std::map<std::string, std::int64_t> Counters(StateId state);
 
+  // Export and Rewrite have two forms each, like RoundTrip: the SDK calls the one with base_dir.
+  virtual ExportResult Export(std::string_view model, const std::string& target, const std::string& base_dir);
   virtual ExportResult Export(std::string_view model, const std::string& target);
   // rewrite_json: {"kind": "rename", "old": ..., "new": ...} and the other kinds in the docs.
+  virtual std::string Rewrite(std::string_view model, const std::string& rewrite_json, const std::string& base_dir);
   virtual std::string Rewrite(std::string_view model, const std::string& rewrite_json);
 };
 
