@@ -24,6 +24,7 @@ from conformance.hold import HOLD_DOMAIN, HOLD_OP
 from reference_impl import ContractError, affine, schema
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import violation
+from reference_impl.kv import kernels as kv_kernels
 from reference_impl.values import EncodedValue
 
 CASES = load_cases()
@@ -612,6 +613,35 @@ class MultipliesInTheOutputPrecision(Fault):
 def test_a_multiply_in_the_output_precision_passes_every_required_affine_case():
     _passes(MultipliesInTheOutputPrecision(), "Required.Affine", "Required.AffineMore", "Required.External",
             "Required.KV.PagedFormatRuns")
+
+
+def _attention_in_float64(original):
+    def attention(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None, **kwargs):
+        out = original(q, k, v, attn_mask, past_key, past_value, nonpad_kv_seqlen, **kwargs)  # the presents
+        if np.asarray(q).dtype != np.float32:
+            return out
+        def wide(x):
+            return None if x is None or np.asarray(x).dtype == bool else np.asarray(x, np.float64)
+        mask = attn_mask if attn_mask is None or np.asarray(attn_mask).dtype == bool else wide(attn_mask)
+        kwargs.pop("append_kv", None)  # the float64 pass only scores; the presents come from the pass above
+        exact = original(wide(q), wide(k), wide(v), mask, wide(past_key), wide(past_value), nonpad_kv_seqlen,
+                         **kwargs)
+        return out._replace(y=exact.y.astype(np.float32), qk_matmul_output=exact.qk_matmul_output.astype(np.float32))
+    return attention
+
+
+class AttentionInFloat64(Fault):
+    """ONNX Attention on float32 inputs scored, softmaxed and weighted in float64, rounded once at the end
+    (the reference works in float32 throughout): the operator fixes no evaluation precision or order, so
+    the cases' tolerances must admit both."""
+
+    def patches(self):
+        return [wrap(kv_kernels, "attention", _attention_in_float64)]
+
+
+@pytest.mark.clause("KV-ATTENTION")
+def test_attention_accumulated_in_float64_passes_the_required_kv_more_cases():
+    _passes(AttentionInFloat64(), "Required.KVMore.*")
 
 
 # ----------------------------------------------------------------- ONNX's own rules around the value
