@@ -95,26 +95,28 @@ def bind(model_bytes: bytes, rebound: dict[str, tuple[str, str]]) -> tuple[bytes
     except Exception:  # noqa: BLE001 - an unparsable model is the case's business, not the rewrite's
         return model_bytes, {}
     applied: dict[str, str] = {}
-    for node in _nodes(model):
-        hit = targets.get((node.domain, node.op_type))
-        if hit is not None:
-            name, (domain, op_type) = hit
-            node.domain, node.op_type = domain, op_type
-            applied[name] = describe((domain, op_type))
+    # the model and each local function import their own opsets: a rewritten node's new domain is imported
+    # by the one whose nodes (subgraphs included) it belongs to
+    for owner, nodes in [(model, model.graph.node), *((f, f.node) for f in model.functions)]:
+        domains = set()
+        for node in _nodes(nodes):
+            hit = targets.get((node.domain, node.op_type))
+            if hit is not None:
+                name, (domain, op_type) = hit
+                node.domain, node.op_type = domain, op_type
+                applied[name] = describe((domain, op_type))
+                domains.add(domain)
+        imported = {o.domain for o in owner.opset_import}
+        for domain in sorted(domains - imported - {"", "ai.onnx"}):
+            owner.opset_import.add(domain=domain, version=1)
     if not applied:
         return model_bytes, {}
-    imported = {o.domain for o in model.opset_import}
-    for name in applied:
-        domain = rebound[name][0]
-        if domain not in imported and domain not in ("", "ai.onnx"):
-            model.opset_import.add(domain=domain, version=1)
-            imported.add(domain)
     return model.SerializeToString(), applied
 
 
-def _nodes(model):
-    """Every node of the model: the graph, its subgraphs (If/Loop bodies) and local functions."""
-    stack = [list(model.graph.node)] + [list(f.node) for f in model.functions]
+def _nodes(nodes):
+    """Every node of a graph or function body, with those of its subgraphs (If/Loop bodies)."""
+    stack = [list(nodes)]
     while stack:
         for node in stack.pop():
             yield node

@@ -155,3 +155,23 @@ def test_a_runtime_whose_identity_refuses_struct_values_binds_forward_and_passes
     failed = {case.id: result.message for case in cases
               if (result := run_case(case, TensorOnlyIdentity())).verdict != PASSED}
     assert not failed, failed
+
+
+def test_a_node_rewritten_inside_a_local_function_is_imported_by_that_function():
+    """A function imports its own opsets: a role node in its body that moves to another domain needs the
+    function to import that domain (the model imports it only for nodes of its own graph)."""
+    model = schema.parse_text('''
+      ir_version: 13 opset_import { domain: "" version: 23 } opset_import { domain: "local" version: 1 }
+      functions { name: "pass" domain: "local" input: "x" output: "y" opset_import { domain: "" version: 23 }
+                  node { op_type: "Identity" input: "x" output: "y" } }
+      graph { name: "g" node { op_type: "pass" domain: "local" input: "a" output: "b" }
+              node { op_type: "Identity" input: "b" output: "c" }
+              input { name: "a" type { tensor_type { elem_type: 1 shape { dim { dim_value: 1 } } } } }
+              output { name: "c" type { tensor_type { elem_type: 1 shape { dim { dim_value: 1 } } } } } }''')
+    rewritten, applied = operators.bind(model.SerializeToString(), {"forward": ("vendor", "Forward")})
+    assert applied == {"forward": "vendor::Forward"}
+    result = schema.parse_model(rewritten)
+    (function,) = result.functions
+    assert [(n.domain, n.op_type) for n in function.node] == [("vendor", "Forward")]
+    assert ("vendor", 1) in [(o.domain, o.version) for o in function.opset_import]
+    assert ("vendor", 1) in [(o.domain, o.version) for o in result.opset_import]  # its graph's Identity moved too
