@@ -28,6 +28,10 @@ CATCHERS = {
         _REQ + "ZeroSizeTensor.EmptyFieldBesideBytes", _REQ + "ZeroSizeTensor.ArrayOfEmptyTensors"),
     "DECL-WELLFORMED.bit-width-over-64-accepted": (
         _REC + "BitWidth.Width72InlineLayout", _REC + "BitWidth.MaxUint32Nested"),
+    "ENC-LOGICAL-EXACT.logical-shape-not-applied": (
+        _REQ + "LogicalShape.Linear3D", _REQ + "LogicalShape.CodebookColumn"),
+    "DEC-KEYED.leaf-types-not-compared": (
+        _REC + "BindingLeafType.Int4BlockCodesUint4", _REC + "BindingLeafType.LinearZeroPointUint64"),
 }
 
 

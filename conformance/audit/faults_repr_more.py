@@ -3,8 +3,8 @@ that wrap, root-size rules tied to the records instead of the type."""
 
 from __future__ import annotations
 
-from conformance.audit.fault import Fault, Patch, struct_types, wrap
-from reference_impl import dtypes, structs, verifier
+from conformance.audit.fault import Fault, Patch, decode_module, struct_types, wrap
+from reference_impl import dtypes, records, structs, verifier
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import violation
 from reference_impl.structs import NotFixedSize, check_struct, struct_kind
@@ -229,3 +229,34 @@ class ZeroTensorDimRejected(Fault):
                 if tp.WhichOneof("value") == "tensor_type" and any(
                         d.WhichOneof("value") == "dim_value" and d.dim_value == 0 for d in tp.tensor_type.shape.dim):
                     raise violation(E.DIMENSION_INVALID, "model", "tensor field dimensions must be > 0")
+
+
+class DecodedValuesLeftFlat(Fault):
+    """Checks a decoded value's dtype and element count against its logical type but returns the
+    decoder's flat run without giving it the logical shape."""
+
+    fault_id = "ENC-LOGICAL-EXACT.logical-shape-not-applied"
+    clauses = ("ENC-LOGICAL-EXACT",)
+
+    def patches(self):
+        def make(original):
+            def check(value, result, path):
+                return original(value, result, path).reshape(-1)
+            return check
+        return [wrap(decode_module, "_check_logical", make)]
+
+
+class BindingIgnoresLeafTypes(Fault):
+    """Verifies a binding's declaration by each leaf's path, width and bit position but not its element
+    type: an INT8 field redeclared UINT8 (or FLOAT16 as BFLOAT16) under the same ID still binds."""
+
+    fault_id = "DEC-KEYED.leaf-types-not-compared"
+    clauses = ("DEC-KEYED",)
+
+    def patches(self):
+        def make(original):
+            def signature(layout):
+                bits, leaves, consts = original(layout)
+                return bits, tuple((p, w, o, d) for p, _, w, o, d in leaves), consts
+            return signature
+        return [wrap(records.RecordLayout, "signature", make)]
