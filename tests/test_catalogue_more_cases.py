@@ -32,6 +32,9 @@ CATCHERS = {
         _REQ + "LogicalShape.Linear3D", _REQ + "LogicalShape.CodebookColumn"),
     "DEC-KEYED.leaf-types-not-compared": (
         _REC + "BindingLeafType.Int4BlockCodesUint4", _REC + "BindingLeafType.LinearZeroPointUint64"),
+    "CAT-REF-RESOLVED.logical-type-unvalidated": (
+        _REQ + "LogicalTypeRef.StructLogicalTypeUnresolved",
+        _REQ + "LogicalTypeRef.SequenceElementUnresolvedBesideInlineLayout"),
 }
 
 

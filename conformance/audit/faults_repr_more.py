@@ -260,3 +260,20 @@ class BindingIgnoresLeafTypes(Fault):
                 return bits, tuple((p, w, o, d) for p, _, w, o, d in leaves), consts
             return signature
         return [wrap(records.RecordLayout, "signature", make)]
+
+
+class StructLogicalTypeUnvalidated(Fault):
+    """Validates a struct-layout value's optional logical_type only when a decoder checks its output
+    against it: on load, an unresolved type_ref or a malformed type there passes."""
+
+    fault_id = "CAT-REF-RESOLVED.logical-type-unvalidated"
+    clauses = ("CAT-REF-RESOLVED", "ENC-LOGICAL-OPTIONAL")
+
+    def patches(self):
+        def make(original):
+            def check(tp, path, catalogue, depth=0, refs=None):
+                if path.endswith(".logical_type"):
+                    return depth
+                return original(tp, path, catalogue, depth, refs)
+            return check
+        return [wrap(verifier, "check_type", make, aliases=False)]
