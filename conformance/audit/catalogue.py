@@ -28,6 +28,7 @@ MODULES = (
     "faults_wire_more",
     "faults_zc_more",
     "faults_kv_more",
+    "faults_repr_more",
 )
 
 
