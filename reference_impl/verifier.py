@@ -123,10 +123,21 @@ def _verify_subgraphs(node, path: str, verified: VerifiedModel) -> None:
 
 
 def _check_initializer_names(graph, path: str) -> None:
-    seen: dict[str, str] = {}
+    _check_names_unique(_initializer_names(graph, path))
+
+
+def _initializer_names(graph, path: str) -> list[tuple[str, str]]:
+    """(path, name) of every dense, sparse and encoded initializer of one graph; a sparse initializer is
+    named by its values tensor."""
     named = [(f"{path}.initializer[{i}]", t.name) for i, t in enumerate(graph.initializer)]
     named += [(f"{path}.sparse_initializer[{i}]", s.values.name) for i, s in enumerate(graph.sparse_initializer)]
     named += [(f"{path}.encoded_initializer[{i}]", v.name) for i, v in enumerate(graph.encoded_initializer)]
+    return named
+
+
+def _check_names_unique(named: list[tuple[str, str]]) -> None:
+    """Names are unique across all initializers of a graph; an encoded one must have a name."""
+    seen: dict[str, str] = {}
     for item_path, name in named:
         if not name and ".encoded_initializer[" in item_path:
             raise violation(E.INITIALIZER_NAME_EMPTY, f"{item_path}.name", "encoded initializers must be named")

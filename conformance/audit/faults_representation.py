@@ -368,15 +368,9 @@ class AcceptsAliasDeclarations(Fault):
 
 
 # ------------------------------------------------------------------------------------- naming
-def _encoded_names_only(graph, path: str) -> None:
-    seen: set[str] = set()
-    for index, value in enumerate(graph.encoded_initializer):
-        where = f"{path}.encoded_initializer[{index}].name"
-        if not value.name:
-            raise violation(E.INITIALIZER_NAME_EMPTY, where, "encoded initializers must be named")
-        if value.name in seen:
-            raise violation(E.INITIALIZER_NAME_DUPLICATE, where, f"name {value.name!r} repeats")
-        seen.add(value.name)
+def _encoded_names_only(original):
+    return lambda graph, path: [(where, name) for where, name in original(graph, path)
+                                if ".encoded_initializer[" in where]
 
 
 class NamesUniqueOnlyAmongEncoded(Fault):
@@ -387,7 +381,7 @@ class NamesUniqueOnlyAmongEncoded(Fault):
     clauses = ("INIT-NAMES-UNIQUE",)
 
     def patches(self):
-        return [Patch(verifier, "_check_initializer_names", _encoded_names_only)]
+        return [wrap(verifier, "_initializer_names", _encoded_names_only)]
 
 
 class NamesUniqueInRootGraphOnly(Fault):

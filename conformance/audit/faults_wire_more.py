@@ -81,16 +81,9 @@ class EncodedInitializerFieldSingular(Fault):
 
 
 # ---------------------------------------------------------------------------------- initializer names
-def _names_without_sparse(graph, path):
-    seen: dict[str, str] = {}
-    named = [(f"{path}.initializer[{i}]", t.name) for i, t in enumerate(graph.initializer)]
-    named += [(f"{path}.encoded_initializer[{i}]", v.name) for i, v in enumerate(graph.encoded_initializer)]
-    for item_path, name in named:
-        if not name and ".encoded_initializer[" in item_path:
-            raise violation(E.INITIALIZER_NAME_EMPTY, f"{item_path}.name", "encoded initializers must be named")
-        if name in seen:
-            raise violation(E.INITIALIZER_NAME_DUPLICATE, f"{item_path}.name", f"name {name!r} is already used")
-        seen[name] = item_path
+def _names_without_sparse(original):
+    return lambda graph, path: [(where, name) for where, name in original(graph, path)
+                                if ".sparse_initializer[" not in where]
 
 
 class SparseNamesNotCounted(Fault):
@@ -101,20 +94,15 @@ class SparseNamesNotCounted(Fault):
     clauses = ("INIT-NAMES-UNIQUE",)
 
     def patches(self):
-        return [Patch(verifier, "_check_initializer_names", _names_without_sparse)]
+        return [wrap(verifier, "_initializer_names", _names_without_sparse)]
 
 
-def _sparse_indices_names(graph, path):
-    seen: dict[str, str] = {}
-    named = [(f"{path}.initializer[{i}]", t.name) for i, t in enumerate(graph.initializer)]
-    named += [(f"{path}.sparse_initializer[{i}]", s.indices.name) for i, s in enumerate(graph.sparse_initializer)]
-    named += [(f"{path}.encoded_initializer[{i}]", v.name) for i, v in enumerate(graph.encoded_initializer)]
-    for item_path, name in named:
-        if not name and ".encoded_initializer[" in item_path:
-            raise violation(E.INITIALIZER_NAME_EMPTY, f"{item_path}.name", "encoded initializers must be named")
-        if name in seen:
-            raise violation(E.INITIALIZER_NAME_DUPLICATE, f"{item_path}.name", f"name {name!r} is already used")
-        seen[name] = item_path
+def _sparse_indices_names(original):
+    def initializer_names(graph, path):
+        indices = iter(sparse.indices.name for sparse in graph.sparse_initializer)
+        return [(where, next(indices) if ".sparse_initializer[" in where else name)
+                for where, name in original(graph, path)]
+    return initializer_names
 
 
 class SparseNameReadFromIndices(Fault):
@@ -125,7 +113,7 @@ class SparseNameReadFromIndices(Fault):
     clauses = ("INIT-NAMES-UNIQUE",)
 
     def patches(self):
-        return [Patch(verifier, "_check_initializer_names", _sparse_indices_names)]
+        return [wrap(verifier, "_initializer_names", _sparse_indices_names)]
 
 
 def _case_folded(original):
