@@ -15,7 +15,7 @@ import numpy as np
 from conformance.adapters.reference import to_runtime
 from conformance.audit.fault import TESTEE_COPIES_RETURNED_VALUES, Fault, FaultState, wrap
 from conformance.audit.faults_state import neutral_copy
-from conformance.audit.faults_zero_copy import ScrubbingState, _detached, detached_outputs
+from conformance.audit.faults_zero_copy import ScrubbingState, _detached, detached_outputs, restoring_backup
 from conformance.values import Encoded, Struct
 from reference_impl import state as state_module
 from reference_impl.executor import program
@@ -555,20 +555,11 @@ class ClosedStateBuffersPooled(Fault):
 
 
 class _CancelBackupState(FaultState):
-    def _backed_up(self, call):
-        backup = {name: to_runtime(neutral_copy(value)) for name, value in self.state._values.items()}
-        try:
-            return call()
-        except Exception:
-            if not self.state.closed:
-                self.state._values = MappingProxyType(backup)
-            raise
-
     def run_cancelled(self, feeds):
-        return self._backed_up(lambda: super(_CancelBackupState, self).run_cancelled(feeds))
+        return restoring_backup(self.state, lambda: super(_CancelBackupState, self).run_cancelled(feeds), Exception)
 
     def run_held(self, feeds, hold):
-        return self._backed_up(lambda: super(_CancelBackupState, self).run_held(feeds, hold))
+        return restoring_backup(self.state, lambda: super(_CancelBackupState, self).run_held(feeds, hold), Exception)
 
 
 class CancelRestoresBackup(Fault):

@@ -342,14 +342,21 @@ class InPlaceAdd(Fault):
         return [wrap(program, "_standard", _in_place_add)]
 
 
+def restoring_backup(state, call, caught: type[BaseException] | tuple = ContractError):
+    """``call()`` after taking a backup copy of ``state``'s retained values, put back (unless the state
+    was closed) when the call raises ``caught``: a rollback by copies instead of by keeping the buffers."""
+    backup = {name: to_runtime(neutral_copy(value)) for name, value in state._values.items()}
+    try:
+        return call()
+    except caught:
+        if not state.closed:
+            state._values = MappingProxyType(backup)
+        raise
+
+
 class _BackupState(FaultState):
     def run(self, feeds):
-        backup = {name: to_runtime(neutral_copy(value)) for name, value in self.state._values.items()}
-        try:
-            return super().run(feeds)
-        except ContractError:
-            self.state._values = MappingProxyType(backup)
-            raise
+        return restoring_backup(self.state, lambda: super(_BackupState, self).run(feeds))
 
 
 class RollbackFromBackup(Fault):
