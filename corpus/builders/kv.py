@@ -45,6 +45,35 @@ def add_attributes(node, attrs: dict) -> None:
             node.attribute.add(name=name, type=2, i=int(value))
 
 
+def external_cache_model(graph_name: str, causal: int, batch: int, heads: int, q_heads: int, head_size: int,
+                         capacity: int):
+    """ONNX Attention's external-cache use: bound caches cache_key/cache_value (batch, heads, capacity,
+    head_size), TensorScatter writing each call's k/v at ``write_indices`` (one per batch row), and Attention
+    reading the whole cache with ``nonpad_kv_seqlen`` (opset 24)."""
+    from .common import model as new_model
+
+    m = new_model(graph_name, opset=24)
+    g = m.graph
+    g.node.add(op_type="TensorScatter", input=["cache_key", "k", "write_indices"], output=["next_key"])
+    g.node.add(op_type="TensorScatter", input=["cache_value", "v", "write_indices"], output=["next_value"])
+    node = g.node.add(op_type="Attention", input=["q", "next_key", "next_value", "", "", "", "nonpad"],
+                      output=["y"])
+    add_attributes(node, {"is_causal": causal})
+    _tensor_vi(g, "q", [batch, q_heads, "s", head_size])
+    for name in ("k", "v"):
+        _tensor_vi(g, name, [batch, heads, "s", head_size])
+    for name in ("cache_key", "cache_value"):
+        _tensor_vi(g, name, [batch, heads, capacity, head_size])
+    _tensor_vi(g, "write_indices", [batch], elem=7)
+    _tensor_vi(g, "nonpad", [batch], elem=7)
+    _tensor_vi(g, "y", [batch, q_heads, "s", head_size], output=True)
+    for name in ("next_key", "next_value"):
+        _tensor_vi(g, name, [batch, heads, capacity, head_size], output=True)
+    g.persistent_bindings.add(input_name="cache_key", output_name="next_key")
+    g.persistent_bindings.add(input_name="cache_value", output_name="next_value")
+    return m
+
+
 def _mask_vi(g, mask: str | None, q_heads: int, tokens) -> str:
     """The optional attn_mask input: float (additive) or bool, [1, q_heads, S, total]."""
     if mask is None:

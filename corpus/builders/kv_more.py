@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import builder
-from .kv import _literal, _tensor_vi, add_attributes, paged_model
+from .kv import _literal, _tensor_vi, add_attributes, external_cache_model, paged_model
 from .kv_formats import AFFINE, _tensor, encode, pack
 from .kv_paged import DECODED_ATOL, block_literal, cache_literal
 
@@ -70,28 +70,8 @@ def kv_more_batch_external(causal: int, q_heads: int = 2, lead: tuple = (0, 2), 
     """A bound external cache of two batch rows (ONNX Attention's external-cache use): row b already holds
     ``lead[b]`` tokens, TensorScatter writes each call's tokens at each row's own write index and Attention
     reads the whole cache with each row's own ``nonpad_kv_seqlen``."""
-    from .common import model as new_model
-
     batch = len(lead)
-    m = new_model("kv_more_batch_external", opset=24)
-    g = m.graph
-    g.node.add(op_type="TensorScatter", input=["cache_key", "k", "write_indices"], output=["next_key"])
-    g.node.add(op_type="TensorScatter", input=["cache_value", "v", "write_indices"], output=["next_value"])
-    node = g.node.add(op_type="Attention", input=["q", "next_key", "next_value", "", "", "", "nonpad"],
-                      output=["y"])
-    add_attributes(node, {"is_causal": causal})
-    _tensor_vi(g, "q", [batch, q_heads, "s", head_size])
-    for name in ("k", "v"):
-        _tensor_vi(g, name, [batch, heads, "s", head_size])
-    for name in ("cache_key", "cache_value"):
-        _tensor_vi(g, name, [batch, heads, capacity, head_size])
-    _tensor_vi(g, "write_indices", [batch], elem=7)
-    _tensor_vi(g, "nonpad", [batch], elem=7)
-    _tensor_vi(g, "y", [batch, q_heads, "s", head_size], output=True)
-    for name in ("next_key", "next_value"):
-        _tensor_vi(g, name, [batch, heads, capacity, head_size], output=True)
-    g.persistent_bindings.add(input_name="cache_key", output_name="next_key")
-    g.persistent_bindings.add(input_name="cache_value", output_name="next_value")
+    m = external_cache_model("kv_more_batch_external", causal, batch, heads, q_heads, head_size, capacity)
 
     rng = np.random.default_rng(seed)
     keys = np.zeros((batch, heads, capacity, head_size), np.float32)

@@ -121,28 +121,9 @@ def kv_external_cache(causal: int, plan: tuple = (3, 2, 1), heads: int = 2, q_he
     are bound state, TensorScatter writes each call's new tokens at ``write_indices``, and Attention reads
     the whole cache with ``nonpad_kv_seqlen`` = the valid tokens so far. Calls of ``plan`` tokens, ``q_heads``
     query heads on ``heads`` key/value heads; Y and the scattered caches are NumPy formulas."""
-    from .common import model as new_model
-    from .kv import _tensor_vi, add_attributes
+    from .kv import external_cache_model
 
-    m = new_model("kv_external_cache", opset=24)
-    g = m.graph
-    g.node.add(op_type="TensorScatter", input=["cache_key", "k", "write_indices"], output=["next_key"])
-    g.node.add(op_type="TensorScatter", input=["cache_value", "v", "write_indices"], output=["next_value"])
-    node = g.node.add(op_type="Attention", input=["q", "next_key", "next_value", "", "", "", "nonpad"],
-                      output=["y"])
-    add_attributes(node, {"is_causal": causal})
-    _tensor_vi(g, "q", [1, q_heads, "s", head_size])
-    for name in ("k", "v"):
-        _tensor_vi(g, name, [1, heads, "s", head_size])
-    for name in ("cache_key", "cache_value"):
-        _tensor_vi(g, name, [1, heads, capacity, head_size])
-    _tensor_vi(g, "write_indices", [1], elem=7)
-    _tensor_vi(g, "nonpad", [1], elem=7)
-    _tensor_vi(g, "y", [1, q_heads, "s", head_size], output=True)
-    for name in ("next_key", "next_value"):
-        _tensor_vi(g, name, [1, heads, capacity, head_size], output=True)
-    g.persistent_bindings.add(input_name="cache_key", output_name="next_key")
-    g.persistent_bindings.add(input_name="cache_value", output_name="next_value")
+    m = external_cache_model("kv_external_cache", causal, 1, heads, q_heads, head_size, capacity)
 
     rng = np.random.default_rng(seed)
     keys = np.zeros((1, heads, capacity, head_size), np.float32)
