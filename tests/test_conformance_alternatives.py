@@ -515,7 +515,21 @@ class NoLowering(ReferenceAdapter):
         return super().export(model_bytes, target)
 
 
-class ReEncodingWriter(ReferenceAdapter):
+class _SavedModelRewriter(ReferenceAdapter):
+    """A writer whose saved models (round trip and onnx-light export) pass through ``_rewrite``."""
+
+    def _rewrite(self, data: bytes) -> bytes:
+        raise NotImplementedError
+
+    def roundtrip(self, model_bytes):
+        return self._rewrite(super().roundtrip(model_bytes))
+
+    def export(self, model_bytes, target):
+        result = super().export(model_bytes, target)
+        return self._rewrite(result) if target == "onnx-light" else result
+
+
+class ReEncodingWriter(_SavedModelRewriter):
     """Saves with tensor data in raw_data, the catalogue reversed, external entries reordered, and drops
     fields it does not know: everything the contract preserves survives."""
 
@@ -535,13 +549,6 @@ class ReEncodingWriter(ReferenceAdapter):
         for tensor in tensors:
             _as_raw_data(tensor)
         return model.SerializeToString()
-
-    def roundtrip(self, model_bytes):
-        return self._rewrite(super().roundtrip(model_bytes))
-
-    def export(self, model_bytes, target):
-        result = super().export(model_bytes, target)
-        return self._rewrite(result) if target == "onnx-light" else result
 
 
 def _as_raw_data(tensor) -> None:
@@ -720,7 +727,7 @@ class KeepsLastEqualValue(ReferenceAdapter):
         return super().rewrite(model.SerializeToString(), rewrite)
 
 
-class ExplicitOffsetWriter(ReferenceAdapter):
+class ExplicitOffsetWriter(_SavedModelRewriter):
     """Saves every external payload with its offset written out, 0 where the model left it implicit
     ("offset is optional")."""
 
@@ -730,13 +737,6 @@ class ExplicitOffsetWriter(ReferenceAdapter):
             if value.external_data and "offset" not in {e.key for e in value.external_data}:
                 value.external_data.add(key="offset", value="0")
         return model.SerializeToString()
-
-    def roundtrip(self, model_bytes):
-        return self._rewrite(super().roundtrip(model_bytes))
-
-    def export(self, model_bytes, target):
-        result = super().export(model_bytes, target)
-        return self._rewrite(result) if target == "onnx-light" else result
 
 
 WIRE_MORE = [case.id for case in CASES if case.source.endswith("wire_more.toml") and case.id.startswith("Required.")]
