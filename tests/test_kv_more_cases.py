@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
+from plain_models import plain_onnx
 
 from conformance.cases import load_cases, select
-from reference_impl import schema
 
 _REQ, _REC = "Required.KVMore.", "Recommended.KVMore."
 #: fault ID -> the new cases that must catch it
@@ -87,27 +87,16 @@ def _array(literal):
     return V.build(literal)
 
 
-def _plain(case):
-    """The case's model without its persistent bindings, as a standard ONNX ModelProto."""
-    from onnx import ModelProto
-
-    model = schema.parse_model(case.model_bytes())
-    model.graph.ClearField("persistent_bindings")
-    plain = ModelProto()
-    plain.ParseFromString(model.SerializeToString())
-    return plain
-
-
 def _runner(case, peer: str):
     if peer == "onnxruntime":
         ort = pytest.importorskip("onnxruntime")
-        session = ort.InferenceSession(_plain(case).SerializeToString())
+        session = ort.InferenceSession(plain_onnx(case).SerializeToString())
         names = [o.name for o in session.get_outputs()]
         return lambda feeds: dict(zip(names, session.run(None, feeds), strict=True))
     from onnx.reference import ReferenceEvaluator
 
-    evaluator = ReferenceEvaluator(_plain(case))
-    names = [o.name for o in _plain(case).graph.output]
+    evaluator = ReferenceEvaluator(plain_onnx(case))
+    names = [o.name for o in plain_onnx(case).graph.output]
     return lambda feeds: dict(zip(names, evaluator.run(None, feeds), strict=True))
 
 
@@ -199,7 +188,7 @@ def test_standard_onnx_models_are_otherwise_valid_onnx():
 
     checked = []
     for case in select(load_cases(), [_REQ + "*"]):
-        plain = _plain(case)
+        plain = plain_onnx(case)
         if not plain.graph.node or any(o.domain not in ("", "ai.onnx") for o in plain.opset_import):
             continue  # external payload cases (no graph) and paged cases (the ai.rt role)
         onnx.checker.check_model(plain, full_check=True)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from plain_models import plain_onnx
 
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.audit import faults_state_more as F
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
-from reference_impl import schema
 
 CASES = {case.id: case for case in select(load_cases(), ["*.KV.AttentionMaskEdges.*"])}
 EXTERNAL = {case.id: case for case in select(load_cases(), ["Required.KV.ExternalCache.*"])}
@@ -33,23 +33,13 @@ def _caught(fault, *patterns) -> set[str]:
     return {case.id for case in cases if run_case(case, fault).verdict == FAILED}
 
 
-def _plain(case):
-    from onnx import ModelProto
-
-    model = schema.parse_model(case.model_bytes())
-    model.graph.ClearField("persistent_bindings")
-    plain = ModelProto()
-    plain.ParseFromString(model.SerializeToString())
-    return plain
-
-
 @pytest.mark.clause("KV-ATTENTION")
 @pytest.mark.parametrize("case_id", sorted(i for i in CASES if ".KV.AttentionMaskEdges.Paged" not in i))
 def test_mask_edge_expectations_agree_with_onnx_reference(case_id):
     from onnx.reference import ReferenceEvaluator
 
     case = CASES[case_id]
-    evaluator = ReferenceEvaluator(_plain(case))
+    evaluator = ReferenceEvaluator(plain_onnx(case))
     runs = [step for step in case.extras()["steps"] if step["op"] == "run"]
     heads, size = _array(runs[0]["feeds"]["k"]).shape[1], _array(runs[0]["feeds"]["k"]).shape[3]
     past = {"past_key": np.zeros((1, heads, 0, size), np.float32),
@@ -74,7 +64,7 @@ def test_attention_expectations_agree_with_peers(case_id, peer):
     case = {**EXTERNAL, **QK}[case_id]
     if peer == "onnxruntime":
         ort = pytest.importorskip("onnxruntime")
-        session = ort.InferenceSession(_plain(case).SerializeToString())
+        session = ort.InferenceSession(plain_onnx(case).SerializeToString())
         names = [o.name for o in session.get_outputs()]
 
         def run(feeds):
@@ -82,8 +72,8 @@ def test_attention_expectations_agree_with_peers(case_id, peer):
     else:
         from onnx.reference import ReferenceEvaluator
 
-        evaluator = ReferenceEvaluator(_plain(case))
-        names = [o.name for o in _plain(case).graph.output]
+        evaluator = ReferenceEvaluator(plain_onnx(case))
+        names = [o.name for o in plain_onnx(case).graph.output]
 
         def run(feeds):
             return dict(zip(names, evaluator.run(None, feeds), strict=True))
