@@ -135,6 +135,7 @@ class _Adoption:
             return False
         self.counters.adopted_leaves += entry.leaves
         self.counters.adopted_bytes += entry.nbytes
+        self.done[id(value)] = (value, value)
         return True
 
 
@@ -251,6 +252,12 @@ def _reject_ownerless_outputs(found: Mapping[str, list[tuple[str, Any]]]) -> Non
             if isinstance(leaf, np.ndarray) and leaf.base is not None and _ownerless(leaf):
                 raise violation(E.OWNERLESS_BORROW, f"outputs[{name!r}]{where}",
                                 "an output aliases a borrowed buffer without an owner; it cannot be returned")
+
+
+def _run_failed(err: ContractError) -> ContractError:
+    """A failure of the graph run (or a borrow it returned) as the state reports it (not cancellation)."""
+    return violation(E.STATE_RUN_FAILED, err.path, f"{err.code.value}: {err.message} (state unchanged)",
+                     causes=(err.code, *err.causes))
 
 
 def _adopt_encoded(value: EncodedValue, path: str, counters: Counters, persistent: bool) -> EncodedValue:
@@ -381,33 +388,25 @@ class _Validated:
     Anything else (a new object, a field replaced, an array reshaped, re-typed or made writable, a header
     edited) is checked in full.
 
-    Used as ``skip`` by the walks over a call's outputs: ``id(value) in validated`` verifies that entry's
-    record once per call, and the entries found unchanged are ``hits``."""
+    ``new_call`` verifies every entry's record once per call; the entries found unchanged are ``hits``, which
+    the walks over a call's outputs skip and the adoption takes as they are."""
 
     def __init__(self) -> None:
         self._entries: dict[int, _Entry] = {}
         self.hits: dict[int, _Entry] = {}
-        self._misses: set[int] = set()
         self._first_seen: dict[int, Any] = {}  # flat structs published once, not yet remembered (by id)
 
     def new_call(self) -> None:
-        self.hits, self._misses = {}, set()
-
-    def __contains__(self, key: object) -> bool:
-        if key in self.hits:
-            return True
-        entry = self._entries.get(key)  # type: ignore[arg-type]
-        if entry is None or key in self._misses:
-            return False
-        try:
-            same = entry.unchanged()
-        except Exception:  # noqa: BLE001 - e.g. a foreign header: not trusted, checked in full
-            same = False
-        if not same:
-            self._misses.add(key)  # type: ignore[arg-type]
-            return False
-        self.hits[key] = entry  # type: ignore[index]
-        return True
+        """Start a call: find which remembered structs still hold exactly what they held (the hits)."""
+        hits = {}
+        for key, entry in self._entries.items():
+            try:
+                same = entry.unchanged()
+            except Exception:  # noqa: BLE001 - e.g. a foreign header: not trusted, checked in full
+                same = False
+            if same:
+                hits[key] = entry
+        self.hits = hits
 
     def checked(self) -> set[tuple[int, int]]:
         """``check_value``'s keys for the hits: (struct, declared type) pairs already checked."""
@@ -419,11 +418,11 @@ class _Validated:
         ``check_value`` checked it against (``checked``). A struct published for the first time is only
         noted: a struct replaced on every call (a paged cache's open block) is never worth a record, and
         one that does come back (a sealed block) is checked in full once more, then remembered."""
-        entries = dict(self.hits)
+        entries = {key: entry for key, entry in self.hits.items() if key in adopted}  # still in the state
         first_seen, self._first_seen = self._first_seen, {}
         if not adopted:
             self._entries = entries
-            self.new_call()
+            self.hits = {}
             return
         specs: dict[int, set[int]] = {}
         for key, spec in checked:
@@ -441,7 +440,7 @@ class _Validated:
             if entry is not None:
                 entries[key] = entry
         self._entries = entries
-        self.new_call()
+        self.hits = {}
 
 
 # -------------------------------------------------------------------------------------------- state
@@ -455,6 +454,7 @@ class State:
         self._bound = {b.input_name: b for b in self._bindings}
         self._plan = tuple((b.input_name, b.output_name, b.spec, f"outputs[{b.output_name!r}]")
                            for b in self._bindings)
+        self._bound_outputs = frozenset(b.output_name for b in self._bindings)
         self._inputs = frozenset(executor.input_names)
         self._lock = threading.Lock()
         self._closed = False
@@ -494,34 +494,23 @@ class State:
             merged.update(current)
             try:
                 outputs = executor.run(merged, cancel=cancel, check_feeds=False, check_outputs=False)
-                # retained structs coming back unchanged were checked when published: not walked again
-                validated = self._validated
-                validated.new_call()
-                found = _output_leaves(outputs, validated)
-                _reject_borrowed_outputs(found)
             except ContractError as err:
                 if err.code is E.STATE_CANCELLED:
                     raise
-                raise violation(E.STATE_RUN_FAILED, err.path, f"{err.code.value}: {err.message} (state unchanged)",
-                                causes=(err.code, *err.causes)) from err
-            checked = validated.checked()  # check_value adds what it checks (once per value and type)
-            adopted: dict[int, tuple[Any, Any]] = {}
-            next_values = {}
-            for input_name, output_name, spec, path in self._plan:
-                value = outputs[output_name]
-                check_value(value, spec, path, checked=checked)
-                containers: dict[int, tuple[Any, Any]] = {}
-                next_values[input_name] = adopt(value, path, self.counters, persistent=True, owned=True,
-                                                caller_objects=caller_objects, trusted=validated.hits,
-                                                adopted=containers)
-                adopted.update(containers)
+                raise _run_failed(err) from err
+            self._validated.new_call()
+            counted = dict(vars(self.counters))
+            try:
+                next_values, adopted, checked = self._retain_valid(outputs, caller_objects)
+            except ContractError:  # the ordered checks below name the first problem, as the contract orders them
+                vars(self.counters).update(counted)
+                next_values, adopted, checked = self._retain_checked(outputs, caller_objects, cancel)
             if cancel is not None and cancel.cancelled:
                 raise violation(E.STATE_CANCELLED, "state.run", "cancelled before publication; state unchanged")
             for input_name, output_name, _, _ in self._plan:
                 outputs[output_name] = next_values[input_name]
-            _reject_ownerless_outputs(found)
             self._values = MappingProxyType(next_values)  # the atomic publication
-            validated.publish(adopted, checked)
+            self._validated.publish(adopted, checked)
             self.steps += 1
             return outputs
         finally:
@@ -567,6 +556,52 @@ class State:
         if self._closed:
             self._lock.release()
             raise violation(E.STATE_CLOSED, what, "the state is closed")
+
+    def _retain_checked(self, outputs: dict[str, Any], caller_objects: frozenset[int], cancel: CancelToken | None
+                        ) -> tuple[dict[str, Any], dict[int, tuple[Any, Any]], set[tuple[int, int]]]:
+        """Every check of a call's outputs in the contract's order: borrows anywhere in the outputs, then each
+        bound output's type and retention, cancellation, then ownerless outputs. Returns the next values, the
+        adopted containers and the (container, type) pairs checked."""
+        validated = self._validated
+        try:
+            found = _output_leaves(outputs, validated.hits)
+            _reject_borrowed_outputs(found)
+        except ContractError as err:
+            raise _run_failed(err) from err
+        next_values, adopted, checked = self._adopt_bound(outputs, caller_objects)
+        if cancel is not None and cancel.cancelled:
+            raise violation(E.STATE_CANCELLED, "state.run", "cancelled before publication; state unchanged")
+        _reject_ownerless_outputs(found)
+        return next_values, adopted, checked
+
+    def _retain_valid(self, outputs: dict[str, Any], caller_objects: frozenset[int]
+                      ) -> tuple[dict[str, Any], dict[int, tuple[Any, Any]], set[tuple[int, int]]]:
+        """``_retain_checked`` for outputs that pass every check, without its walk over the bound outputs:
+        adopting a bound output visits every leaf that walk would, refusing borrows and ownerless buffers
+        there. Any error may be reported out of order, so the caller then runs ``_retain_checked``."""
+        unbound = {name: value for name, value in outputs.items() if name not in self._bound_outputs}
+        found = _output_leaves(unbound, self._validated.hits)
+        _reject_borrowed_outputs(found)
+        retained = self._adopt_bound(outputs, caller_objects)
+        _reject_ownerless_outputs(found)
+        return retained
+
+    def _adopt_bound(self, outputs: dict[str, Any], caller_objects: frozenset[int]
+                     ) -> tuple[dict[str, Any], dict[int, tuple[Any, Any]], set[tuple[int, int]]]:
+        """Check each bound output against its input's declared type and adopt it as the next value."""
+        validated = self._validated
+        checked = validated.checked()  # check_value adds what it checks (once per value and type)
+        adopted: dict[int, tuple[Any, Any]] = {}
+        next_values = {}
+        for input_name, output_name, spec, path in self._plan:
+            value = outputs[output_name]
+            check_value(value, spec, path, checked=checked)
+            containers: dict[int, tuple[Any, Any]] = {}
+            next_values[input_name] = adopt(value, path, self.counters, persistent=True, owned=True,
+                                            caller_objects=caller_objects, trusted=validated.hits,
+                                            adopted=containers)
+            adopted.update(containers)
+        return next_values, adopted, checked
 
     def _initial_values(self, initial: Mapping[str, Any]) -> Mapping[str, Any]:
         if not isinstance(initial, Mapping):

@@ -26,6 +26,7 @@ from test_state_models import (
 )
 
 from reference_impl import schema
+from reference_impl import state as state_module
 from reference_impl.errors import ContractError, ErrorCode
 from reference_impl.examples import encoded, spec_struct_types
 from reference_impl.executor import LOCAL_DOMAIN, CancelToken, Executor
@@ -391,6 +392,72 @@ def test_borrowed_feed_may_be_read_but_not_retained_or_returned():
     u = np.ones(2, np.float32)
     out = state.run({"u": u})
     assert out["y"] is u and address(state.values["x"]) == address(out["z"])
+
+
+def two_output_model():
+    """x (bound, FLOAT[2]) + u -> Pair -> y (bound back to x) and w (returned only)."""
+    nodes = [helper.make_node("Add", ["x", "u"], ["a"]), helper.make_node("Pair", ["a"], ["y", "w"], domain="test")]
+    graph = helper.make_graph(nodes, "pair", [helper.make_tensor_value_info(n, T.FLOAT, [2]) for n in "xu"],
+                              [helper.make_tensor_value_info(n, T.FLOAT, [2]) for n in "yw"])
+    model = schema.from_onnx(helper.make_model(graph, opset_imports=opsets()))
+    model.graph.persistent_bindings.add(input_name="x", output_name="y")
+    return model
+
+
+def _raw(values) -> np.ndarray:
+    array, _ = borrowed((2,))
+    array[:] = values
+    return array
+
+
+#: (bound output y, returned-only output w, cancel during the run): each a fresh value per call
+_OUTPUT_PROBLEMS = {
+    "borrow-bound": (lambda a: InvocationBorrow(a), lambda a: a.copy(), False),
+    "borrow-returned": (lambda a: a.copy(), lambda a: InvocationBorrow(a), False),
+    "ownerless-bound": (_raw, lambda a: a.copy(), False),
+    "ownerless-returned": (lambda a: a.copy(), _raw, False),
+    "ownerless-bound-borrow-returned": (_raw, lambda a: InvocationBorrow(a), False),
+    "wrong-shape-bound-borrow-returned": (lambda a: np.ones(3, np.float32), lambda a: InvocationBorrow(a), False),
+    "wrong-shape-bound-ownerless-returned": (lambda a: np.ones(3, np.float32), _raw, False),
+    "ownerless-returned-cancelled": (lambda a: a.copy(), _raw, True),
+    "valid": (lambda a: a.copy(), lambda a: a.copy(), False),
+}
+
+
+@pytest.mark.clause("PAY-OWNERLESS", "STATE-ATOMIC", "STATE-VALIDATE-METADATA")
+@pytest.mark.parametrize("problem", sorted(_OUTPUT_PROBLEMS))
+def test_outputs_are_judged_as_by_the_ordered_checks(problem, monkeypatch):
+    """A call whose outputs all pass is retained without walking its bound outputs twice; any problem
+    is then reported by the checks in their contract order. Either way the verdict, the error and the
+    counters are those of the ordered checks alone."""
+    make_bound, make_returned, cancelled = _OUTPUT_PROBLEMS[problem]
+
+    def outcome(ordered_only: bool):
+        token = CancelToken()
+
+        def pair(inputs, attributes, ctx):
+            if cancelled:
+                token.cancel()
+            return [make_bound(inputs[0]), make_returned(inputs[0])]
+
+        executor = Executor(two_output_model(), kernels={("test", "Pair"): pair})
+        state = make_state(executor, {"x": np.zeros(2, np.float32)})
+        if ordered_only:
+            def refuse(*args):
+                raise ContractError(ErrorCode.STATE_RUN_FAILED, "test", "the ordered checks only")
+            monkeypatch.setattr(state_module.State, "_retain_valid", refuse)
+        before = state.values
+        try:
+            outputs = state.run({"u": ONE}, cancel=token)
+            verdict = ("passed", sorted(outputs), outputs["y"] is state.values["x"])
+        except ContractError as err:
+            verdict = (err.code, err.path, err.message, err.causes, state.values is before)
+        monkeypatch.undo()
+        return verdict, state.counters.snapshot()
+
+    fast, ordered = outcome(False), outcome(True)
+    assert fast == ordered
+    assert (fast[0][0] == "passed") == (problem == "valid")
 
 
 @pytest.mark.clause("BIND-EXACT-NAMES", "BIND-WHOLE", "BIND-LITERAL-NAMES")

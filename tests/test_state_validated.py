@@ -140,7 +140,7 @@ def test_an_edited_header_of_a_sealed_block_is_checked_again():
 def test_the_same_outputs_values_and_counters_as_checking_everything_every_call(monkeypatch):
     def decode(trust: bool):
         if not trust:
-            monkeypatch.setattr(state_module._Validated, "__contains__", lambda self, key: False)
+            monkeypatch.setattr(state_module._Entry, "unchanged", lambda self: False)
         state, rng, config = _paged_state()
         outputs = [state.run({"input_ids": rng.integers(0, config.vocab, (1, 1))})["logits"] for _ in range(24)]
         monkeypatch.undo()
