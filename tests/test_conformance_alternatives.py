@@ -1061,6 +1061,10 @@ class ChecksCodecFunctions(ReferenceAdapter):
         self._check_codecs(model_bytes)
         return super().verify(model_bytes, base_dir)
 
+    def decode(self, model_bytes, value_name, base_dir):
+        self._check_codecs(model_bytes)
+        return super().decode(model_bytes, value_name, base_dir)
+
     def open_state(self, model_bytes, initial, base_dir=None):
         self._check_codecs(model_bytes)
         return super().open_state(model_bytes, initial, base_dir)
@@ -1070,6 +1074,11 @@ class ChecksCodecFunctions(ReferenceAdapter):
 def test_codec_bodies_may_be_checked_but_not_compiled_when_loading():
     from conformance.audit.faults_structured import CodecBodiesLoaded
 
-    case_id = "Required.Structured.Consumers.CodecNotRunWhenLoading"
-    _passes(ChecksCodecFunctions(), case_id)
-    _fails(CodecBodiesLoaded(), case_id)
+    catchers = ["Required.Structured.Consumers.CodecNotRunWhenLoading",
+                "Required.Catalogue.Accepts.CodecBodiesNeverRun",
+                "Required.State.Consumers.NestedSubtypeCodecsNeverRun",
+                "Required.Structured.Consumers.NestedDecoderIgnored",
+                "Required.Structured.Consumers.UnknownTypeIdStillVerifies"]
+    _passes(ChecksCodecFunctions(), *catchers, "Required.Structured", "Required.Catalogue")
+    for case_id in catchers:
+        _fails(CodecBodiesLoaded(), case_id)
