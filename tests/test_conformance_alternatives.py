@@ -935,3 +935,150 @@ def test_an_adapter_whose_methods_take_no_base_dir_keeps_working():
     finally:
         adapter.shutdown()
     assert all(r.verdict == PASSED for r in results), [(r.id, r.message) for r in results if r.verdict != PASSED]
+
+
+# ------------------------------------------------------------------ second reading of catalogue cases
+class ColumnMajorLogicalShape(ReferenceAdapter):
+    """Its registered decoders fill a struct value's multi-dimensional logical shape in column-major order
+    (allowed: the spec fixes the code-to-element order only for a flat logical tensor; "the registered
+    decoder defines ... the block-to-logical-element mapping"). Ignoring the logical shape (forbidden)
+    is the audit's fault ENC-LOGICAL-EXACT.logical-shape-not-applied."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        result = super().decode(model_bytes, value_name, base_dir)
+        value = next(v for v in schema.parse_model(model_bytes).graph.encoded_initializer if v.name == value_name)
+        if value.WhichOneof("layout") == "struct_type" and result.ndim > 1:
+            return result.reshape(-1).reshape(result.shape, order="F")
+        return result
+
+
+@pytest.mark.clause("ENC-LOGICAL-EXACT", "DEC-DEFINES-MAPPING")
+def test_a_decoder_may_fill_a_logical_shape_in_any_order_but_must_apply_it():
+    from conformance.audit.faults_repr_more import DecodedValuesLeftFlat
+
+    _passes(ColumnMajorLogicalShape(), "Required.CatalogueMore", "Required.Structured.Logical")
+    for case_id in ("Required.CatalogueMore.LogicalShape.Linear3D",
+                    "Required.CatalogueMore.LogicalShape.CodebookColumn", "Required.Structured.Logical.ShapeApplied"):
+        _fails(DecodedValuesLeftFlat(), case_id)
+
+
+class RefOnlyIdFirst(ReferenceAdapter):
+    """Checks that every type_ref carries nothing but the ID (type_id included) before it checks that
+    catalogue declarations are concrete: a declaration that is a type_ref with its own type_id breaks both
+    rules and gets TYPE_REF_EXTRA_FIELDS (the spec orders no checks)."""
+
+    def verify(self, model_bytes, base_dir):
+        for index, declaration in enumerate(schema.parse_model(model_bytes).struct_types):
+            if declaration.WhichOneof("kind") == "type_ref" and declaration.HasField("type_id"):
+                raise violation(E.TYPE_REF_EXTRA_FIELDS, f"model.struct_types[{index}].type_id",
+                                "a type_ref carries a type_id")
+        return super().verify(model_bytes, base_dir)
+
+
+@pytest.mark.clause("CAT-DECL-CONCRETE", "CAT-REF-ONLY-ID")
+def test_an_aliasing_declaration_may_be_refused_by_either_rule_it_breaks():
+    _passes(RefOnlyIdFirst(), "Required.Catalogue", "Required.CatalogueMore")
+
+
+class DeclaredScaleType(ReferenceAdapter):
+    """Its DecodeScaledCodebookBlocks binding (1102) verifies the model's declaration by what it reads and
+    reads the scale as whatever floating type the declaration gives it, at the declared offset (allowed:
+    type_id is model-scoped, and nothing is misread). Reading a changed declaration at the registered
+    positions (forbidden) is the audit's fault DEC-KEYED.declaration-not-verified."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        import reference_impl
+        from reference_impl.decoders import Decoder, _codec_identity, decode_scaled_codebook, default_registry
+
+        registry = default_registry()
+        strict = registry.bind
+        floating = {schema.TensorProto.FLOAT, schema.TensorProto.FLOAT16, schema.TensorProto.BFLOAT16,
+                    schema.TensorProto.DOUBLE}
+
+        def bind(type_id, layout, path, declaration=None):
+            scale = layout.leaves.get("scale")
+            if type_id == 1102 and declaration is not None and scale is not None and scale.elem_type in floating \
+                    and "quantized.codes.index" in layout.leaves and "quantized.codebook" in layout.constants \
+                    and _codec_identity(declaration) == registry._decoders[1102].signature[1]:
+                return Decoder("any", (), decode_scaled_codebook)
+            return strict(type_id, layout, path, declaration)
+
+        registry.bind = bind
+        return reference_impl.decode(model_bytes, value_name, base_dir=base_dir, registry=registry)
+
+
+class RegisteredScalePosition(ReferenceAdapter):
+    """Binds 1102 without verifying the model's declaration and reads its records where the registered
+    declaration puts them (a FLOAT scale after the codes, 12 bytes a record): forbidden."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        import reference_impl
+        from conformance.audit.faults_struct_more import _registered_layouts
+        from reference_impl.decoders import Decoder, decode_scaled_codebook, default_registry
+
+        registry = default_registry()
+        strict = registry.bind
+        own = _registered_layouts()[1102]
+
+        def bind(type_id, layout, path, declaration=None):
+            if type_id == 1102:
+                return Decoder("registered", (), lambda _layout, payload: decode_scaled_codebook(own, payload))
+            return strict(type_id, layout, path, declaration)
+
+        registry.bind = bind
+        return reference_impl.decode(model_bytes, value_name, base_dir=base_dir, registry=registry)
+
+
+@pytest.mark.clause("DEC-KEYED", "CAT-ID-CHANGE")
+def test_a_decoder_may_read_a_changed_scale_type_or_refuse_it_but_not_misread_it():
+    case_id = "Required.Structured.Consumers.ChangedFieldTypeNeedsNewId"
+    _passes(ReferenceAdapter(), case_id)  # refuses the changed declaration
+    _passes(DeclaredScaleType(), case_id, "Required.Structured", "Required.CatalogueMore")
+    _fails(RegisteredScalePosition(), case_id)
+
+
+class ChecksCodecFunctions(ReferenceAdapter):
+    """Checks every declared decoder and encoder body as an ONNX function (onnx's checker: each node's
+    domain imported, names well formed) when it loads a model, executing nothing (allowed: only executing
+    codec code while loading is forbidden). Compiling the bodies, so that an operator it lacks fails the
+    load (forbidden), is the audit's fault DEC-NO-LOAD-EXEC.codecs-compiled-at-load."""
+
+    @staticmethod
+    def _check_codecs(model_bytes):
+        import onnx
+
+        for index, declaration in enumerate(schema.parse_model(model_bytes).struct_types):
+            for codec in ("decoder", "encoder"):
+                if not declaration.HasField(codec):
+                    continue
+                function = onnx.FunctionProto.FromString(getattr(declaration, codec).SerializeToString())
+                try:
+                    onnx.checker.check_function(function)
+                except onnx.checker.ValidationError as error:
+                    raise violation(E.TYPE_INVALID, f"model.struct_types[{index}].{codec}", str(error)) from None
+
+    def verify(self, model_bytes, base_dir):
+        self._check_codecs(model_bytes)
+        return super().verify(model_bytes, base_dir)
+
+    def decode(self, model_bytes, value_name, base_dir):
+        self._check_codecs(model_bytes)
+        return super().decode(model_bytes, value_name, base_dir)
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        self._check_codecs(model_bytes)
+        return super().open_state(model_bytes, initial, base_dir)
+
+
+@pytest.mark.clause("DEC-NO-LOAD-EXEC")
+def test_codec_bodies_may_be_checked_but_not_compiled_when_loading():
+    from conformance.audit.faults_structured import CodecBodiesLoaded
+
+    catchers = ["Required.Structured.Consumers.CodecNotRunWhenLoading",
+                "Required.Catalogue.Accepts.CodecBodiesNeverRun",
+                "Required.State.Consumers.NestedSubtypeCodecsNeverRun",
+                "Required.Structured.Consumers.NestedDecoderIgnored",
+                "Required.Structured.Consumers.UnknownTypeIdStillVerifies"]
+    _passes(ChecksCodecFunctions(), *catchers, "Required.Structured", "Required.Catalogue")
+    for case_id in catchers:
+        _fails(CodecBodiesLoaded(), case_id)
