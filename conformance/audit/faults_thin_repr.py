@@ -8,7 +8,7 @@ import stat
 
 import numpy as np
 
-from conformance.audit.fault import Fault, Patch, encoded_values, struct_types, wrap
+from conformance.audit.fault import Fault, Patch, encoded_values, type_refs, wrap
 from conformance.audit.fault import decode_module as decode
 from conformance.audit.faults_structured import _registry_patch
 from reference_impl import affine, decoders, dtypes, payload, verifier
@@ -169,18 +169,6 @@ class LayoutlessSkippedAtLoad(Fault):
         return [wrap(verifier, "verify_encoded_value", _layoutless_skipped, aliases=False)]
 
 
-def _nested_refs(st) -> bool:
-    return any(nested.WhichOneof("kind") == "type_ref" for nested, _ in _struct_nodes(st))
-
-
-def _struct_nodes(st):
-    """The struct types nested in ``st`` (its fields and element types, through every level)."""
-    from conformance.audit.fault import _nested_in_struct
-
-    for nested, role in _nested_in_struct(st):
-        yield nested, role
-
-
 class InlineLayoutRefsRefused(Fault):
     """Resolves type_ref only at a layout's root: a concrete inline layout whose fields refer to a
     catalogue type by ID is refused as unresolved."""
@@ -192,7 +180,7 @@ class InlineLayoutRefsRefused(Fault):
         for value in encoded_values(model):
             st = value.struct_type
             if value.WhichOneof("layout") == "struct_type" and st.WhichOneof("kind") not in (None, "type_ref") \
-                    and _nested_refs(st):
+                    and type_refs(st):
                 raise violation(E.TYPE_REF_UNRESOLVED, f"{_name(value)}.struct_type",
                                 "type references are resolved only at a layout's root")
 
