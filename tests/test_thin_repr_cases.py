@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
 
-_NEW = "Required.ThinRepr."
+_NEW, _REC = "Required.ThinRepr.", "Recommended.ThinRepr."
 #: fault ID -> the cases that must catch it
 CATCHERS = {
     "AFF-LOGICAL.wrapped-tensor-unwrapped": (
@@ -28,6 +28,12 @@ CATCHERS = {
         "Required.External.Keys.RawAndExternalEntriesDefaultLocation"),
     "PAY-DEFAULT-INLINE.explicit-default-read-as-external": (
         _NEW + "DefaultLocation.ExplicitDefaultAffine", _NEW + "DefaultLocation.ExplicitDefaultCodebook"),
+    "PAY-NO-POINTERS.tail-aligned-records-saved": (
+        _NEW + "SavedRecords.Type1002RecordOf76Bytes", _NEW + "SavedRecords.InlineInt32AndByteRecords"),
+    "PAY-VALIDATE-FIRST.decode-kernel-trusts-feeds": (
+        _NEW + "ValidateFirst.PartialRecordFeedToDecode", _NEW + "ValidateFirst.PartialRecordRetainedToDecode"),
+    "RESOURCE-LIMITS.leaf-bound-per-structure": (
+        _REC + "Limits.WideStructureTwice_ReferencedRoot", _REC + "Limits.WideStructureTwice_InlineRoot"),
 }
 
 

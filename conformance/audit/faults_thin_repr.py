@@ -11,11 +11,11 @@ import numpy as np
 from conformance.audit.fault import Fault, Patch, encoded_values, type_refs, wrap
 from conformance.audit.fault import decode_module as decode
 from conformance.audit.faults_structured import _registry_patch
-from reference_impl import affine, decoders, dtypes, payload, verifier
+from reference_impl import affine, decoders, dtypes, payload, records, verifier
 from reference_impl.bits import pack_sub_byte, unpack_sub_byte
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import violation
-from reference_impl.executor import program
+from reference_impl.executor import kernels, program
 from reference_impl.values import EncodedValue
 
 _EXTERNAL = payload.EXTERNAL
@@ -414,6 +414,89 @@ class SymlinksFollowed(Fault):
 
     def patches(self):
         return [Patch(payload, "open_external", _joined_open)]
+
+
+# ------------------------------------------------------------------------------- validation order
+def _whole_records_only(original):
+    def decode_value(value, catalogue, base_dir=None, registry=None, path="value", **kw):
+        if value.WhichOneof("layout") == "struct_type" and value.raw_data:
+            try:
+                size = catalogue.bit_size(value.struct_type, path)
+            except Exception:  # noqa: BLE001 - a layout that cannot be sized goes to the full check
+                size = None
+            if isinstance(size, int) and size and size % 8 == 0 and len(value.raw_data) % (size // 8):
+                whole = type(value)()
+                whole.CopyFrom(value)
+                whole.raw_data = value.raw_data[: len(value.raw_data) - len(value.raw_data) % (size // 8)]
+                value = whole  # the kernel trusts the load to have checked bounds, and reads whole records
+        return original(value, catalogue, base_dir, registry, path, **kw)
+    return decode_value
+
+
+class DecodeKernelTrustsFeeds(Fault):
+    """Checks payload bounds when a model's encoded initializers are loaded, but the Decode kernel assumes
+    every value reaching it was checked there: a fed or retained encoded value with a partial trailing
+    record is handed to the decoder, which reads the whole records and drops the rest."""
+
+    fault_id = "PAY-VALIDATE-FIRST.decode-kernel-trusts-feeds"
+    clauses = ("PAY-VALIDATE-FIRST",)
+
+    def patches(self):
+        return [wrap(kernels, "decode_value", _whole_records_only, aliases=False)]
+
+
+# ------------------------------------------------------------------------------- saved records
+class TailAlignedRecordsSaved(Fault):
+    """Saves each struct record as its native struct would be laid out in memory: tail-padded to the
+    alignment of its widest scalar leaf (a record holding an INT64 grows to a multiple of eight bytes),
+    instead of the tight serialized record."""
+
+    fault_id = "PAY-NO-POINTERS.tail-aligned-records-saved"
+    clauses = ("PAY-NO-POINTERS",)
+
+    def on_save(self, model):
+        try:
+            verified = verifier.verify_model(model)
+        except Exception:  # noqa: BLE001 - a model the oracle refuses is saved as it is
+            return
+        for value in model.graph.encoded_initializer:
+            info = verified.encoded.get(value.name)
+            if info is None or not info.element_bytes or not value.raw_data or \
+                    value.WhichOneof("layout") != "struct_type":
+                continue
+            layout = records.compile_layout(value.struct_type, verified.catalogue)
+            align = max([1] + [leaf.width // 8 for leaf in layout.leaves.values() if leaf.elem_type is not None])
+            size = info.element_bytes
+            padded = -(-size // align) * align
+            if padded == size:
+                continue
+            rows = np.frombuffer(value.raw_data, np.uint8).reshape(-1, size)
+            out = np.zeros((len(rows), padded), np.uint8)
+            out[:, :size] = rows
+            value.raw_data = out.tobytes()
+
+
+# ------------------------------------------------------------------------------- resource limits
+def _per_structure_leaf_bound(original):
+    def add_leaf(layout, leaf, path):
+        parent = leaf.path.rpartition(".")[0]
+        counts = layout.__dict__.setdefault("_leaves_per_parent", {})
+        counts[parent] = counts.get(parent, 0) + 1
+        if counts[parent] > records.MAX_LEAVES:
+            raise violation(E.RESOURCE_LIMIT, path, f"a structure has more than {records.MAX_LEAVES} fields")
+        layout.leaves[leaf.path] = leaf
+    return add_leaf
+
+
+class LeafBoundPerStructure(Fault):
+    """Bounds the number of fields of each structure it expands, not the leaves of the whole layout: two
+    references to a structure at the bound give a layout of twice as many leaves, expanded in full."""
+
+    fault_id = "RESOURCE-LIMITS.leaf-bound-per-structure"
+    clauses = ("RESOURCE-LIMITS",)
+
+    def patches(self):
+        return [wrap(records, "_add_leaf", _per_structure_leaf_bound)]
 
 
 __all__ = [name for name, obj in globals().items() if isinstance(obj, type) and issubclass(obj, Fault)
