@@ -3,14 +3,16 @@ from the existing one (one path only, one spelling only, one field read from the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 
 import numpy as np
 
-from conformance.audit.fault import Fault, Patch, encoded_values, type_refs, wrap
+from conformance.audit.fault import INSTALLER, Fault, FaultState, Patch, encoded_values, type_refs, wrap
 from conformance.audit.fault import decode_module as decode
 from conformance.audit.faults_structured import _registry_patch
+from conformance.values import Struct
 from reference_impl import affine, decoders, dtypes, payload, records, verifier
 from reference_impl.bits import pack_sub_byte, unpack_sub_byte
 from reference_impl.errors import ErrorCode as E
@@ -497,6 +499,75 @@ class LeafBoundPerStructure(Fault):
 
     def patches(self):
         return [wrap(records, "_add_leaf", _per_structure_leaf_bound)]
+
+
+# ------------------------------------------------------------------------------- owners
+def _decoded_from_file(original):
+    def to_proto(self):
+        if self.source is not None and len(self.source.external_data):
+            return self.source  # the message as loaded: decoding opens the backing file by name again
+        return original(self)
+    return to_proto
+
+
+class ExternalValuesReopenedByName(Fault):
+    """Keeps an external encoded value as its message and opens the backing file by name whenever the
+    value is decoded, instead of retaining the mapping it validated at load: a file removed or replaced
+    after loading breaks (or changes) values the runtime still holds."""
+
+    fault_id = "PAY-EXTERNAL-OWNER.reopened-by-name"
+    clauses = ("PAY-EXTERNAL-OWNER",)
+
+    def patches(self):
+        return [wrap(EncodedValue, "to_proto", _decoded_from_file)]
+
+
+class _BorrowingResetState(FaultState):
+    """A state whose reset takes the new initial structs the way FirstFieldOwnerOnly takes them at open."""
+
+    def reset(self, initial):
+        return super().reset({name: self.fault._borrowed(value) for name, value in initial.items()})
+
+
+class FirstFieldOwnerOnly(Fault):
+    """Retains one owner per struct, its first field's: the other fields of an initial struct are held as
+    views into the call's scratch memory, which is reused (reads zeros) once the call that took them
+    returns, instead of each field keeping its own owner."""
+
+    fault_id = "PAY-FIELD-OWNERS.first-field-owner-only"
+    clauses = ("PAY-FIELD-OWNERS",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._scratch: list[bytearray] = []
+
+    def _borrowed(self, value):
+        if not isinstance(value, Struct):
+            return value
+        fields = dict(value)
+        for name in list(fields)[1:]:
+            item = fields[name]
+            if isinstance(item, np.ndarray) and item.dtype.kind not in "OUS" and item.size:
+                scratch = bytearray(np.ascontiguousarray(item).tobytes())
+                self._scratch.append(scratch)
+                fields[name] = np.frombuffer(scratch, item.dtype).reshape(item.shape)
+        return Struct(fields, value.type_id)
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        initial = {name: self._borrowed(value) for name, value in initial.items()}
+        return super().open_state(model_bytes, initial, base_dir)
+
+    def make_state(self, handle):
+        return _BorrowingResetState(handle.state, self)
+
+    @contextlib.contextmanager
+    def injected(self):
+        with super().injected():
+            yield
+        if INSTALLER.idle:  # the call that took the fields returned: its scratch is reused
+            for scratch in self._scratch:
+                scratch[:] = bytes(len(scratch))
+            self._scratch.clear()
 
 
 __all__ = [name for name, obj in globals().items() if isinstance(obj, type) and issubclass(obj, Fault)
