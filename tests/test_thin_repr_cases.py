@@ -32,6 +32,8 @@ CATCHERS = {
         _NEW + "SavedRecords.Type1002RecordOf76Bytes", _NEW + "SavedRecords.InlineInt32AndByteRecords"),
     "PAY-VALIDATE-FIRST.decode-kernel-trusts-feeds": (
         _NEW + "ValidateFirst.PartialRecordFeedToDecode", _NEW + "ValidateFirst.PartialRecordRetainedToDecode"),
+    "PAY-EXTERNAL-CONTAINED.only-leading-parent-refused": (
+        _REC + "PathSafety.DotThenSubdirThenTwoParents", _REC + "PathSafety.BackslashSubdirThenTwoParents"),
     "RESOURCE-LIMITS.leaf-bound-per-structure": (
         _REC + "Limits.WideStructureTwice_ReferencedRoot", _REC + "Limits.WideStructureTwice_InlineRoot"),
 }
