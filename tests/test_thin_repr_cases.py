@@ -28,6 +28,8 @@ CATCHERS = {
         "Required.External.Keys.RawAndExternalEntriesDefaultLocation"),
     "PAY-DEFAULT-INLINE.explicit-default-read-as-external": (
         _NEW + "DefaultLocation.ExplicitDefaultAffine", _NEW + "DefaultLocation.ExplicitDefaultCodebook"),
+    "ENC-PER-VALUE-PARAMS.parameters-prepared-per-type-id": (
+        _NEW + "PerValueParams.ChangedScaleSameCodesNextCall", "Required.State.Parameters.Type1002OwnParameters"),
     "PAY-NO-POINTERS.tail-aligned-records-saved": (
         _NEW + "SavedRecords.Type1002RecordOf76Bytes", _NEW + "SavedRecords.InlineInt32AndByteRecords"),
     "PAY-VALIDATE-FIRST.decode-kernel-trusts-feeds": (

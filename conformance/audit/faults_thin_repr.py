@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import weakref
 
 import numpy as np
 
@@ -416,6 +417,54 @@ class SymlinksFollowed(Fault):
 
     def patches(self):
         return [Patch(payload, "open_external", _joined_open)]
+
+
+_PARAMETER_LEAVES = ("scale", "zero_point")
+
+
+class ParametersPreparedPerTypeId(Fault):
+    """Prepares one consumer per type_id in a session and keeps the per-value parameters (scale, zero
+    point) of the first value it decoded with it: later values of the same type, in the same call or the
+    next, decode with their own codes but the first value's parameters."""
+
+    fault_id = "ENC-PER-VALUE-PARAMS.parameters-prepared-per-type-id"
+    clauses = ("ENC-PER-VALUE-PARAMS",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: session catalogue -> {type_id: the first value's parameter bytes}
+        self._prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def patches(self):
+        def make(original):
+            def decode_value(value, catalogue, base_dir=None, registry=None, path="value", **kw):
+                type_ref = value.struct_type.type_ref if value.WhichOneof("layout") == "struct_type" else 0
+                if type_ref and value.raw_data:
+                    value = self._with_prepared(value, catalogue, type_ref)
+                return original(value, catalogue, base_dir, registry, path, **kw)
+            return decode_value
+        return [wrap(kernels, "decode_value", make, aliases=False)]
+
+    def _with_prepared(self, value, catalogue, type_ref):
+        try:
+            layout = records.compile_layout(value.struct_type, catalogue)
+        except Exception:  # noqa: BLE001 - an invalid layout goes to the oracle, which refuses it
+            return value
+        size = layout.record_bytes
+        spans = {name: (leaf.offset // 8, leaf.width // 8) for name, leaf in layout.leaves.items()
+                 if name in _PARAMETER_LEAVES and leaf.offset % 8 == 0 and leaf.width % 8 == 0 and not leaf.dims}
+        if not spans or not size or len(value.raw_data) % size:
+            return value
+        data = bytearray(value.raw_data)
+        first = self._prepared.setdefault(catalogue, {}).setdefault(type_ref, {name: bytes(data[start:start + width])
+                                                for name, (start, width) in spans.items()})
+        for base in range(0, len(data), size):
+            for name, (start, width) in spans.items():
+                data[base + start:base + start + width] = first[name]
+        prepared = type(value)()
+        prepared.CopyFrom(value)
+        prepared.raw_data = bytes(data)
+        return prepared
 
 
 # ------------------------------------------------------------------------------- validation order
