@@ -23,7 +23,7 @@ from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import violation
 from reference_impl.executor import program
 from reference_impl.kv import contiguous, kernels
-from reference_impl.kv.storage import KVCounters, counting_active, record, record_workspace
+from reference_impl.kv.storage import KVCounters, counting_active, record
 from reference_impl.tensors import to_array
 from reference_impl.values import is_struct
 
@@ -401,15 +401,25 @@ class AppendRewritesLastToken(Fault):
 
 
 # --------------------------------------------------------------------------------------- KV-BOUNDED
+_SCORES_HELD = threading.local()
+
+
 def _two_pass(original):
     def attend_row(q, cache, mask, attrs, offset):
-        result = original(q, cache, mask, attrs, offset)
-        if counting_active():
-            _, hq, sq, _ = q.shape
-            # the logits and weights of every cached token held at once for one softmax over the row
-            record_workspace(2 * hq * sq * cache.count * 4 + q.nbytes + result.nbytes)
-        return result
+        _, hq, sq, _ = q.shape
+        # the logits and weights of every cached token, held next to each group's own scratch
+        _SCORES_HELD.nbytes = 2 * hq * sq * cache.count * 4
+        try:
+            return original(q, cache, mask, attrs, offset)
+        finally:
+            _SCORES_HELD.nbytes = 0
     return attend_row
+
+
+def _with_held_scores(original):
+    def record(nbytes):
+        return original(nbytes + getattr(_SCORES_HELD, "nbytes", 0))
+    return record
 
 
 class ScoresForWholeContext(Fault):
@@ -420,7 +430,8 @@ class ScoresForWholeContext(Fault):
     clauses = ("KV-BOUNDED",)
 
     def patches(self):
-        return [wrap(paged_attention, "_attend_row", _two_pass)]
+        return [wrap(paged_attention, "_attend_row", _two_pass),
+                wrap(paged_attention, "record_workspace", _with_held_scores, aliases=False)]
 
 
 # ------------------------------------------------------------------------------------ ZC-NO-INPLACE
