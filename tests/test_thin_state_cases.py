@@ -32,6 +32,9 @@ CATCHERS = {
     F.SaveKeepsOneBinding: ("Required.ThinState.Export.SaveLoadKeepsBothBindings",
                             "Required.ThinState.Export.RoundTripKeepsBothBindings",
                             "Required.ThinState.Export.SavedTwoBindingStateRuns"),
+    F.OutputBuffersRecycled: ("Required.ZeroCopy.Arena.UnselectedOutputNotRecycled",
+                              "Required.ZeroCopy.ReadOnly.ReferencedBuffersNeverWritten",
+                              "Required.ThinState.Outputs.HeldLogitsKeepTheirBuffer"),
     F.AliasesOfSelectedRetained: ("Required.ThinState.Unselected.IdentityOfSelectedOutputNotRetained",
                                   "Required.ThinState.Unselected.ReshapedSelectedOutputNotRetained"),
 }

@@ -15,7 +15,7 @@ from types import MappingProxyType
 import numpy as np
 
 from conformance.adapters.reference import to_neutral
-from conformance.audit.fault import TESTEE_COPIES_RETURNED_VALUES, Fault, FaultState, Patch, wrap
+from conformance.audit.fault import Fault, FaultState, Patch, wrap
 from conformance.audit.faults_bindings import DeferredErrorState
 from reference_impl import ContractError, schema
 from reference_impl.bindings import validate_bindings
@@ -501,7 +501,6 @@ class OutputBuffersRecycled(Fault):
 
     fault_id = "ZC-NO-INPLACE.output-buffers-recycled"
     clauses = ("ZC-NO-INPLACE", "ZC-OUTSTANDING")
-    testee_blind = TESTEE_COPIES_RETURNED_VALUES
 
     def make_state(self, handle):
         return _RecyclingState(handle.state, self)

@@ -41,20 +41,22 @@ def thin_state_paged_bad_capacity(block_size: int = 4, max_tokens: int | None = 
 
 
 @builder
-def thin_state_paged_workspace_growth(fmt: str = "dense", heads: int = 2, q_heads: int = 4, head_size: int = 8, block_size: int = 64,
-                                      short: int = 1024, long: int = 8192, seed: int = 179):
-    """Initial caches of ``fmt`` blocks (``dense`` or ``int4``) of ``short`` and of ``long`` tokens, each decoded one token by a fresh state:
-    the long decode's attention_peak_workspace_bytes exceeds the short one's by less than half of one
-    FLOAT score per extra token and query head. A kernel that walks the blocks with a running softmax
-    holds the same scratch at any context length; one that keeps every block's scores (or weights) for
-    a softmax at the end holds at least one FLOAT per token and query head more."""
+def thin_state_paged_workspace_growth(fmt: str = "dense", heads: int = 2, q_heads: int = 4, head_size: int = 8,
+                                      block_size: int = 64, short: int = 1024, long: int = 8192, seed: int = 179):
+    """Initial caches of ``fmt`` blocks (``dense`` or ``int4``) of ``short`` and of ``long`` tokens, each
+    decoded one token by a fresh state: the long decode's attention_peak_workspace_bytes exceeds the short
+    one's by less than half of one FLOAT score per extra token and query head. A kernel that walks the
+    blocks with a running softmax holds the same scratch at any context length; one that keeps every
+    block's scores (or weights) for a softmax at the end holds at least one FLOAT per token and query
+    head more."""
     rng = np.random.default_rng(seed)
     blocks = [_bulk_block(start, block_size, heads, head_size, fmt, rng) for start in range(0, long, block_size)]
     trace = []
     for name, count in (("at_short", short), ("at_long", long)):
         q = rng.standard_normal((1, q_heads, 1, head_size)).astype(np.float32)
         k, v = (rng.standard_normal((1, heads, 1, head_size)).astype(np.float32) for _ in range(2))
-        trace += [{"op": "open", "state": name, "initial": {"cache": cache_literal(blocks[:count // block_size], count)}},
+        cache = cache_literal(blocks[:count // block_size], count)
+        trace += [{"op": "open", "state": name, "initial": {"cache": cache}},
                   {"op": "run", "state": name, "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v)}},
                   {"op": "counters", "state": name, "as": name}]
     trace[-1].update(since="at_short", at_most={"attention_peak_workspace_bytes": (long - short) * q_heads * 4 // 2})
