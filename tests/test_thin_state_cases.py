@@ -8,8 +8,10 @@ import pytest
 
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.audit import faults_thin_state as F
+from conformance.audit.fault import Fault
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
+from reference_impl import schema
 
 #: fault -> the cases that must catch it (the new ones, with the one that caught it alone before)
 CATCHERS = {
@@ -35,6 +37,10 @@ CATCHERS = {
     F.OutputBuffersRecycled: ("Required.ZeroCopy.Arena.UnselectedOutputNotRecycled",
                               "Required.ZeroCopy.ReadOnly.ReferencedBuffersNeverWritten",
                               "Required.ThinState.Outputs.HeldLogitsKeepTheirBuffer"),
+    F.UnboundInitialAsDefaultFeed: ("Recommended.State.Initial.UnboundName",
+                                    "Recommended.State.StructuredRules.InitialForFreshInputRejected",
+                                    "Required.ThinState.Feeds.InitialValueOfAFreshInputFeedsNothing",
+                                    "Required.ThinState.Feeds.InitialValueOfAFreshScalarFeedsNothing"),
     F.AliasesOfSelectedRetained: ("Required.ThinState.Unselected.IdentityOfSelectedOutputNotRetained",
                                   "Required.ThinState.Unselected.ReshapedSelectedOutputNotRetained"),
 }
@@ -64,3 +70,24 @@ def test_every_new_case_catches_some_fault():
     listed = {case_id for ids in CATCHERS.values() for case_id in ids}
     new = {case.id for case in load_cases() if ".ThinState." in case.id}
     assert new <= listed, sorted(new - listed)
+
+
+class _IgnoresUnboundInitialValues(Fault):
+    """An allowed runtime: it accepts an initial value for an input no binding selects and ignores it."""
+
+    fault_id = "STATE-INITIAL.toy-ignores-unbound-initial-values"
+    clauses = ("STATE-INITIAL",)
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        bound = {b.input_name for b in schema.parse_model(model_bytes).graph.persistent_bindings}
+        return super().open_state(model_bytes, {k: v for k, v in initial.items() if k in bound}, base_dir)
+
+
+def test_fresh_input_initial_value_cases_accept_a_runtime_that_ignores_it():
+    """The spec does not say an initial value for an unbound input must be refused: a runtime that
+    accepts and ignores it passes the Required cases (and only the Recommended ones fail it)."""
+    cases = _cases(("Required.ThinState.Feeds.InitialValueOfAFreshInputFeedsNothing",
+                    "Required.ThinState.Feeds.InitialValueOfAFreshScalarFeedsNothing",
+                    "Recommended.State.Initial.UnboundName"))
+    verdicts = {case.id: run_case(case, _IgnoresUnboundInitialValues()).verdict for case in cases}
+    assert verdicts == {cases[0].id: PASSED, cases[1].id: PASSED, cases[2].id: FAILED}

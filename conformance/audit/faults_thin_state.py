@@ -605,3 +605,85 @@ class ProducerOutputsRetained(Fault):
 
     def make_state(self, handle):
         return _ExtraRetainedState(handle.state, self, _producer_siblings)
+
+
+# ------------------------------------------------------------------------------ more second faults
+class _DefaultFeedsState(FaultState):
+    def __init__(self, state, fault, defaults):
+        super().__init__(state, fault)
+        self.defaults = defaults
+
+    def run(self, feeds):
+        return super().run({**self.defaults, **feeds})
+
+
+class UnboundInitialAsDefaultFeed(Fault):
+    """Accepts an initial value for a graph input that no binding selects and feeds it to every call that
+    omits that input (a sticky default), instead of refusing a name that is not a bound input."""
+
+    fault_id = "STATE-INITIAL.unbound-initial-as-default-feed"
+    clauses = ("STATE-INITIAL", "STATE-FEEDS")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._defaults: dict = {}
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        self._defaults = {}
+        try:
+            graph = schema.parse_model(model_bytes).graph
+        except Exception:  # noqa: BLE001 - unparsable bytes go to the oracle, which classifies them
+            graph = None
+        if graph is not None and isinstance(initial, dict):
+            bound = {b.input_name for b in graph.persistent_bindings}
+            fresh = {vi.name for vi in graph.input} - bound
+            self._defaults = {name: value for name, value in initial.items() if name in fresh}
+            initial = {name: value for name, value in initial.items() if name not in self._defaults}
+        return super().open_state(model_bytes, initial, base_dir)
+
+    def make_state(self, handle):
+        return _DefaultFeedsState(handle.state, self, self._defaults)
+
+
+class InlineStructsRefused(Fault):
+    """Retains structs by their catalogue type_id: a whole struct of an inline declaration (no type_id)
+    cannot be bound state."""
+
+    fault_id = "STATE-WHOLE-STRUCT.inline-structs-refused"
+    clauses = ("STATE-WHOLE-STRUCT",)
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        from conformance.values import Struct
+
+        for name, value in dict(initial).items():
+            if isinstance(value, Struct) and value.type_id is None:
+                raise violation(E.STATE_UNRETAINABLE, f"initial[{name!r}]", "a struct without a type_id")
+        return super().open_state(model_bytes, initial, base_dir)
+
+
+class _OneCallLateState(FaultState):
+    def __init__(self, state, fault):
+        super().__init__(state, fault)
+        self.pending = None
+
+    def run(self, feeds):
+        before = self.state._values
+        outputs = super().run(feeds)
+        published, self.pending = self.pending, self.state._values
+        self.state._values = published if published is not None else before
+        return outputs
+
+    def reset(self, initial):
+        super().reset(initial)
+        self.pending = None
+
+
+class PublishedOneCallLate(Fault):
+    """Double-buffers the next state and swaps the buffers one call late: each call runs on the values the
+    call before the previous one produced (the first two calls both start from the initial values)."""
+
+    fault_id = "STATE-EQUIV-LOOP.published-one-call-late"
+    clauses = ("STATE-EQUIV-LOOP",)
+
+    def make_state(self, handle):
+        return _OneCallLateState(handle.state, self)
