@@ -41,6 +41,10 @@ CATCHERS = {
                                     "Recommended.State.StructuredRules.InitialForFreshInputRejected",
                                     "Required.ThinState.Feeds.InitialValueOfAFreshInputFeedsNothing",
                                     "Required.ThinState.Feeds.InitialValueOfAFreshScalarFeedsNothing"),
+    F.ProducerOutputsRetained: ("Required.ThinState.Unselected.SplitSiblingOfSelectedOutputNotRetained",
+                                "Required.KV.PagedOwnership.FailedAppendLeavesCache"),
+    F.InlineStructsRefused: ("Required.ThinState.WholeStruct.InlineStructRetainedWhole",
+                             "Recommended.Bindings.Dimensions.AgreeingInlineStruct"),
     F.AliasesOfSelectedRetained: ("Required.ThinState.Unselected.IdentityOfSelectedOutputNotRetained",
                                   "Required.ThinState.Unselected.ReshapedSelectedOutputNotRetained"),
 }
