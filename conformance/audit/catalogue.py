@@ -30,6 +30,7 @@ MODULES = (
     "faults_kv_more",
     "faults_repr_more",
     "faults_thin_repr",
+    "faults_thin_state",
 )
 
 

@@ -1,0 +1,97 @@
+"""The cases of corpus/cases/thin_state.toml: each fails the second fault it was written for (a bug of
+conformance/audit/faults_thin_state.py that no case, or a single one, caught before), and the
+unmodified reference passes every one of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.adapters.reference import ReferenceAdapter
+from conformance.audit import faults_thin_state as F
+from conformance.audit.fault import Fault
+from conformance.cases import load_cases, select
+from conformance.execute import FAILED, PASSED, run_case
+from reference_impl import schema
+
+#: fault -> the cases that must catch it (the new ones, with the one that caught it alone before)
+CATCHERS = {
+    F.InitializerAsInitialValue: ("Required.ThinState.Initial.InitializerIsNoInitialValue",
+                                  "Required.ThinState.Initial.ResetWithoutTheDefaultedBinding"),
+    F.PreviousFeedReused: ("Required.State.Feeds.FreshScalarMissingAfterRuns",
+                           "Required.ThinState.Feeds.FreshInputSuppliedOnlyByAnEarlierCall",
+                           "Recommended.ThinState.Feeds.DefaultedInputMayBeOmitted",
+                           "Recommended.ThinState.Feeds.DefaultedScalarStepAfterAFedOne"),
+    F.DefaultedInputsRequired: ("Recommended.ThinState.Feeds.DefaultedInputMayBeOmitted",
+                                "Recommended.ThinState.Feeds.DefaultedScalarStepAfterAFedOne"),
+    F.ResetReopensClosedState: ("Recommended.State.ResetClose.ClosedStateRejectsResetAndIgnoresSecondClose",
+                                "Recommended.ThinState.Close.ResetDoesNotReopenAClosedState"),
+    F.NegativeBlockSizeMagnitude: ("Required.KV.PagedCapacity.NegativeBlockSize",
+                                   "Required.ThinState.KVCapacity.NegativeBlockSizeUnderCallerBlocks"),
+    F.NegativeMaxTokensUnlimited: ("Required.KV.PagedCapacity.NegativeMaxTokens",
+                                   "Required.ThinState.KVCapacity.MinusOneMaxTokensUnderCallerBlocks"),
+    F.ScoresForWholeContext: ("Recommended.ThinState.KVBounded.DenseWorkspaceDoesNotGrowWithContext",
+                              "Recommended.ThinState.KVBounded.Int4WorkspaceDoesNotGrowWithContext"),
+    F.SaveKeepsOneBinding: ("Required.ThinState.Export.SaveLoadKeepsBothBindings",
+                            "Required.ThinState.Export.RoundTripKeepsBothBindings",
+                            "Required.ThinState.Export.SavedTwoBindingStateRuns"),
+    F.OutputBuffersRecycled: ("Required.ZeroCopy.Arena.UnselectedOutputNotRecycled",
+                              "Required.ZeroCopy.ReadOnly.ReferencedBuffersNeverWritten",
+                              "Required.ThinState.Outputs.HeldLogitsKeepTheirBuffer"),
+    F.UnboundInitialAsDefaultFeed: ("Recommended.State.Initial.UnboundName",
+                                    "Recommended.State.StructuredRules.InitialForFreshInputRejected",
+                                    "Required.ThinState.Feeds.InitialValueOfAFreshInputFeedsNothing",
+                                    "Required.ThinState.Feeds.InitialValueOfAFreshScalarFeedsNothing"),
+    F.ProducerOutputsRetained: ("Required.ThinState.Unselected.SplitSiblingOfSelectedOutputNotRetained",
+                                "Required.KV.PagedOwnership.FailedAppendLeavesCache"),
+    F.InlineStructsRefused: ("Required.ThinState.WholeStruct.InlineStructRetainedWhole",
+                             "Recommended.Bindings.Dimensions.AgreeingInlineStruct"),
+    F.AliasesOfSelectedRetained: ("Required.ThinState.Unselected.IdentityOfSelectedOutputNotRetained",
+                                  "Required.ThinState.Unselected.ReshapedSelectedOutputNotRetained"),
+}
+
+
+def _cases(case_ids):
+    found = {case.id: case for case in select(load_cases(), list(case_ids))}
+    assert sorted(found) == sorted(case_ids), "every listed case exists and no pattern matched another"
+    return [found[case_id] for case_id in case_ids]
+
+
+@pytest.mark.parametrize("fault", list(CATCHERS), ids=lambda fault: fault.fault_id)
+def test_fault_is_caught_by_at_least_two_cases_the_reference_passes(fault):
+    cases = _cases(CATCHERS[fault])
+    assert len({case.model_bytes() for case in cases}) == len(cases), "each case runs its own model"
+    reference = {case.id: run_case(case, ReferenceAdapter()) for case in cases}
+    assert {cid: r.verdict for cid, r in reference.items()} == dict.fromkeys(reference, PASSED), \
+        {cid: r.message for cid, r in reference.items() if r.verdict != PASSED}
+    faulty = {case.id: run_case(case, fault()) for case in cases}
+    caught = sorted(cid for cid, result in faulty.items() if result.verdict == FAILED)
+    assert len(caught) >= 2
+    assert caught == sorted(CATCHERS[fault]), {cid: r.message for cid, r in faulty.items() if r.verdict != FAILED}
+
+
+def test_every_new_case_catches_some_fault():
+    """No case of the file is along for the ride: each one is listed against a fault it catches."""
+    listed = {case_id for ids in CATCHERS.values() for case_id in ids}
+    new = {case.id for case in load_cases() if ".ThinState." in case.id}
+    assert new <= listed, sorted(new - listed)
+
+
+class _IgnoresUnboundInitialValues(Fault):
+    """An allowed runtime: it accepts an initial value for an input no binding selects and ignores it."""
+
+    fault_id = "STATE-INITIAL.toy-ignores-unbound-initial-values"
+    clauses = ("STATE-INITIAL",)
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        bound = {b.input_name for b in schema.parse_model(model_bytes).graph.persistent_bindings}
+        return super().open_state(model_bytes, {k: v for k, v in initial.items() if k in bound}, base_dir)
+
+
+def test_fresh_input_initial_value_cases_accept_a_runtime_that_ignores_it():
+    """The spec does not say an initial value for an unbound input must be refused: a runtime that
+    accepts and ignores it passes the Required cases (and only the Recommended ones fail it)."""
+    cases = _cases(("Required.ThinState.Feeds.InitialValueOfAFreshInputFeedsNothing",
+                    "Required.ThinState.Feeds.InitialValueOfAFreshScalarFeedsNothing",
+                    "Recommended.State.Initial.UnboundName"))
+    verdicts = {case.id: run_case(case, _IgnoresUnboundInitialValues()).verdict for case in cases}
+    assert verdicts == {cases[0].id: PASSED, cases[1].id: PASSED, cases[2].id: FAILED}
