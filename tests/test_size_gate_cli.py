@@ -64,6 +64,26 @@ def test_measuring_a_library_imports_only_what_measuring_needs():
     assert done.stderr.strip() == "[] 0", done.stderr
 
 
+def test_the_command_defers_the_debugger_modules_pyelftools_imports():
+    """``python -m size_gate measure`` never loads pdb or inspect (pyelftools' construct package imports
+    them for a debugging aid), yet its output is the in-process measurement; code that does read them
+    through the stand-ins gets the real modules, however it imports them and however often."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "size_gate", "measure", str(DEFAULT), "--json"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "elftools.construct.debug" in loaded and not loaded & {"pdb", "inspect", "bdb", "dis"}
+    assert json.loads(done.stdout) == measure_path(DEFAULT, "*").to_json()
+    probe = ("import sys\nfrom size_gate.startup import defer_imports\ndefer_imports()\n"
+             "import inspect, pdb\nstand_in = inspect\nfrom inspect import signature\n"
+             "assert stand_in.signature is signature is sys.modules['inspect'].signature\n"
+             "assert stand_in.getdoc is sys.modules['inspect'].getdoc and pdb.Pdb is sys.modules['pdb'].Pdb\n"
+             "print(str(signature(len)), type(sys.modules['inspect']).__name__)")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["(obj,", "/)", "module"]
+
+
 def test_a_directory_is_measured_with_the_shipped_budgets_pattern(tmp_path, capsys):
     library = tmp_path / "lib" / "onnx_light" / load_budget().pattern.replace("*", "x")
     library.parent.mkdir(parents=True)
