@@ -1082,3 +1082,43 @@ def test_codec_bodies_may_be_checked_but_not_compiled_when_loading():
     _passes(ChecksCodecFunctions(), *catchers, "Required.Structured", "Required.Catalogue")
     for case_id in catchers:
         _fails(CodecBodiesLoaded(), case_id)
+
+
+# ----------------------------------------------------------------- external entries checked first
+class EntriesFileFirst(ReferenceAdapter):
+    """Checks the backing file that any external_data entries name (present, long enough for offset +
+    length) before anything else, whatever data_location says: the spec orders no checks, so a model
+    breaking exclusivity and naming a missing file may get EXTERNAL_FILE_INVALID."""
+
+    def _check_entries(self, model_bytes, base_dir):
+        import os
+
+        for value in schema.parse_model(model_bytes).graph.encoded_initializer:
+            entries = {e.key: e.value for e in value.external_data}
+            if "location" not in entries or "length" not in entries:
+                continue
+            try:
+                end = int(entries.get("offset", "0")) + int(entries["length"])
+            except ValueError:
+                continue
+            path = os.path.join(base_dir or ".", entries["location"])
+            if not os.path.isfile(path) or os.path.getsize(path) < end:
+                raise Rejected("EXTERNAL_FILE_INVALID", "backing file missing or short")
+
+    def verify(self, model_bytes, base_dir):
+        self._check_entries(model_bytes, base_dir)
+        return super().verify(model_bytes, base_dir)
+
+    def decode(self, model_bytes, value_name, base_dir):
+        self._check_entries(model_bytes, base_dir)
+        return super().decode(model_bytes, value_name, base_dir)
+
+
+@pytest.mark.clause("PAY-EXCLUSIVE")
+def test_raw_data_beside_external_entries_is_the_only_fault_of_the_exclusive_cases():
+    """Their entries name files that exist, so a runtime checking those first still reports the pair; a
+    runtime that checks exclusivity on the external branch only is still caught."""
+    _passes(EntriesFileFirst(), "Required.ThinRepr")
+    for case_id in ("Required.ThinRepr.Exclusive.StructRawAndEntriesDefaultLocation",
+                    "Required.ThinRepr.Exclusive.AffineRawAndEntriesDefaultLocationDecoded"):
+        _fails(load_adapter("conformance.audit.faults_thin_repr:ExclusiveOnlyWhenExternal"), case_id)
