@@ -1122,3 +1122,44 @@ def test_raw_data_beside_external_entries_is_the_only_fault_of_the_exclusive_cas
     for case_id in ("Required.ThinRepr.Exclusive.StructRawAndEntriesDefaultLocation",
                     "Required.ThinRepr.Exclusive.AffineRawAndEntriesDefaultLocationDecoded"):
         _fails(load_adapter("conformance.audit.faults_thin_repr:ExclusiveOnlyWhenExternal"), case_id)
+
+
+# -------------------------------------------------------------- a bound input's initializer as default
+def _initializer_defaults(model_bytes, initial: dict) -> dict:
+    """``initial`` completed by the dense initializers of the bound inputs it lacks (ONNX: an input's
+    same-named initializer is its default value)."""
+    from reference_impl.tensors import to_array
+
+    graph = schema.parse_model(model_bytes).graph
+    defaults = {tensor.name: tensor for tensor in graph.initializer}
+    missing = [b.input_name for b in graph.persistent_bindings
+               if b.input_name not in initial and b.input_name in defaults]
+    return {**initial, **{name: to_neutral(to_array(defaults[name], name)) for name in missing}}
+
+
+class InitializerDefaultsBoundInputs(ReferenceAdapter):
+    """Reads a bound input's initializer as its default: a state opened or reset without that input's
+    initial value starts it from the initializer. The spec does not say whether an input with an
+    initializer is required ("Every required whole input comes from current feeds or retained state"),
+    so this keeps to its words; refusing the omission is the suite's choice."""
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        handle = super().open_state(model_bytes, _initializer_defaults(model_bytes, initial), base_dir)
+        return _ResetWithDefaults(handle.state, handle.slot, model_bytes)
+
+
+class _ResetWithDefaults(ReferenceState):
+    def __init__(self, state, slot, model_bytes):
+        super().__init__(state, slot)
+        self.model_bytes = model_bytes
+
+    def reset(self, initial):
+        return super().reset(_initializer_defaults(self.model_bytes, initial))
+
+
+@pytest.mark.clause("STATE-INITIAL")
+def test_a_bound_inputs_initializer_may_serve_as_its_initial_value():
+    _passes(InitializerDefaultsBoundInputs(), "Required.ThinState", "Required.State")
+    for case_id in ("Recommended.ThinState.Initial.InitializerIsNoInitialValue",
+                    "Recommended.ThinState.Initial.ResetWithoutTheDefaultedBinding"):
+        _fails(InitializerDefaultsBoundInputs(), case_id)

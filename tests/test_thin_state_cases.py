@@ -15,8 +15,8 @@ from reference_impl import schema
 
 #: fault -> the cases that must catch it (the new ones, with the one that caught it alone before)
 CATCHERS = {
-    F.InitializerAsInitialValue: ("Required.ThinState.Initial.InitializerIsNoInitialValue",
-                                  "Required.ThinState.Initial.ResetWithoutTheDefaultedBinding"),
+    F.InitializerAsInitialValue: ("Recommended.ThinState.Initial.InitializerIsNoInitialValue",
+                                  "Recommended.ThinState.Initial.ResetWithoutTheDefaultedBinding"),
     F.PreviousFeedReused: ("Required.State.Feeds.FreshScalarMissingAfterRuns",
                            "Required.ThinState.Feeds.FreshInputSuppliedOnlyByAnEarlierCall",
                            "Recommended.ThinState.Feeds.DefaultedInputMayBeOmitted",
