@@ -1163,3 +1163,31 @@ def test_a_bound_inputs_initializer_may_serve_as_its_initial_value():
     for case_id in ("Recommended.ThinState.Initial.InitializerIsNoInitialValue",
                     "Recommended.ThinState.Initial.ResetWithoutTheDefaultedBinding"):
         _fails(InitializerDefaultsBoundInputs(), case_id)
+
+
+# ------------------------------------------------------------------------ max_tokens -1 as "no limit"
+def _minus_one_unlimited(original):
+    def kernel(args, attrs, ctx):
+        if attrs.get("max_tokens") == -1:
+            attrs = {**attrs, "max_tokens": 1 << 62}
+        return original(args, attrs, ctx)
+    return kernel
+
+
+class MinusOneMaxTokensUnlimited(Fault):
+    """Its paged_attention operator reads max_tokens -1 (and only -1) as "no limit", the sentinel of other
+    APIs and of the role's own left_window_size: neither the spec nor the role's signature gives -1 a
+    meaning. Every other value that is not a positive count is still an invalid capacity."""
+
+    def patches(self):
+        return [wrap(kv_kernels, "paged_attention_kernel", _minus_one_unlimited)]
+
+
+@pytest.mark.clause("KV-CAPACITY-INVALID")
+def test_max_tokens_minus_one_may_be_a_no_limit_sentinel():
+    from conformance.audit.faults_thin_state import NegativeMaxTokensUnlimited
+
+    _passes(MinusOneMaxTokensUnlimited(), "Required.ThinState.KVCapacity", "Required.KV.PagedCapacity")
+    for case_id in ("Required.ThinState.KVCapacity.MinusTwoMaxTokensUnderCallerBlocks",
+                    "Required.KV.PagedCapacity.NegativeMaxTokens"):
+        _fails(NegativeMaxTokensUnlimited(), case_id)

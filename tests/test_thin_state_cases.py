@@ -28,7 +28,7 @@ CATCHERS = {
     F.NegativeBlockSizeMagnitude: ("Required.KV.PagedCapacity.NegativeBlockSize",
                                    "Required.ThinState.KVCapacity.NegativeBlockSizeUnderCallerBlocks"),
     F.NegativeMaxTokensUnlimited: ("Required.KV.PagedCapacity.NegativeMaxTokens",
-                                   "Required.ThinState.KVCapacity.MinusOneMaxTokensUnderCallerBlocks"),
+                                   "Required.ThinState.KVCapacity.MinusTwoMaxTokensUnderCallerBlocks"),
     F.ScoresForWholeContext: ("Recommended.ThinState.KVBounded.DenseWorkspaceDoesNotGrowWithContext",
                               "Recommended.ThinState.KVBounded.Int4WorkspaceDoesNotGrowWithContext"),
     F.SaveKeepsOneBinding: ("Required.ThinState.Export.SaveLoadKeepsBothBindings",
