@@ -1082,3 +1082,112 @@ def test_codec_bodies_may_be_checked_but_not_compiled_when_loading():
     _passes(ChecksCodecFunctions(), *catchers, "Required.Structured", "Required.Catalogue")
     for case_id in catchers:
         _fails(CodecBodiesLoaded(), case_id)
+
+
+# ----------------------------------------------------------------- external entries checked first
+class EntriesFileFirst(ReferenceAdapter):
+    """Checks the backing file that any external_data entries name (present, long enough for offset +
+    length) before anything else, whatever data_location says: the spec orders no checks, so a model
+    breaking exclusivity and naming a missing file may get EXTERNAL_FILE_INVALID."""
+
+    def _check_entries(self, model_bytes, base_dir):
+        import os
+
+        for value in schema.parse_model(model_bytes).graph.encoded_initializer:
+            entries = {e.key: e.value for e in value.external_data}
+            if "location" not in entries or "length" not in entries:
+                continue
+            try:
+                end = int(entries.get("offset", "0")) + int(entries["length"])
+            except ValueError:
+                continue
+            path = os.path.join(base_dir or ".", entries["location"])
+            if not os.path.isfile(path) or os.path.getsize(path) < end:
+                raise Rejected("EXTERNAL_FILE_INVALID", "backing file missing or short")
+
+    def verify(self, model_bytes, base_dir):
+        self._check_entries(model_bytes, base_dir)
+        return super().verify(model_bytes, base_dir)
+
+    def decode(self, model_bytes, value_name, base_dir):
+        self._check_entries(model_bytes, base_dir)
+        return super().decode(model_bytes, value_name, base_dir)
+
+
+@pytest.mark.clause("PAY-EXCLUSIVE")
+def test_raw_data_beside_external_entries_is_the_only_fault_of_the_exclusive_cases():
+    """Their entries name files that exist, so a runtime checking those first still reports the pair; a
+    runtime that checks exclusivity on the external branch only is still caught."""
+    _passes(EntriesFileFirst(), "Required.ThinRepr")
+    for case_id in ("Required.ThinRepr.Exclusive.StructRawAndEntriesDefaultLocation",
+                    "Required.ThinRepr.Exclusive.AffineRawAndEntriesDefaultLocationDecoded"):
+        _fails(load_adapter("conformance.audit.faults_thin_repr:ExclusiveOnlyWhenExternal"), case_id)
+
+
+# -------------------------------------------------------------- a bound input's initializer as default
+def _initializer_defaults(model_bytes, initial: dict) -> dict:
+    """``initial`` completed by the dense initializers of the bound inputs it lacks (ONNX: an input's
+    same-named initializer is its default value)."""
+    from reference_impl.tensors import to_array
+
+    graph = schema.parse_model(model_bytes).graph
+    defaults = {tensor.name: tensor for tensor in graph.initializer}
+    missing = [b.input_name for b in graph.persistent_bindings
+               if b.input_name not in initial and b.input_name in defaults]
+    return {**initial, **{name: to_neutral(to_array(defaults[name], name)) for name in missing}}
+
+
+class InitializerDefaultsBoundInputs(ReferenceAdapter):
+    """Reads a bound input's initializer as its default: a state opened or reset without that input's
+    initial value starts it from the initializer. The spec does not say whether an input with an
+    initializer is required ("Every required whole input comes from current feeds or retained state"),
+    so this keeps to its words; refusing the omission is the suite's choice."""
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        handle = super().open_state(model_bytes, _initializer_defaults(model_bytes, initial), base_dir)
+        return _ResetWithDefaults(handle.state, handle.slot, model_bytes)
+
+
+class _ResetWithDefaults(ReferenceState):
+    def __init__(self, state, slot, model_bytes):
+        super().__init__(state, slot)
+        self.model_bytes = model_bytes
+
+    def reset(self, initial):
+        return super().reset(_initializer_defaults(self.model_bytes, initial))
+
+
+@pytest.mark.clause("STATE-INITIAL")
+def test_a_bound_inputs_initializer_may_serve_as_its_initial_value():
+    _passes(InitializerDefaultsBoundInputs(), "Required.ThinState", "Required.State")
+    for case_id in ("Recommended.ThinState.Initial.InitializerIsNoInitialValue",
+                    "Recommended.ThinState.Initial.ResetWithoutTheDefaultedBinding"):
+        _fails(InitializerDefaultsBoundInputs(), case_id)
+
+
+# ------------------------------------------------------------------------ max_tokens -1 as "no limit"
+def _minus_one_unlimited(original):
+    def kernel(args, attrs, ctx):
+        if attrs.get("max_tokens") == -1:
+            attrs = {**attrs, "max_tokens": 1 << 62}
+        return original(args, attrs, ctx)
+    return kernel
+
+
+class MinusOneMaxTokensUnlimited(Fault):
+    """Its paged_attention operator reads max_tokens -1 (and only -1) as "no limit", the sentinel of other
+    APIs and of the role's own left_window_size: neither the spec nor the role's signature gives -1 a
+    meaning. Every other value that is not a positive count is still an invalid capacity."""
+
+    def patches(self):
+        return [wrap(kv_kernels, "paged_attention_kernel", _minus_one_unlimited)]
+
+
+@pytest.mark.clause("KV-CAPACITY-INVALID")
+def test_max_tokens_minus_one_may_be_a_no_limit_sentinel():
+    from conformance.audit.faults_thin_state import NegativeMaxTokensUnlimited
+
+    _passes(MinusOneMaxTokensUnlimited(), "Required.ThinState.KVCapacity", "Required.KV.PagedCapacity")
+    for case_id in ("Required.ThinState.KVCapacity.MinusTwoMaxTokensUnderCallerBlocks",
+                    "Required.KV.PagedCapacity.NegativeMaxTokens"):
+        _fails(NegativeMaxTokensUnlimited(), case_id)

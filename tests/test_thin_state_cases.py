@@ -15,8 +15,8 @@ from reference_impl import schema
 
 #: fault -> the cases that must catch it (the new ones, with the one that caught it alone before)
 CATCHERS = {
-    F.InitializerAsInitialValue: ("Required.ThinState.Initial.InitializerIsNoInitialValue",
-                                  "Required.ThinState.Initial.ResetWithoutTheDefaultedBinding"),
+    F.InitializerAsInitialValue: ("Recommended.ThinState.Initial.InitializerIsNoInitialValue",
+                                  "Recommended.ThinState.Initial.ResetWithoutTheDefaultedBinding"),
     F.PreviousFeedReused: ("Required.State.Feeds.FreshScalarMissingAfterRuns",
                            "Required.ThinState.Feeds.FreshInputSuppliedOnlyByAnEarlierCall",
                            "Recommended.ThinState.Feeds.DefaultedInputMayBeOmitted",
@@ -28,7 +28,7 @@ CATCHERS = {
     F.NegativeBlockSizeMagnitude: ("Required.KV.PagedCapacity.NegativeBlockSize",
                                    "Required.ThinState.KVCapacity.NegativeBlockSizeUnderCallerBlocks"),
     F.NegativeMaxTokensUnlimited: ("Required.KV.PagedCapacity.NegativeMaxTokens",
-                                   "Required.ThinState.KVCapacity.MinusOneMaxTokensUnderCallerBlocks"),
+                                   "Required.ThinState.KVCapacity.MinusTwoMaxTokensUnderCallerBlocks"),
     F.ScoresForWholeContext: ("Recommended.ThinState.KVBounded.DenseWorkspaceDoesNotGrowWithContext",
                               "Recommended.ThinState.KVBounded.Int4WorkspaceDoesNotGrowWithContext"),
     F.SaveKeepsOneBinding: ("Required.ThinState.Export.SaveLoadKeepsBothBindings",
