@@ -174,7 +174,8 @@ class _DefaultedResetState(FaultState):
 class InitializerAsInitialValue(Fault):
     """Starts a bound input that has a same-named dense initializer (its default value) from that
     initializer when the caller supplies no initial value (at open and at reset), instead of requiring
-    the initial contents."""
+    the initial contents. One reading of the spec allows this (it never defines which inputs are required
+    and lets initializer names appear as graph inputs), so only Recommended cases catch it."""
 
     fault_id = "STATE-INITIAL.initializer-default"
     clauses = ("STATE-INITIAL",)
