@@ -29,6 +29,7 @@ MODULES = (
     "faults_zc_more",
     "faults_kv_more",
     "faults_repr_more",
+    "faults_thin_decl",
 )
 
 
