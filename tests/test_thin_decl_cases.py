@@ -27,6 +27,8 @@ CATCHERS = {
     "BIND-STATELESS-DEFAULT.bindings-from-names": (
         "Required.ThinDecl.Stateless.PastPresentNamesWithoutBindings",
         "Required.ThinDecl.Stateless.PastPresentStructWithoutBindings"),
+    "BIND-WHOLE.scalar-fields-kept": (
+        "Required.State.Structured.WholeCacheRetained", "Required.State.StructuredRules.ValuesAreViewsOfTheOutputs"),
     "CAT-DECL-CONCRETE.type-ref-declarations-skipped": (
         "Required.Catalogue.Identity.DeclarationIsTypeRef",
         "Required.Catalogue.Identity.ValueThroughTypeRefDeclaration"),
@@ -38,6 +40,10 @@ CATCHERS = {
         "Required.Catalogue.Identity.IdenticalDuplicateAtEnds"),
     "DEC-DEFINES-MAPPING.flat-logical-required": (
         "Required.CatalogueMore.LogicalShape.CodebookColumn", "Required.CatalogueMore.LogicalShape.Linear3D"),
+    "DEC-MISSING-INPUT.fed-values-fallback": (
+        "Required.ThinDecl.Consumers.DecodeOfFedUnregisteredType",
+        "Required.ThinDecl.Consumers.DecodeOfRetainedUnregisteredType",
+        "Required.State.Consumers.DecodeNodeOnInlineLayoutFails"),
     "DEC-NO-LOAD-EXEC.decoded-at-load": (
         "Recommended.Encoding.Records.NearLimitRecordWithEmptyPayload", "Recommended.Limits.Depth.LayoutAtTheLimit"),
     "DEC-ROOT-ONLY.nested-decoder-for-root": (

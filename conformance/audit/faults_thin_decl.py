@@ -14,7 +14,8 @@ from reference_impl import bindings, decoders, structs
 from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
 from reference_impl.executor import kernels, program
-from reference_impl.values import is_struct
+from reference_impl.records import compile_layout
+from reference_impl.values import EncodedValue, StructValue, is_struct
 
 _GRAPH_ATTRIBUTES = (5, 10)  # AttributeProto.GRAPH / GRAPHS
 
@@ -280,8 +281,6 @@ def _decoder_along_the_chain(original):
                     if nested is None or nested.WhichOneof("kind") != "type_ref" or nested.type_ref not in known:
                         continue
                     payload = decode_module.payload_array(value, catalogue, base_dir, path)
-                    from reference_impl.records import compile_layout
-
                     layout = compile_layout(value.struct_type, catalogue, f"{path}.struct_type")
                     decoder = known._decoders[nested.type_ref]
                     result = decoder.decode(_sub_layout(layout, field.name + "."), payload)
@@ -525,3 +524,67 @@ class LocalRangeParsedStrictly(Fault):
                 else:
                     pending.append(value)
 
+
+
+# ------------------------------------------------------------------------------- whole values, fed values
+class _TensorFieldsRetainedState(FaultState):
+    def run(self, feeds):
+        previous = dict(self.state._values)
+        outputs = super().run(feeds)
+        current = dict(self.state._values)
+        for name, value in current.items():
+            old = previous.get(name)
+            if isinstance(value, StructValue) and isinstance(old, StructValue):
+                # scalar fields (lengths, positions) are configuration to it: only tensors carry over
+                fields = {field: old[field] if np.ndim(item) == 0 and field in old else item
+                          for field, item in value.items()}
+                current[name] = StructValue(fields, value.type_id)
+        self.state._values = MappingProxyType(current)
+        return outputs
+
+
+class ScalarFieldsNotRetained(Fault):
+    """Retains the tensor fields of a bound struct output but keeps the previous value's scalar fields
+    (lengths, positions), as if only part of the struct were persistent."""
+
+    fault_id = "BIND-WHOLE.scalar-fields-kept"
+    clauses = ("BIND-WHOLE", "STATE-WHOLE-STRUCT")
+
+    def make_state(self, handle):
+        return _TensorFieldsRetainedState(handle.state, self)
+
+
+def _fed_values_fallback(original):
+    def make_decode(node, session):
+        kernel = original(node, session)
+
+        def decode(inputs, ctx):
+            try:
+                return kernel(inputs, ctx)
+            except ContractError as error:
+                value = inputs[0]
+                if error.code is not E.CONSUMER_MISSING or not isinstance(value, EncodedValue):
+                    raise
+                proto = value.to_proto()
+                if proto.WhichOneof("layout") != "struct_type":
+                    raise
+                payload = decode_module.payload_array(proto, session.catalogue, value.base_dir or session.base_dir,
+                                                      ctx.path)
+                layout = compile_layout(proto.struct_type, session.catalogue, ctx.path)
+                count = len(payload) // layout.record_bytes if layout.record_bytes else 0
+                parts = [layout.read(payload, path).reshape(count, -1).astype(np.float32) for path in layout.leaves]
+                flat = np.concatenate(parts, axis=1).reshape(-1) if parts and count else np.zeros(0, np.float32)
+                return [decode_module._check_logical(proto, flat, ctx.path)]
+        return decode
+    return make_decode
+
+
+class FedValuesDecodedGenerically(Fault):
+    """Checks for a missing decoder when it loads encoded initializers, but a Decode node given a graph
+    input whose type nobody registered falls back to reading every field as floats instead of failing."""
+
+    fault_id = "DEC-MISSING-INPUT.fed-values-fallback"
+    clauses = ("DEC-MISSING-INPUT", "DEC-MISSING")
+
+    def patches(self):
+        return [Patch(kernels.LOCAL_KERNELS, "Decode", _fed_values_fallback(kernels.make_decode))]
