@@ -22,6 +22,10 @@ CATCHERS = {
         "Recommended.Limits.Bindings.LegacyInputFieldPath", "Recommended.Limits.Bindings.LegacyOutputFieldPath"),
     "BIND-ROOT-ONLY.one-level-deep": (
         "Required.ThinDecl.Bindings.NestedInIfInsideIf", "Required.Bindings.Declaration.NestedInFunctionBody"),
+    "BIND-ROOT-ONLY.loop-bodies-unscanned": (
+        "Required.ThinDecl.Bindings.NestedInLoopBody", "Required.ThinDecl.Bindings.NestedInLoopInsideIfBranch"),
+    "BIND-ROOT-ONLY.codec-bodies-unscanned": (
+        "Recommended.ThinDecl.Bindings.NestedInDecoderBody", "Recommended.ThinDecl.Bindings.NestedInEncoderBody"),
     "BIND-SHARED-TYPE.one-slot-per-type": (
         "Required.ThinDecl.Bindings.SwappedInputsOfOneType", "Required.ThinDecl.Bindings.TwoBoundInputsOfOneType"),
     "BIND-STATELESS-DEFAULT.bindings-from-names": (
@@ -38,6 +42,8 @@ CATCHERS = {
     "CAT-ID-UNIQUE.identical-duplicates-merged": (
         "Required.Catalogue.Identity.DuplicateIdenticalDeclaration",
         "Required.Catalogue.Identity.IdenticalDuplicateAtEnds"),
+    "CAT-ID-UNIQUE.found-on-lookup-only": (
+        "Required.Catalogue.Identity.DuplicateTypeId", "Required.Catalogue.Identity.RepeatedIdApart"),
     "DEC-DEFINES-MAPPING.flat-logical-required": (
         "Required.CatalogueMore.LogicalShape.CodebookColumn", "Required.CatalogueMore.LogicalShape.Linear3D"),
     "DEC-MISSING-INPUT.fed-values-fallback": (
@@ -71,6 +77,8 @@ CATCHERS = {
     "WIRE-LOCAL-EXTENSION.local-range-strict": (
         "Recommended.Wire.UnknownFields.StillDecodes_all", "Recommended.Wire.UnknownFields.StillDecodes_graph",
         "Recommended.Wire.UnknownFields.Survive_model"),
+    "WIRE-LOCAL-RANGE.bindings-at-18": (
+        "Required.ThinDecl.Bindings.BackslashNameBoundAndRun", "Required.ThinDecl.State.UnknownDimFieldRetained"),
     "WIRE-LOCAL-RANGE.struct-types-at-27": (
         "Required.ThinDecl.Bindings.TwoBoundInputsOfOneType",
         "Required.ThinDecl.Consumers.FieldAddedUnderRegisteredId"),

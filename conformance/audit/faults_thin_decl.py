@@ -588,3 +588,92 @@ class FedValuesDecodedGenerically(Fault):
 
     def patches(self):
         return [Patch(kernels.LOCAL_KERNELS, "Decode", _fed_values_fallback(kernels.make_decode))]
+
+
+# ------------------------------------------------------------------------------------ more of the same
+class DuplicatesFoundOnLookupOnly(Fault):
+    """Keeps the catalogue as a multimap and reports a duplicate ID only when a reference looks it up:
+    a repeated ID that no type_ref names is never noticed."""
+
+    fault_id = "CAT-ID-UNIQUE.found-on-lookup-only"
+    clauses = ("CAT-ID-UNIQUE",)
+
+    def transform(self, model, base_dir):
+        from conformance.audit.fault import struct_types
+
+        referenced = {st.type_ref for st, _ in struct_types(model) if st.WhichOneof("kind") == "type_ref"}
+        seen: set[int] = set()
+        kept = []
+        for decl in model.struct_types:
+            if decl.type_id in seen and decl.type_id not in referenced:
+                continue
+            seen.add(decl.type_id)
+            copy = type(decl)()
+            copy.CopyFrom(decl)
+            kept.append(copy)
+        if len(kept) != len(model.struct_types):
+            del model.struct_types[:]
+            model.struct_types.extend(kept)
+
+
+def _nested_check_without(skip_codecs: bool, branch_names: tuple[str, ...] | None):
+    """The oracle's nested-declaration check as a runtime that skips codec bodies, or looks only at the
+    named branch attributes (If's), would write it."""
+    original = bindings._reject_nested_declarations
+
+    def reject(model):
+        probe = type(model)()
+        probe.CopyFrom(model)
+        if skip_codecs:
+            for decl in probe.struct_types:
+                decl.ClearField("decoder")
+                decl.ClearField("encoder")
+        if branch_names is not None:
+            pending = list(probe.graph.node) + [n for f in probe.functions for n in f.node]
+            while pending:
+                node = pending.pop()
+                for attr in node.attribute:
+                    graphs = [attr.g] if attr.type == _GRAPH_ATTRIBUTES[0] else list(attr.graphs) \
+                        if attr.type == _GRAPH_ATTRIBUTES[1] else []
+                    for sub in graphs:
+                        if attr.name not in branch_names:
+                            del sub.persistent_bindings[:]
+                        pending.extend(sub.node)
+        return original(probe)
+    return reject
+
+
+class CodecBodiesNotScanned(Fault):
+    """Never looks inside decoder and encoder bodies (it does not run them at load): persistent bindings
+    declared in a subgraph of a codec body are not rejected."""
+
+    fault_id = "BIND-ROOT-ONLY.codec-bodies-unscanned"
+    clauses = ("BIND-ROOT-ONLY",)
+    boundary = True
+
+    def patches(self):
+        return [Patch(bindings, "_reject_nested_declarations", _nested_check_without(True, None))]
+
+
+class OnlyIfBranchesScanned(Fault):
+    """Looks for nested bindings in If branches only (then_branch, else_branch): a Loop or Scan body
+    declaring bindings is not rejected."""
+
+    fault_id = "BIND-ROOT-ONLY.loop-bodies-unscanned"
+    clauses = ("BIND-ROOT-ONLY",)
+    boundary = True
+
+    def patches(self):
+        return [Patch(bindings, "_reject_nested_declarations",
+                      _nested_check_without(False, ("then_branch", "else_branch")))]
+
+
+class BindingsInUpstreamRange(Fault):
+    """Puts ``GraphProto.persistent_bindings`` at field 18, in the upstream range, instead of the reserved
+    local range: conforming bindings (1001) are unknown to it, so stateful models run stateless."""
+
+    fault_id = "WIRE-LOCAL-RANGE.bindings-at-18"
+    clauses = ("WIRE-LOCAL-RANGE", "WIRE-BINDINGS-FIELD")
+
+    def prepare(self, model_bytes, base_dir):
+        return renumber(model_bytes, (7,), {1001: 18})
