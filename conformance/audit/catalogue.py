@@ -31,6 +31,7 @@ MODULES = (
     "faults_repr_more",
     "faults_thin_repr",
     "faults_thin_state",
+    "faults_thin_decl",
 )
 
 
