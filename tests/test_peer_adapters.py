@@ -12,7 +12,7 @@ import pytest
 
 from conformance.adapters import Rejected
 from conformance.adapters.lowering import LoweredState, dequantize_model, lower_affine_initializers
-from conformance.adapters.onnx_reference import OnnxReferenceAdapter
+from conformance.adapters.onnx_reference import EvaluatorSession, OnnxReferenceAdapter
 from conformance.cases import load_cases, select
 from conformance.execute import PASSED, PASSED_WITHOUT_CODE, run_case
 from conformance.values import borrow
@@ -197,3 +197,57 @@ def test_openvino_forgets_a_handed_out_buffer_once_it_is_gone():
     session._keep.clear()
     gc.collect()
     np.testing.assert_array_equal(session.to_numpy(session.adopt(fresh)), [7, 8])
+
+
+# --------------------------------------------------------------------------- inputs with a default
+DEFAULTED_CASES = ["Recommended.ThinState.Feeds.DefaultedInputMayBeOmitted",
+                   "Recommended.ThinState.Feeds.DefaultedScalarStepAfterAFedOne"]
+
+
+class ConstantDefaultSession(EvaluatorSession):
+    """A runtime that takes an input with an initializer as a constant, as ONNX permits (OpenVINO folds it
+    away and has no port for it; tract loads it as a constant): it refuses a feed for such an input."""
+
+    def __init__(self, model_bytes: bytes):
+        super().__init__(model_bytes)
+        model = onnx.ModelProto()
+        model.ParseFromString(model_bytes)
+        self.constants = {t.name for t in model.graph.initializer} & {vi.name for vi in model.graph.input}
+
+    def run_handles(self, feeds: dict) -> dict:
+        if set(feeds) & self.constants:
+            raise RuntimeError(f"no port for the constant inputs {sorted(set(feeds) & self.constants)}")
+        return super().run_handles(feeds)
+
+
+class ConstantDefaultAdapter(OnnxReferenceAdapter):
+    def stateless(self, model_bytes: bytes) -> ConstantDefaultSession:
+        return ConstantDefaultSession(model_bytes)
+
+
+@pytest.mark.parametrize("case_id", DEFAULTED_CASES)
+def test_an_input_default_is_fed_by_the_caller_not_left_to_the_runtime(case_id):
+    """The lowered model holds no initializer for a graph input: the feedback loop feeds the default when a
+    call omits the input and the caller's feed otherwise, whatever the runtime makes of such initializers."""
+    assert _verdict(case_id, ConstantDefaultAdapter()) == (PASSED, "passed")
+
+
+def test_a_bound_inputs_initializer_is_no_default():
+    case = CASES["Required.ThinState.Initial.InitializerIsNoInitialValue"]
+    with pytest.raises(Rejected) as refused:
+        ConstantDefaultAdapter().open_state(case.model_bytes(), {})
+    assert refused.value.code == "STATE_INITIAL_MISSING"
+    state = ConstantDefaultAdapter().open_state(case.model_bytes(), {"past": np.zeros(2, np.float32)})
+    assert not state.defaults
+    np.testing.assert_array_equal(state.run({"x": np.ones(2, np.float32)})["present"], [1, 1])
+
+
+@pytest.mark.parametrize("case_id", DEFAULTED_CASES)
+@pytest.mark.parametrize("runtime", ["openvino", "tract"])
+def test_an_input_default_on_runtimes_that_take_it_as_a_constant(case_id, runtime):
+    pytest.importorskip(runtime)
+    if runtime == "openvino":
+        from conformance.adapters.ov import OpenVinoAdapter as Adapter
+    else:
+        from conformance.adapters.tract_rt import TractAdapter as Adapter
+    assert _verdict(case_id, Adapter()) == (PASSED, "passed")

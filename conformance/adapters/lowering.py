@@ -120,8 +120,9 @@ class LoweredAdapter:
         bindings = [(b.input_name, b.output_name) for b in model.graph.persistent_bindings]
         model.graph.ClearField("persistent_bindings")
         declared = declared_inputs(model)
+        defaults = take_input_defaults(model)
         session = self.stateless(schema.to_onnx(model).SerializeToString())
-        return LoweredState(session, bindings, initial, declared)
+        return LoweredState(session, bindings, initial, declared, defaults)
 
 
 def lower_affine_initializers(model) -> None:
@@ -193,6 +194,29 @@ def _subgraph_nodes(node):
 
 def _is_struct(vi) -> bool:
     return vi.HasField("type") and vi.type.WhichOneof("value") == "struct_type"
+
+
+def take_input_defaults(model) -> dict[str, np.ndarray]:
+    """Remove every root-graph initializer that names a graph input and return its value: the input's
+    default, which the feedback loop feeds when a call omits the input. ONNX lets a runtime either take a
+    feed for such an input or treat the initializer as a constant (OpenVINO folds it away and refuses the
+    feed, tract loads it as a constant), so the lowered model states no default and every runtime sees a
+    plain input."""
+    from onnx import numpy_helper
+
+    from reference_impl import schema
+
+    inputs = {vi.name for vi in model.graph.input}
+    defaults = {t.name: np.array(numpy_helper.to_array(schema.to_onnx(t)), order="C", copy=True)
+                for t in model.graph.initializer if t.name in inputs}
+    kept = [t for t in model.graph.initializer if t.name not in defaults]
+    if defaults:
+        copies = [type(t)() for t in kept]
+        for copy, tensor in zip(copies, kept):
+            copy.CopyFrom(tensor)
+        model.graph.ClearField("initializer")
+        model.graph.initializer.extend(copies)
+    return defaults
 
 
 # -------------------------------------------------------------------------------- declared types
@@ -327,11 +351,15 @@ class LoweredState:
     output handles, fed back as they are (zero-copy wherever the runtime allows it)."""
 
     def __init__(self, session: LoweredSession, bindings: list[tuple[str, str]], initial: dict,
-                 declared: dict[str, Declared] | None = None):
+                 declared: dict[str, Declared] | None = None, defaults: dict[str, np.ndarray] | None = None):
         self.session = session
         self.bindings = bindings
         self.bound = {i for i, _ in bindings}
         self.declared = declared or {}
+        # A fresh input's default (its initializer), fed when a call omits the input; a bound input's
+        # initializer is no initial value (the state always feeds it).
+        self.defaults = {name: session.adopt(value) for name, value in (defaults or {}).items()
+                         if name not in self.bound}
         self.closed = False
         self._busy = threading.Lock()
         self.retained = self._initial(initial)
@@ -369,7 +397,8 @@ class LoweredState:
         try:
             self._check_feeds(feeds)
             copies: dict[str, np.ndarray] = {}
-            merged = {name: self._adopt_feed(name, value, copies) for name, value in feeds.items()}
+            merged = {name: handle for name, handle in self.defaults.items() if name not in feeds}
+            merged.update({name: self._adopt_feed(name, value, copies) for name, value in feeds.items()})
             merged.update(self.retained)
             try:
                 outputs = self.session.run_handles(merged)
