@@ -1,10 +1,11 @@
 """Start-up of the ``python -m size_gate`` command: modules pyelftools imports but measuring never uses.
 
-pyelftools' construct package imports ``pdb`` and ``inspect`` when it is imported, for a debugging aid;
-between them they pull in about a quarter of the command's start-up (``ast``, ``dis``, ``bdb``, ``cmd``,
-``code``, ``pprint`` and more). A command-line tool compared against binutils pays for every import, so
-the command registers stand-ins that import the real module on first attribute use: code that does use
-them gets the real module, only later. Library users of :mod:`size_gate` are not affected.
+pyelftools' construct package imports ``pdb``, ``inspect`` and ``traceback`` when it is imported, for a
+debugging aid; between them they pull in a large part of the command's start-up (``ast``, ``dis``,
+``bdb``, ``cmd``, ``code``, ``linecache``, ``tokenize`` and more). A command-line tool compared against
+binutils pays for every import, so the command registers stand-ins that import the real module on first
+attribute use: code that does use them gets the real module, only later. Library users of
+:mod:`size_gate` are not affected.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import types
 
 #: Imported by a dependency at import time, used by nothing on the measuring path.
-UNUSED_AT_START = ("pdb", "inspect")
+UNUSED_AT_START = ("pdb", "inspect", "traceback")
 
 
 class _Deferred(types.ModuleType):

@@ -65,14 +65,14 @@ def test_measuring_a_library_imports_only_what_measuring_needs():
 
 
 def test_the_command_defers_the_debugger_modules_pyelftools_imports():
-    """``python -m size_gate measure`` never loads pdb or inspect (pyelftools' construct package imports
-    them for a debugging aid), yet its output is the in-process measurement; code that does read them
+    """``python -m size_gate measure`` never loads pdb, inspect or traceback (pyelftools' construct package
+    imports them for a debugging aid), yet its output is the in-process measurement; code that does read them
     through the stand-ins gets the real modules, however it imports them and however often."""
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "size_gate", "measure", str(DEFAULT), "--json"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     loaded = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert "elftools.construct.debug" in loaded and not loaded & {"pdb", "inspect", "bdb", "dis"}
+    assert "elftools.construct.debug" in loaded and not loaded & {"pdb", "inspect", "traceback", "bdb", "dis"}
     assert json.loads(done.stdout) == measure_path(DEFAULT, "*").to_json()
     probe = ("import sys\nfrom size_gate.startup import defer_imports\ndefer_imports()\n"
              "import inspect, pdb\nstand_in = inspect\nfrom inspect import signature\n"
