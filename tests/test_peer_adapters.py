@@ -233,7 +233,7 @@ def test_an_input_default_is_fed_by_the_caller_not_left_to_the_runtime(case_id):
 
 
 def test_a_bound_inputs_initializer_is_no_default():
-    case = CASES["Required.ThinState.Initial.InitializerIsNoInitialValue"]
+    case = CASES["Recommended.ThinState.Initial.InitializerIsNoInitialValue"]
     with pytest.raises(Rejected) as refused:
         ConstantDefaultAdapter().open_state(case.model_bytes(), {})
     assert refused.value.code == "STATE_INITIAL_MISSING"
