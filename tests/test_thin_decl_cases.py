@@ -37,8 +37,8 @@ CATCHERS = {
         "Required.Catalogue.Identity.DeclarationIsTypeRef",
         "Required.Catalogue.Identity.ValueThroughTypeRefDeclaration"),
     "CAT-ID-CHANGE.added-fields-not-compared": (
-        "Required.ThinDecl.Consumers.ConstantAddedUnderRegisteredId",
-        "Required.ThinDecl.Consumers.FieldAddedUnderRegisteredId"),
+        "Recommended.ThinDecl.Consumers.ConstantAddedUnderRegisteredId",
+        "Recommended.ThinDecl.Consumers.FieldAddedUnderRegisteredId"),
     "CAT-ID-UNIQUE.identical-duplicates-merged": (
         "Required.Catalogue.Identity.DuplicateIdenticalDeclaration",
         "Required.Catalogue.Identity.IdenticalDuplicateAtEnds"),
@@ -81,7 +81,7 @@ CATCHERS = {
         "Required.ThinDecl.Bindings.BackslashNameBoundAndRun", "Required.ThinDecl.State.UnknownDimFieldRetained"),
     "WIRE-LOCAL-RANGE.struct-types-at-27": (
         "Required.ThinDecl.Bindings.TwoBoundInputsOfOneType",
-        "Required.ThinDecl.Consumers.FieldAddedUnderRegisteredId"),
+        "Recommended.ThinDecl.Consumers.FieldAddedUnderRegisteredId"),
 }
 
 
