@@ -251,7 +251,9 @@ def _registered_leaves_only(original):
 
 class AddedFieldsNotCompared(Fault):
     """Verifies a model's declaration against a registered decoder by the fields the decoder reads only:
-    a field (or constant) added under the same ID, which changes the record size, still binds."""
+    a field (or constant) added under the same ID, which changes the record size, still binds. Since a
+    decoder may read the model's own declaration by field (type_id is model-scoped), only Recommended
+    cases catch it."""
 
     fault_id = "CAT-ID-CHANGE.added-fields-not-compared"
     clauses = ("CAT-ID-CHANGE", "DEC-KEYED")
