@@ -20,6 +20,8 @@ CATCHERS = {
     "AFF-PAYLOAD-SIZE.bit-count-32-bits": (
         _NEW + "Affine.PayloadSize.Int4TwoToThe32BitsEmpty", _NEW + "Affine.PayloadSize.Uint8TwoToThe32BitsEmpty",
         _NEW + "Affine.PayloadSize.Int2TwoToThe32PlusEightBitsOneByte"),
+    "AFF-ZERO-POINT.most-negative-zero-point-positive": (
+        _NEW + "Affine.NegativeAxisRank3Int4ZeroPoint", "Required.AffineMore.ZeroPoint.Int2ZeroPointsInInt32Data"),
     "ENC-UNALIGNED.window-of-own-width": (
         _NEW + "Records.Int16AndFloatInsideBytes", "Required.Encoding.BitFields.Int64AndFloatAtBit4"),
     # the UINT64 at bit 4 is the last field but one of a one-record payload whose last field ends it

@@ -191,6 +191,49 @@ class ProductInScaleType(Fault):
         return [wrap(affine, "dequantize", _product_in_scale_type)]
 
 
+def _zero_point_threshold(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        if zero_point is not None and storage_type in (dtypes.INT4, dtypes.INT2):
+            most_negative = -(1 << (dtypes.BIT_WIDTH[storage_type] - 1))
+            zero_point = np.asarray(zero_point).astype(np.int16)
+            zero_point = np.where(zero_point == most_negative, -most_negative, zero_point)
+        return original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype, out)
+    return dequantize
+
+
+class MostNegativeZeroPointPositive(Fault):
+    """The zero-point unpacker (separate from the code unpacker, which is right) sign-extends four- and
+    two-bit entries with ``if zp > 8: zp -= 16`` (``> 2`` for INT2): a zero point of -8 (-2), the low end
+    of its range, is read as +8 (+2)."""
+
+    fault_id = "AFF-ZERO-POINT.most-negative-zero-point-positive"
+    clauses = ("AFF-ZERO-POINT", "AFF-PACKING")
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _zero_point_threshold)]
+
+
+def _uint8_zero_point_signed(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        if zero_point is not None and storage_type == dtypes.UINT8:
+            zero_point = np.asarray(zero_point).astype(np.uint8).view(np.int8).astype(np.int16)
+        return original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype, out)
+    return dequantize
+
+
+class Uint8ZeroPointReadSigned(Fault):
+    """Keeps every 8-bit zero point in an ``int8_t``: a UINT8 zero point of 128 or more (the upper half of
+    its range, 255 at the end) is read as that value minus 256."""
+
+    fault_id = "AFF-ZERO-POINT.uint8-zero-point-read-signed"
+    clauses = ("AFF-ZERO-POINT",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(affine, "dequantize", _uint8_zero_point_signed)]
+
+
 # ------------------------------------------------------------------------------------ records
 def _first_byte_only(original):
     def read_bits(buffer, bit_positions, width):
