@@ -21,7 +21,14 @@ CATCHERS = {
         _NEW + "Affine.PayloadSize.Int4TwoToThe32BitsEmpty", _NEW + "Affine.PayloadSize.Uint8TwoToThe32BitsEmpty",
         _NEW + "Affine.PayloadSize.Int2TwoToThe32PlusEightBitsOneByte"),
     "AFF-ZERO-POINT.most-negative-zero-point-positive": (
-        _NEW + "Affine.NegativeAxisRank3Int4ZeroPoint", "Required.AffineMore.ZeroPoint.Int2ZeroPointsInInt32Data"),
+        _NEW + "Affine.NegativeAxisRank3Int4ZeroPoint", _NEW + "Affine.Int4ThreeChannelZeroPoints",
+        "Required.AffineMore.ZeroPoint.Int2ZeroPointsInInt32Data"),
+    "AFF-ZERO-POINT.sub-byte-zero-point-tail-dropped": (
+        _NEW + "Affine.Int4ThreeChannelZeroPoints", "Required.AffineMore.ZeroPoint.Uint4ZeroPointsInInt32Data"),
+    "PAY-EXTERNAL-EXTENT.offset-at-end-refused": (
+        _NEW + "External.EmptyExtentAtEndOfFile", "Required.External.Struct.ZeroLength"),
+    "PAY-EXTERNAL-EXTENT.offset-truncated-32-bits": (
+        _NEW + "External.EmptyExtentAtTwoToThe32", "Required.KVMore.ExternalWide.AffineOffsetTwoToThe32"),
     "ENC-UNALIGNED.window-of-own-width": (
         _NEW + "Records.Int16AndFloatInsideBytes", "Required.Encoding.BitFields.Int64AndFloatAtBit4"),
     # the UINT64 at bit 4 is the last field but one of a one-record payload whose last field ends it
