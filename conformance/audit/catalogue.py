@@ -32,6 +32,7 @@ MODULES = (
     "faults_thin_repr",
     "faults_thin_state",
     "faults_thin_decl",
+    "faults_edges",
 )
 
 
