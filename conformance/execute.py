@@ -165,9 +165,21 @@ def _fields(case: Case, adapter: Any, workdir: str, require_codes: bool):
         want = literal if isinstance(literal, np.ndarray) else V.build(literal)
         have = np.asarray(got[name])
         if want.dtype.kind in "iu" and have.dtype.kind in "iub":
-            have = have.astype(want.dtype)  # bit fields: any integer width carries the same values
+            have = _as_integers(have, want.dtype, f"field {name!r}")
         compare(want, have, case.expect, f"field {name!r}", name)
     return checked
+
+
+def _as_integers(values: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    """Bit fields: any integer width carries the same values, so ``values`` is compared as ``dtype`` when
+    every value fits it. A value that would wrap (a UINT64 field read as a negative INT64) is a different
+    value, not a different width."""
+    info = np.iinfo(dtype)
+    if values.size and (int(values.min()) < info.min or int(values.max()) > info.max):
+        low, high = int(values.min()), int(values.max())
+        raise CaseFailure(f"{what}: values from {low} to {high} do not fit the field's {dtype}",
+                          expected=str(dtype), actual=f"{values.dtype} [{low}, {high}]")
+    return values.astype(dtype)
 
 
 def _roundtrip(case: Case, adapter: Any, workdir: str, require_codes: bool):

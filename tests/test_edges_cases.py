@@ -5,8 +5,13 @@ fault. The whole catalogue is audited by ``python -m conformance audit`` (tests/
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
+
+from conformance.adapters.reference import ReferenceAdapter
+from conformance.cases import load_cases
+from conformance.execute import FAILED, PASSED, run_case
 
 _NEW = "Required.Edges."
 #: fault ID -> the cases that must catch it
@@ -46,3 +51,21 @@ def test_fault_is_caught_by_two_independent_cases(fault_id, case_ids):
 
 def test_every_new_case_catches_a_fault_listed_here():
     assert_every_case_listed(CATCHERS, "cases/edges.toml")
+
+
+class _Uint64ReadSigned(ReferenceAdapter):
+    """The reference, except that it hands UINT64 fields back as INT64 (the same bits, read signed)."""
+
+    def read_fields(self, model_bytes, value_name, base_dir):
+        fields = super().read_fields(model_bytes, value_name, base_dir)
+        return {name: value.view(np.int64) if getattr(value, "dtype", None) == np.uint64 else value
+                for name, value in fields.items()}
+
+
+@pytest.mark.clause("ENC-LEAVES")
+def test_a_uint64_field_read_as_a_negative_int64_is_a_different_value():
+    """Fields may come back in any integer width that holds their values, but a UINT64 above 2**63 read
+    signed is negative: the harness compares values, so the wrap is a failure, not a width."""
+    case = next(c for c in load_cases() if c.id == _NEW + "Records.Uint64TopBitAtBit4")
+    assert run_case(case, _Uint64ReadSigned()).verdict == FAILED
+    assert run_case(case, ReferenceAdapter()).verdict == PASSED
