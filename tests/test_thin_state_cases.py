@@ -5,8 +5,8 @@ unmodified reference passes every one of them."""
 from __future__ import annotations
 
 import pytest
+from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
 
-from conformance.adapters.reference import ReferenceAdapter
 from conformance.audit import faults_thin_state as F
 from conformance.audit.fault import Fault
 from conformance.cases import load_cases, select
@@ -56,24 +56,14 @@ def _cases(case_ids):
     return [found[case_id] for case_id in case_ids]
 
 
-@pytest.mark.parametrize("fault", list(CATCHERS), ids=lambda fault: fault.fault_id)
-def test_fault_is_caught_by_at_least_two_cases_the_reference_passes(fault):
-    cases = _cases(CATCHERS[fault])
-    assert len({case.model_bytes() for case in cases}) == len(cases), "each case runs its own model"
-    reference = {case.id: run_case(case, ReferenceAdapter()) for case in cases}
-    assert {cid: r.verdict for cid, r in reference.items()} == dict.fromkeys(reference, PASSED), \
-        {cid: r.message for cid, r in reference.items() if r.verdict != PASSED}
-    faulty = {case.id: run_case(case, fault()) for case in cases}
-    caught = sorted(cid for cid, result in faulty.items() if result.verdict == FAILED)
-    assert len(caught) >= 2
-    assert caught == sorted(CATCHERS[fault]), {cid: r.message for cid, r in faulty.items() if r.verdict != FAILED}
+@pytest.mark.parametrize("fault_id,case_ids", params({fault.fault_id: ids for fault, ids in CATCHERS.items()}))
+def test_fault_is_caught_by_at_least_two_cases_the_reference_passes(fault_id, case_ids):
+    assert_caught_by_independent_cases(fault_id, case_ids)
 
 
 def test_every_new_case_catches_some_fault():
     """No case of the file is along for the ride: each one is listed against a fault it catches."""
-    listed = {case_id for ids in CATCHERS.values() for case_id in ids}
-    new = {case.id for case in load_cases() if ".ThinState." in case.id}
-    assert new <= listed, sorted(new - listed)
+    assert_every_case_listed({fault.fault_id: ids for fault, ids in CATCHERS.items()}, "cases/thin_state.toml")
 
 
 class _IgnoresUnboundInitialValues(Fault):
