@@ -242,6 +242,14 @@ class LocationNotContained(Fault):
                 Patch(payload, "open_external", _uncontained_open)]
 
 
+def pad_records(raw: bytes, size: int, padded: int) -> bytes:
+    """Records of ``size`` bytes each, every one followed by zero bytes up to ``padded`` (native padding)."""
+    rows = np.frombuffer(raw, np.uint8).reshape(-1, size)
+    out = np.zeros((len(rows), padded), np.uint8)
+    out[:, :size] = rows
+    return out.tobytes()
+
+
 class NativePaddingSaved(Fault):
     """Saves struct records as its in-memory structs, each padded to an 8-byte boundary (native
     padding), instead of the tight serialized records."""
@@ -259,8 +267,4 @@ class NativePaddingSaved(Fault):
             size = info.element_bytes if info is not None else None
             if not size or size % 8 == 0 or not value.raw_data:
                 continue
-            padded = -(-size // 8) * 8
-            records = np.frombuffer(value.raw_data, np.uint8).reshape(-1, size)
-            out = np.zeros((len(records), padded), np.uint8)
-            out[:, :size] = records
-            value.raw_data = out.tobytes()
+            value.raw_data = pad_records(value.raw_data, size, -(-size // 8) * 8)

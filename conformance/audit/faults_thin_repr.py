@@ -12,6 +12,7 @@ import numpy as np
 
 from conformance.audit.fault import INSTALLER, Fault, FaultState, Patch, encoded_values, type_refs, wrap
 from conformance.audit.fault import decode_module as decode
+from conformance.audit.faults_payload import pad_records
 from conformance.audit.faults_structured import _registry_patch
 from conformance.values import Struct
 from reference_impl import affine, decoders, dtypes, payload, records, verifier
@@ -519,12 +520,8 @@ class TailAlignedRecordsSaved(Fault):
             align = max([1] + [leaf.width // 8 for leaf in layout.leaves.values() if leaf.elem_type is not None])
             size = info.element_bytes
             padded = -(-size // align) * align
-            if padded == size:
-                continue
-            rows = np.frombuffer(value.raw_data, np.uint8).reshape(-1, size)
-            out = np.zeros((len(rows), padded), np.uint8)
-            out[:, :size] = rows
-            value.raw_data = out.tobytes()
+            if padded != size:
+                value.raw_data = pad_records(value.raw_data, size, padded)
 
 
 # ------------------------------------------------------------------------------- resource limits
