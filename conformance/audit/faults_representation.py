@@ -464,6 +464,17 @@ class RejectsDynamicFieldDims(Fault):
                     raise violation(E.TYPE_INVALID, "model.struct_types", "struct fields need concrete dimensions")
 
 
+def checked_catalogue(model) -> structs.Catalogue | None:
+    """The model's catalogue once every declaration checks out, or None: an invalid catalogue is the
+    oracle's to report, not the fault's."""
+    try:
+        catalogue = structs.Catalogue(model.struct_types)
+        catalogue.check_all()
+    except Exception:  # noqa: BLE001
+        return None
+    return catalogue
+
+
 class RequiresFixedSizeStructs(Fault):
     """Computes the byte size of every declaration up front and refuses those without a fixed physical
     size, although only byte-encoded layouts need one."""
@@ -472,10 +483,8 @@ class RequiresFixedSizeStructs(Fault):
     clauses = ("REP-STATIC-SUBSET",)
 
     def precheck(self, model, base_dir):
-        try:
-            catalogue = structs.Catalogue(model.struct_types)
-            catalogue.check_all()
-        except Exception:  # noqa: BLE001 - an invalid catalogue is the oracle's to report
+        catalogue = checked_catalogue(model)
+        if catalogue is None:
             return
         for decl, path in catalogue.declarations.values():
             size = catalogue.bit_size(decl, path)

@@ -9,6 +9,7 @@ from types import MappingProxyType
 import numpy as np
 
 from conformance.audit.fault import Fault, FaultState, Patch, decode_module, encoded_values, wrap
+from conformance.audit.faults_representation import checked_catalogue
 from conformance.audit.wire_edit import renumber
 from reference_impl import bindings, decoders, structs
 from reference_impl.errors import ContractError, violation
@@ -470,10 +471,8 @@ class FixedSizeRequiredForGraphValues(Fault):
     clauses = ("REP-STATIC-SUBSET",)
 
     def precheck(self, model, base_dir):
-        try:
-            catalogue = structs.Catalogue(model.struct_types)
-            catalogue.check_all()
-        except Exception:  # noqa: BLE001 - an invalid catalogue is the oracle's to report
+        catalogue = checked_catalogue(model)
+        if catalogue is None:
             return
         for group, name in ((model.graph.input, "input"), (model.graph.output, "output")):
             for vi in group:
