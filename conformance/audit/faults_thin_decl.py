@@ -394,6 +394,11 @@ class BitPackingCountUnchecked(Fault):
         return [wrap(structs, "check_struct", _skip_where(("DIMENSION_INVALID",), wanted))]
 
 
+def _outside_declarations(role, depth, error, path) -> bool:
+    """A struct checked anywhere but as a catalogue declaration (a field type, graph type or layout)."""
+    return role != "declaration"
+
+
 class NestedCountsUnchecked(Fault):
     """Checks array lengths and bit-packing counts on catalogue declarations only: an inline array or bit
     packing inside a field type, graph type or layout may leave its count unset."""
@@ -403,8 +408,7 @@ class NestedCountsUnchecked(Fault):
     boundary = True
 
     def patches(self):
-        wanted = lambda role, depth, error, path: role != "declaration"  # noqa: E731
-        return [wrap(structs, "check_struct", _skip_where(("DIMENSION_INVALID",), wanted))]
+        return [wrap(structs, "check_struct", _skip_where(("DIMENSION_INVALID",), _outside_declarations))]
 
 
 class FieldContentCheckedInCatalogueOnly(Fault):
@@ -416,8 +420,7 @@ class FieldContentCheckedInCatalogueOnly(Fault):
     boundary = True
 
     def patches(self):
-        wanted = lambda role, depth, error, path: role != "declaration"  # noqa: E731
-        return [wrap(structs, "check_struct", _skip_where(("FIELD_CONTENT_MISSING",), wanted))]
+        return [wrap(structs, "check_struct", _skip_where(("FIELD_CONTENT_MISSING",), _outside_declarations))]
 
 
 class NestingLimitOneTooMany(Fault):
