@@ -75,6 +75,15 @@ def kv_paged_prefilled_zero_block_size(heads: int = 2, q_heads: int = 4, head_si
     two full 4-token dense blocks, 4 query heads on 2 KV heads. No block size of zero tokens can hold the
     next token (nor the caller's blocks): the state is refused when it opens or the first run fails, and
     the caller's blocks stay retained."""
+    return invalid_capacity_over_caller_blocks(0, None, heads, q_heads, head_size, prefill, seed)
+
+
+def invalid_capacity_over_caller_blocks(block_size: int, max_tokens: int | None, heads: int, q_heads: int,
+                                        head_size: int, prefill: int, seed: int) -> dict:
+    """A paged_attention node with an invalid capacity (``block_size`` or ``max_tokens``) under a cache
+    the caller filled with full 4-token dense blocks: refused when the state opens or at the first run
+    (besides KV_CAPACITY_INVALID, a runtime may name the caller's blocks or a token that exceeds the
+    capacity), and the caller's blocks stay retained, the same buffers."""
     rng = np.random.default_rng(seed)
     blocks, _, _ = _dense_blocks(rng, prefill, heads, head_size, 4)
     q = rng.standard_normal((1, q_heads, 1, head_size)).astype(np.float32)
@@ -87,7 +96,8 @@ def kv_paged_prefilled_zero_block_size(heads: int = 2, q_heads: int = 4, head_si
              {"op": "values", "as": "after", "names": ["cache"]},
              {"op": "identity", "same": [[f"init|cache|blocks|{index}|{part}", f"after|cache|blocks|{index}|{part}"]
                                          for index in range(len(blocks)) for part in ("key", "value")]}]
-    model = paged_model(heads, head_size, 0, q_heads=q_heads, tokens="s", is_causal=1)
+    attrs = {} if max_tokens is None else {"max_tokens": max_tokens}
+    model = paged_model(heads, head_size, block_size, q_heads=q_heads, tokens="s", is_causal=1, **attrs)
     return {"model": model, "steps": trace}
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from . import builder
 from .kv import _literal
 from .kv_paged import _bulk_block, cache_literal, paged_model
-from .second_state import _dense_blocks
+from .second_state import invalid_capacity_over_caller_blocks
 
 
 @builder
@@ -23,21 +23,7 @@ def thin_state_paged_bad_capacity(block_size: int = 4, max_tokens: int | None = 
     refused when it opens, or the first run fails, and the caller's blocks stay retained, the same
     buffers. Besides KV_CAPACITY_INVALID, a runtime may name the caller's blocks (they do not fit a
     block size that is not positive) or a first token that exceeds a max_tokens below one."""
-    rng = np.random.default_rng(seed)
-    blocks, _, _ = _dense_blocks(rng, prefill, heads, head_size, 4)
-    q = rng.standard_normal((1, q_heads, 1, head_size)).astype(np.float32)
-    k, v = (rng.standard_normal((1, heads, 1, head_size)).astype(np.float32) for _ in range(2))
-    codes = ["KV_BLOCK_INVALID", "KV_CAPACITY_EXCEEDED"]
-    trace = [{"op": "open", "as": "init", "initial": {"cache": cache_literal(blocks, prefill)},
-              "error": "KV_CAPACITY_INVALID", "also": codes, "optional": True},
-             {"op": "run", "feeds": {"q": _literal(q), "k": _literal(k), "v": _literal(v)},
-              "error": "STATE_RUN_FAILED", "also": ["EXECUTION_FAILED"], "cause": ["KV_CAPACITY_INVALID", *codes]},
-             {"op": "values", "as": "after", "names": ["cache"]},
-             {"op": "identity", "same": [[f"init|cache|blocks|{index}|{part}", f"after|cache|blocks|{index}|{part}"]
-                                         for index in range(len(blocks)) for part in ("key", "value")]}]
-    attrs = {} if max_tokens is None else {"max_tokens": max_tokens}
-    model = paged_model(heads, head_size, block_size, q_heads=q_heads, tokens="s", is_causal=1, **attrs)
-    return {"model": model, "steps": trace}
+    return invalid_capacity_over_caller_blocks(block_size, max_tokens, heads, q_heads, head_size, prefill, seed)
 
 
 @builder
