@@ -93,7 +93,7 @@ class _Adoption:
         self.done: dict[int, tuple[Any, Any]] = {}  # id -> (source, result); the source keeps the id
 
     def adopt(self, value: Any, path: str, depth: int) -> Any:
-        if isinstance(value, np.ndarray):
+        if type(value) is np.ndarray or isinstance(value, np.ndarray):
             owned = self.owned and id(value) not in self.caller_objects
             return _adopt_array(value, path, self.counters, self.persistent, owned)
         if isinstance(value, EncodedValue):
@@ -112,8 +112,13 @@ class _Adoption:
             raise violation(E.NESTING_TOO_DEEP, path, f"the value nests containers deeper than {MAX_DEPTH}")
         if struct:
             changed = {}
+            counters, persistent, owned, callers = self.counters, self.persistent, self.owned, self.caller_objects
             for name, item in value.items():
-                new = self.adopt(item, f"{path}.{name}", depth + 1)
+                if type(item) is np.ndarray:  # the common field, without another level of this walk
+                    new = _adopt_array(item, f"{path}.{name}", counters, persistent,
+                                       owned and id(item) not in callers)
+                else:
+                    new = self.adopt(item, f"{path}.{name}", depth + 1)
                 if new is not item:
                     changed[name] = new
             result = StructValue({name: changed.get(name, item) for name, item in value.items()}, value.type_id) \
@@ -175,18 +180,16 @@ def _adopt_array(array: np.ndarray, path: str, counters: Counters, persistent: b
     if array.base is not None and _ownerless(array):  # an array without a base owns its memory
         raise violation(E.OWNERLESS_BORROW, path,
                         "the buffer has no owner the state can keep alive (borrowed raw pointer)")
-    if flags.writeable:
-        if owned:
-            array.flags.writeable = False
-            result = array
-        else:
-            result = array.view()
-            result.flags.writeable = False
-            counters.views_created += 1
-    else:
-        result = array
-    _record(counters, array, result)
-    return result
+    if flags.writeable and not owned:
+        result = array.view()
+        result.flags.writeable = False
+        counters.views_created += 1
+        _record(counters, array, result)
+        return result
+    flags.writeable = False  # frozen in place (an owned array), or read-only already
+    counters.adopted_leaves += 1  # the result is the array itself: nothing can have been copied
+    counters.adopted_bytes += array.nbytes
+    return array
 
 
 def _record(counters: Counters, source: np.ndarray, result: np.ndarray) -> None:

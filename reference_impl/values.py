@@ -430,11 +430,8 @@ def check_value(value: Any, spec: Spec, path: str, code: E = E.STATE_VALUE_INCOM
     again under the same spec (a value sharing sub-structures) is checked once. ``checked`` holds the
     ``(id(container), id(spec))`` pairs already checked (given by a caller that knows some, e.g. a state's
     unchanged retained structs); the walk adds the ones it checks."""
-    if type(spec) is TensorSpec and type(value) is np.ndarray and spec._np_type is not None:
-        # The per-call fast path; anything unusual falls through to the full check below.
-        if value.dtype.type is spec._np_type and (spec.dims is None or value.shape == spec._exact or (
-                value.ndim == len(spec.dims) and all(value.shape[i] == d for i, d in spec._fixed))):
-            return
+    if _fits_tensor(value, spec):
+        return
     if isinstance(spec, AnySpec):
         if spec.structural_only and not isinstance(value, (StructValue, EncodedValue)):
             raise violation(code, path, f"expected a struct value, got {type(value).__name__}")
@@ -528,7 +525,17 @@ def _check_struct_value(value: Any, spec: StructSpec, path: str, code: E, seen: 
     if value.keys() != spec._names:
         raise violation(code, path, f"fields {sorted(value)} are not the declared {sorted(spec._names)}")
     for name, field_spec in spec.fields:
-        check_value(value[name], field_spec, f"{path}.{name}", code, seen)
+        item = value[name]
+        if not _fits_tensor(item, field_spec):  # (the path is formatted only for what is checked further)
+            check_value(item, field_spec, f"{path}.{name}", code, seen)
+
+
+def _fits_tensor(value: Any, spec: Spec) -> bool:
+    """``check_value``'s per-call fast path: a plain array that matches a numeric tensor spec. Anything
+    unusual answers False and takes the full check."""
+    return type(spec) is TensorSpec and type(value) is np.ndarray and spec._np_type is not None \
+        and value.dtype.type is spec._np_type and (spec.dims is None or value.shape == spec._exact or (
+            value.ndim == len(spec.dims) and all(value.shape[i] == d for i, d in spec._fixed)))
 
 
 def leaves(value: Any, path: str, skip: Container[int] = frozenset()) -> Iterator[tuple[str, Any]]:
