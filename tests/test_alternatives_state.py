@@ -5,8 +5,10 @@ forbidden behaviour next to it is still caught. In the style of tests/test_confo
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
+from conformance.adapters import Rejected
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState, _HoldSlot, to_runtime
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
@@ -91,3 +93,44 @@ def test_decoder_dimensions_of_a_value_without_logical_type_pass_the_encoded_sta
 
     _fails(DecodeScratchesInput(), "Required.ZeroCopy.More.EncodedViewsSurviveClose")
     _fails(EncodedScrubbedOnClose(), "Required.ZeroCopy.More.EncodedViewsSurviveClose")
+
+
+# ------------------------------------------------------------------ ONNX's checker on plain-ONNX models
+def _holds_struct(value_type) -> bool:
+    """Whether a TypeProto is or holds (through sequences, maps and optionals) a struct type."""
+    kind = value_type.WhichOneof("value")
+    if kind == "struct_type":
+        return True
+    inner = {"sequence_type": lambda: value_type.sequence_type.elem_type,
+             "optional_type": lambda: value_type.optional_type.elem_type,
+             "map_type": lambda: value_type.map_type.value_type}.get(kind)
+    return inner is not None and _holds_struct(inner())
+
+
+class ChecksPlainOnnx(ReferenceAdapter):
+    """Runs onnx's own full checker (operator type constraints and shape inference included) on every
+    model made only of ONNX's types, before anything else, and refuses a model it refuses with
+    TYPE_INVALID: such a model must be valid ONNX apart from the rule under test."""
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        model = schema.parse_model(model_bytes)
+        graph = model.graph
+        plain = not model.struct_types and not graph.encoded_initializer and not any(
+            _holds_struct(v.type) for v in (*graph.input, *graph.output, *graph.value_info))
+        if plain:
+            try:
+                onnx.checker.check_model(onnx.load_from_string(model_bytes), full_check=True)
+            except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+                raise Rejected("TYPE_INVALID", f"onnx's checker refuses the model: {error}") from None
+        return super().open_state(model_bytes, initial, base_dir)
+
+
+@pytest.mark.clause("BIND-COMPATIBLE")
+def test_a_runtime_running_onnx_checker_on_plain_models_passes_the_state_cases():
+    _passes(ChecksPlainOnnx(), *REQUIRED)
+    # while map key types left uncompared are still caught by both map rows
+    from conformance.audit.faults_state_more import MapKeyTypesNotCompared
+
+    for case_id in ("Required.Bindings.Nested.MapKeyInt32ForInt64",
+                    "Required.Bindings.Nested.SequenceOfMapsKeyInt64ForInt32"):
+        _fails(MapKeyTypesNotCompared(), case_id)
