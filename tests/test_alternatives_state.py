@@ -1,0 +1,136 @@
+"""Soundness of the Required cases of zero_copy_more, second_state, state_more and kv_more: toy runtimes that
+each take one choice the spec's words leave open (and the reference does not take) pass them, while the
+forbidden behaviour next to it is still caught. In the style of tests/test_conformance_alternatives.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from conformance.adapters import Rejected
+from conformance.adapters.reference import ReferenceAdapter, ReferenceState, _HoldSlot, to_runtime
+from conformance.cases import load_cases, select
+from conformance.execute import FAILED, PASSED, run_case
+from conformance.hold import HOLD_DOMAIN, HOLD_OP
+from reference_impl import schema
+from reference_impl.decode import decode_value
+from reference_impl.executor import Executor
+from reference_impl.values import EncodedValue, check_value
+
+CASES = load_cases()
+SOURCES = ("zero_copy_more.toml", "second_state.toml", "state_more.toml", "kv_more.toml")
+REQUIRED = [case.id for case in CASES if case.source.endswith(SOURCES) and case.id.startswith("Required.")]
+
+
+def _verdicts(adapter, *patterns) -> dict:
+    chosen = select(CASES, list(patterns))
+    assert chosen, patterns
+    return {case.id: run_case(case, adapter) for case in chosen}
+
+
+def _passes(adapter, *patterns) -> None:
+    failed = {cid: r.message for cid, r in _verdicts(adapter, *patterns).items() if r.verdict != PASSED}
+    assert not failed, failed
+
+
+def _fails(adapter, case_id: str) -> str:
+    result = _verdicts(adapter, case_id)[case_id]
+    assert result.verdict == FAILED, (case_id, result.message)
+    return result.message
+
+
+# ------------------------------------------------- decoder-exposed dimensions and checked outputs
+def _decode_in_blocks(inputs, attributes, ctx):
+    """onnx_light::Decode exposing a struct value without logical_type as (records, 32): the spec lets the
+    decoder choose the dimensions of a value that has no logical type."""
+    value = inputs[0]
+    proto = value.to_proto()
+    decoded = decode_value(proto, ctx.session.catalogue, base_dir=value.base_dir or ctx.session.base_dir,
+                           registry=ctx.session.registry)
+    if proto.WhichOneof("layout") == "struct_type" and not proto.HasField("logical_type"):
+        decoded = np.asarray(decoded).reshape(-1, 32)
+    return [decoded]
+
+
+class _OutputsChecked(Executor):
+    """Checks every graph output, selected or not, against its declared type before anything is published
+    (the spec asks it of the selected ones and forbids it of none)."""
+
+    def run(self, feeds, **options):
+        outputs = super().run(feeds, **options)
+        for name, value in outputs.items():
+            if not isinstance(value, EncodedValue):
+                check_value(value, self.output_specs[name], f"output {name!r}")
+        return outputs
+
+
+class BlockDecoderCheckedOutputs(ReferenceAdapter):
+    """A decoder exposing (records, 32) for a struct value without logical_type (allowed: docs'
+    FlatOrBlocks) in a runtime that validates every output against the graph's declaration before
+    publishing (allowed)."""
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        from reference_impl.state import make_state
+
+        slot = _HoldSlot()
+        kernels = {**self.executor_kernels(), ("onnx_light", "Decode"): _decode_in_blocks,
+                   (HOLD_DOMAIN, HOLD_OP): slot.kernel}
+        executor = _OutputsChecked(schema.parse_model(model_bytes), base_dir=base_dir, kernels=kernels)
+        return ReferenceState(make_state(executor, {k: to_runtime(v) for k, v in initial.items()}), slot)
+
+
+ENCODED_STATE = ["Required.ZeroCopy.More.EncodedViewsSurviveClose", "Required.ZeroCopy.More.EncodedStateCopiesNothing",
+                 "Required.ZeroCopy.More.EncodedResetCopiesNothing"]
+
+
+@pytest.mark.clause("ENC-LOGICAL-OPTIONAL", "ZC-OUTSTANDING", "ZC-NO-PAYLOAD-COPY")
+def test_decoder_dimensions_of_a_value_without_logical_type_pass_the_encoded_state_cases():
+    _passes(BlockDecoderCheckedOutputs(), *ENCODED_STATE)
+    # while a decode that scratches the retained payload and a close that scrubs it are still caught
+    from conformance.audit.faults_zc_more import EncodedScrubbedOnClose
+    from conformance.audit.faults_zero_copy import DecodeScratchesInput
+
+    _fails(DecodeScratchesInput(), "Required.ZeroCopy.More.EncodedViewsSurviveClose")
+    _fails(EncodedScrubbedOnClose(), "Required.ZeroCopy.More.EncodedViewsSurviveClose")
+
+
+# ------------------------------------------------------------------ ONNX's checker on plain-ONNX models
+def _holds_struct(value_type) -> bool:
+    """Whether a TypeProto is or holds (through sequences, maps and optionals) a struct type."""
+    kind = value_type.WhichOneof("value")
+    if kind == "struct_type":
+        return True
+    inner = {"sequence_type": lambda: value_type.sequence_type.elem_type,
+             "optional_type": lambda: value_type.optional_type.elem_type,
+             "map_type": lambda: value_type.map_type.value_type}.get(kind)
+    return inner is not None and _holds_struct(inner())
+
+
+class ChecksPlainOnnx(ReferenceAdapter):
+    """Runs onnx's own full checker (operator type constraints and shape inference included) on every
+    model made only of ONNX's types, before anything else, and refuses a model it refuses with
+    TYPE_INVALID: such a model must be valid ONNX apart from the rule under test."""
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        model = schema.parse_model(model_bytes)
+        graph = model.graph
+        plain = not model.struct_types and not graph.encoded_initializer and not any(
+            _holds_struct(v.type) for v in (*graph.input, *graph.output, *graph.value_info))
+        if plain:
+            try:
+                onnx.checker.check_model(onnx.load_from_string(model_bytes), full_check=True)
+            except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+                raise Rejected("TYPE_INVALID", f"onnx's checker refuses the model: {error}") from None
+        return super().open_state(model_bytes, initial, base_dir)
+
+
+@pytest.mark.clause("BIND-COMPATIBLE")
+def test_a_runtime_running_onnx_checker_on_plain_models_passes_the_state_cases():
+    _passes(ChecksPlainOnnx(), *REQUIRED)
+    # while map key types left uncompared are still caught by both map rows
+    from conformance.audit.faults_state_more import MapKeyTypesNotCompared
+
+    for case_id in ("Required.Bindings.Nested.MapKeyInt32ForInt64",
+                    "Required.Bindings.Nested.SequenceOfMapsKeyInt64ForInt32"):
+        _fails(MapKeyTypesNotCompared(), case_id)
