@@ -32,6 +32,9 @@ CATCHERS = {
         _NEW + "Affine.Int4ThreeChannelZeroPoints", "Required.AffineMore.ZeroPoint.Uint4ZeroPointsInInt32Data"),
     "PAY-EXTERNAL-EXTENT.offset-at-end-refused": (
         _NEW + "External.EmptyExtentAtEndOfFile", "Required.External.Struct.ZeroLength"),
+    # a missing file, besides an offset past the end of a present one
+    "PAY-EXTERNAL-EXTENT.empty-extent-file-not-opened": (
+        _NEW + "External.EmptyExtentFileMissing", "Required.AffineMore.External.EmptyExtentBeyondFile"),
     "PAY-EXTERNAL-EXTENT.offset-truncated-32-bits": (
         _NEW + "External.EmptyExtentAtTwoToThe32", "Required.KVMore.ExternalWide.AffineOffsetTwoToThe32"),
     "ENC-UNALIGNED.window-of-own-width": (
