@@ -1,0 +1,82 @@
+"""Soundness of corpus/cases/wire_more.toml and corpus/cases/structured_more.toml: toy runtimes, each the
+reference adapter taking one choice the spec's words allow and the reference does not take, pass every
+Required case of both files; the forbidden behaviour next to each choice stays caught."""
+
+from __future__ import annotations
+
+import pytest
+
+import reference_impl
+from conformance.adapters.reference import ReferenceAdapter
+from conformance.cases import load_cases, select
+from conformance.execute import FAILED, PASSED, run_case
+from reference_impl import ContractError
+from reference_impl.decoders import Decoder, decode_linear_int4, decode_scaled_codebook, default_registry
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import violation
+
+CASES = load_cases()
+REQUIRED = [case.id for case in CASES if case.id.startswith("Required.")
+            and case.source.endswith(("wire_more.toml", "structured_more.toml"))]
+
+
+def _verdicts(adapter, *patterns) -> dict:
+    chosen = select(CASES, list(patterns))
+    assert chosen, patterns
+    return {case.id: run_case(case, adapter, timeout=60) for case in chosen}
+
+
+def _passes(adapter, *patterns) -> None:
+    failed = {cid: r.message for cid, r in _verdicts(adapter, *patterns).items() if r.verdict != PASSED}
+    assert not failed, failed
+
+
+def _fails(adapter, case_id: str) -> str:
+    result = _verdicts(adapter, case_id)[case_id]
+    assert result.verdict == FAILED, (case_id, result.message)
+    return result.message
+
+
+# ------------------------------------------------------------------------ the root's declared decoder
+#: the codec functions this runtime ships, by the (domain, name) a declaration's decoder gives
+_CODECS = {("", "DecodeLinearInt4"): decode_linear_int4, ("", "DecodeScaledCodebookBlocks"): decode_scaled_codebook}
+
+
+class InvokesDeclaredDecoder(ReferenceAdapter):
+    """Invokes the root declaration's own decoder function ("Only the concrete root's decoder or encoder is
+    invoked"; "an explicit decoder or registered consumer"), found by its name among the codecs it ships and
+    reading the fields the declaration names, whatever the type_id; a declaration naming no decoder is
+    served by the consumers registered by type_id. A declared decoder it does not ship is a missing
+    consumer."""
+
+    def decode(self, model_bytes, value_name, base_dir):
+        registry = default_registry()
+        strict = registry.bind
+
+        def bind(type_id, layout, path, declaration=None):
+            if declaration is None or not declaration.HasField("decoder"):
+                return strict(type_id, layout, path, declaration)
+            function = declaration.decoder
+            codec = _CODECS.get((function.domain, function.name))
+            if codec is None:
+                raise violation(E.CONSUMER_MISSING, path, f"no codec {function.name!r}")
+
+            def checked(layout, payload):
+                try:
+                    return codec(layout, payload)
+                except (KeyError, ContractError) as exc:
+                    raise violation(E.DECODER_MISMATCH, path, f"{function.name} cannot read it: {exc}") from None
+            return Decoder(function.name, (), checked)
+
+        registry.bind = bind
+        return reference_impl.decode(model_bytes, value_name, base_dir=base_dir, registry=registry)
+
+
+@pytest.mark.clause("DEC-KEYED", "DEC-MISSING", "DEC-ROOT-ONLY")
+def test_a_runtime_invoking_the_declared_decoder_passes_and_keying_by_name_is_caught():
+    from conformance.audit.faults_struct_more import DecodersKeyedByName
+
+    _passes(InvokesDeclaredDecoder(), *REQUIRED)
+    for case_id in ("Required.Structured.Consumers.RegisteredNameOtherIdMissingLinear",
+                    "Required.Structured.Consumers.RegisteredNameOtherIdMissing"):
+        _fails(DecodersKeyedByName(), case_id)
