@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 import reference_impl
+from conformance.adapters import Rejected
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
-from reference_impl import ContractError
+from reference_impl import ContractError, schema
 from reference_impl.decoders import Decoder, decode_linear_int4, decode_scaled_codebook, default_registry
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import violation
@@ -80,3 +81,42 @@ def test_a_runtime_invoking_the_declared_decoder_passes_and_keying_by_name_is_ca
     for case_id in ("Required.Structured.Consumers.RegisteredNameOtherIdMissingLinear",
                     "Required.Structured.Consumers.RegisteredNameOtherIdMissing"):
         _fails(DecodersKeyedByName(), case_id)
+
+
+# ------------------------------------------------------------------------ encoded values as tensor outputs
+def _bodies(model):
+    """The root graph and every subgraph, function bodies' subgraphs included."""
+    pending = [model.graph, *model.functions]
+    while pending:
+        body = pending.pop(0)
+        if isinstance(body, schema.GraphProto):
+            yield body
+        for node in body.node:
+            for attr in node.attribute:
+                pending += [attr.g] if attr.HasField("g") else list(attr.graphs)
+
+
+class RefusesEncodedTensorOutputs(ReferenceAdapter):
+    """Before anything else, refuses a graph output typed as a tensor that names one of its graph's encoded
+    initializers: a tensor output is no decoder, and an encoded value reaches a tensor only through one
+    ("tensor-only operators do not accept it without an explicit decoder or registered consumer"). It gives
+    the code it gives any encoded value left without a consumer."""
+
+    def verify(self, model_bytes, base_dir):
+        for graph in _bodies(schema.parse_model(model_bytes)):
+            encoded = {value.name for value in graph.encoded_initializer}
+            for output in graph.output:
+                if output.name in encoded and output.type.HasField("tensor_type"):
+                    raise Rejected("CONSUMER_MISSING", f"graph {graph.name!r}: encoded {output.name!r} as a tensor")
+        return super().verify(model_bytes, base_dir)
+
+
+@pytest.mark.clause("INIT-NAMES-UNIQUE", "GRAPH-TENSOR-OPS")
+def test_a_runtime_refusing_encoded_tensor_outputs_passes_and_function_subgraph_names_stay_checked():
+    from conformance.audit.faults_wire_more import NamesUncheckedInFunctionBodies
+
+    _passes(RefusesEncodedTensorOutputs(), *REQUIRED)
+    for case_id in ("Required.Naming.Initializers.DuplicateInFunctionBodyBranch",
+                    "Required.Naming.Initializers.DuplicateEncodedInFunctionBodyLoop"):
+        _fails(NamesUncheckedInFunctionBodies(), case_id)
+
