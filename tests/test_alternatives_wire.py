@@ -120,3 +120,26 @@ def test_a_runtime_refusing_encoded_tensor_outputs_passes_and_function_subgraph_
                     "Required.Naming.Initializers.DuplicateEncodedInFunctionBodyLoop"):
         _fails(NamesUncheckedInFunctionBodies(), case_id)
 
+
+# ------------------------------------------------------------------------------- value_info annotations
+class DiscardsValueInfo(ReferenceAdapter):
+    """Drops every graph's value_info unread when it loads a model: value_info is an optional annotation of
+    intermediates, neither a graph input nor an output, and the spec never asks for it to be type checked.
+    A save still writes the model it was given."""
+
+    def verify(self, model_bytes, base_dir):
+        model = schema.parse_model(model_bytes)
+        for graph in _bodies(model):
+            del graph.value_info[:]
+        return super().verify(model.SerializeToString(), base_dir)
+
+
+@pytest.mark.clause("GRAPH-STRUCT-IO", "DECL-WELLFORMED")
+def test_a_runtime_discarding_value_info_passes_and_unchecked_outputs_stay_caught():
+    from conformance.audit.faults_wire_more import StructOutputTypesUnchecked
+
+    _passes(DiscardsValueInfo(), *REQUIRED)
+    _fails(DiscardsValueInfo(), "Recommended.Catalogue.Graph.MalformedValueInfoStruct")
+    for case_id in ("Required.Catalogue.Graph.MalformedOutputStructOnly",
+                    "Required.Catalogue.Graph.UnresolvedOutputRefOnly"):
+        _fails(StructOutputTypesUnchecked(), case_id)
