@@ -143,3 +143,59 @@ def test_a_runtime_discarding_value_info_passes_and_unchecked_outputs_stay_caugh
     for case_id in ("Required.Catalogue.Graph.MalformedOutputStructOnly",
                     "Required.Catalogue.Graph.UnresolvedOutputRefOnly"):
         _fails(StructOutputTypesUnchecked(), case_id)
+
+
+# ------------------------------------------------------------------------------- explicit defaults on save
+class ExplicitDefaultsWriter(ReferenceAdapter):
+    """Saves every encoded value (subgraphs and function bodies included) with its optional defaults written
+    out: data_location DEFAULT on an inline value ("Default location uses raw_data") and offset 0 on an
+    external one ("offset is optional")."""
+
+    def _rewrite(self, data: bytes) -> bytes:
+        model = schema.parse_model(data)
+        for graph in _bodies(model):
+            for value in graph.encoded_initializer:
+                if value.external_data:
+                    if "offset" not in {entry.key for entry in value.external_data}:
+                        value.external_data.add(key="offset", value="0")
+                elif not value.HasField("data_location"):
+                    value.data_location = schema.TensorProto.DEFAULT
+        return model.SerializeToString()
+
+    def roundtrip(self, model_bytes, base_dir=None):
+        return self._rewrite(super().roundtrip(model_bytes, base_dir))
+
+    def export(self, model_bytes, target, base_dir=None):
+        produced = super().export(model_bytes, target, base_dir)
+        return self._rewrite(produced) if target == "onnx-light" else produced
+
+
+@pytest.mark.clause("EXP-PRESERVE-STRUCT", "WIRE-ROUNDTRIP", "PAY-EXTERNAL-KEYS")
+def test_a_writer_spelling_out_optional_defaults_passes_every_save_case():
+    _passes(ExplicitDefaultsWriter(), *REQUIRED, "Required.Export", "Required.Wire", "Required.External")
+
+
+def test_the_contract_still_sees_a_changed_extent_or_location_inside_a_subgraph():
+    from conformance.model_view import contract_difference
+
+    case = next(case for case in CASES if case.id == "Required.Export.Preserve.IfBranchEncodedInitializerRoundTrip")
+    model = schema.parse_model(case.model_bytes())
+    nested = list(_bodies(model))[1].encoded_initializer[0]
+    nested.ClearField("raw_data")
+    nested.data_location = schema.TensorProto.EXTERNAL
+    for key, value in (("location", "t.bin"), ("offset", "4"), ("length", "2")):
+        nested.external_data.add(key=key, value=value)
+
+    def changed(edit) -> str | None:
+        copy = schema.parse_model(model.SerializeToString())
+        edit(list(_bodies(copy))[1].encoded_initializer[0])
+        return contract_difference(model, copy)
+
+    def reorder(value):
+        entries = list(value.external_data)[::-1]
+        del value.external_data[:]
+        value.external_data.extend(entries)
+
+    assert changed(reorder) is None
+    assert changed(lambda value: value.external_data[1].__setattr__("value", "0")) == "nodes differ"
+    assert changed(lambda value: value.__setattr__("data_location", schema.TensorProto.DEFAULT)) == "nodes differ"
