@@ -3,7 +3,8 @@ conforming writer may change.
 
 ``same_message`` (byte-for-byte after parsing) demands more than the spec: a writer may store a
 tensor's values in ``raw_data`` instead of ``float_data``, list ``external_data`` entries in another
-order, write or omit an external offset of 0 ("offset is optional"), reorder the catalogue ("Reordering
+order, write or omit an external offset of 0 ("offset is optional") or an inline value's data_location
+DEFAULT ("Default location uses raw_data"), in subgraphs too, reorder the catalogue ("Reordering
 the catalogue does not change identity") or drop fields it does not know. ``same_contract`` compares
 what the contract preserves: the catalogue, the encoded initializers (layout, parameters by value,
 payload or external extent), the bindings, and the graph's inputs, outputs, initializers (by value),
@@ -17,6 +18,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 
 _TENSOR = "onnx.TensorProto"
+_ENCODED = "onnx.EncodedValueProto"
 _DATA_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data", "raw_data")
 
 
@@ -34,6 +36,7 @@ def contract_view(model) -> dict[str, Any]:
     model = type(model).FromString(model.SerializeToString())
     model.DiscardUnknownFields()
     _canonical_tensors(model)
+    _canonical_encoded_values(model)
     graph = model.graph
     return {
         "struct_types": sorted(_bytes(d) for d in model.struct_types),
@@ -50,12 +53,32 @@ def contract_view(model) -> dict[str, Any]:
 
 
 def _encoded(value) -> tuple:
-    # "offset is optional": an explicit offset 0 and no offset name the same extent
-    external = sorted((e.key, e.value) for e in value.external_data if (e.key, e.value) != ("offset", "0"))
     header = type(value)()
     header.CopyFrom(value)
     header.ClearField("external_data")
-    return _bytes(header), tuple(external)
+    return _bytes(header), tuple((e.key, e.value) for e in value.external_data)
+
+
+def _canonical_encoded_values(message) -> None:
+    """Every EncodedValueProto (recursively, subgraphs and function bodies included) with its optional
+    defaults left out and its external entries in one order: an explicit offset 0 and no offset name the
+    same extent ("offset is optional"), as an explicit data_location DEFAULT and none name the inline
+    payload ("Default location uses raw_data")."""
+    if message.DESCRIPTOR.full_name == _ENCODED:
+        from reference_impl import schema
+
+        if message.HasField("data_location") and message.data_location == schema.TensorProto.DEFAULT:
+            message.ClearField("data_location")
+        entries = sorted((e.key, e.value) for e in message.external_data if (e.key, e.value) != ("offset", "0"))
+        del message.external_data[:]
+        for key, value in entries:
+            message.external_data.add(key=key, value=value)
+        return
+    for field, value in message.ListFields():
+        if field.type != FieldDescriptor.TYPE_MESSAGE:
+            continue
+        for item in (value if _repeated(field) else [value]):
+            _canonical_encoded_values(item)
 
 
 def _bytes(message) -> bytes:

@@ -34,7 +34,9 @@ CATCHERS = {
     "EXP-STRUCT.unknown-fields-dropped": (
         "Required.Export.Standard.RejectsStructInFunctionValueInfo",
         "Required.Export.Standard.RejectsStructInTypeAttribute"),
-    "GRAPH-STRUCT-IO.outputs-unchecked": (_GRAPH + "UnresolvedOutputRefOnly", _GRAPH + "MalformedValueInfoStruct"),
+    "GRAPH-STRUCT-IO.outputs-unchecked": (
+        _GRAPH + "UnresolvedOutputRefOnly", _GRAPH + "MalformedOutputStructOnly",
+        "Recommended.Catalogue.Graph.MalformedValueInfoStruct"),
     "GRAPH-STRUCT-IO.nested-io-unchecked": (
         _GRAPH + "SequenceOfUnresolvedRefInput", _GRAPH + "OptionalMalformedStructOutput"),
     "GRAPH-STRUCT-IO.subgraph-io-unchecked": (
