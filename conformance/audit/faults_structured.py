@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 
-from conformance.audit.fault import Fault, Patch, encoded_values, type_refs, wrap
+from conformance.audit.fault import Fault, Patch, encoded_values, wrap
 from conformance.audit.fault import decode_module as decode
 from reference_impl import decoders, dtypes, payload, records, verifier
 from reference_impl.errors import ContractError, violation
@@ -294,22 +294,95 @@ class CodecBodiesLoaded(Fault):
                                         f"{node.domain}.{node.op_type} is not available")
 
 
+#: type nodes the nested-codec walk visits at most (a diamond-shaped catalogue expands once per path)
+_NESTED_WALK_LIMIT = 4096
+
+
+def _nested_codecs(catalogue, st, prefix: str, path: str, found: list, budget: list) -> None:
+    """The decoders that nested type_refs of ``st`` declare, as (field path prefix, type_id, decoder) in
+    preorder (an enclosing type before the types inside it)."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        return
+    kind = st.WhichOneof("kind")
+    if kind == "type_ref":
+        nested, _ = catalogue.lookup(st.type_ref, path)
+        if nested.HasField("decoder"):
+            found.append((prefix, st.type_ref, nested.decoder))
+        _nested_codecs(catalogue, nested, prefix, path, found, budget)
+    elif kind == "array" and st.array.element_type.WhichOneof("value") == "struct_type":
+        _nested_codecs(catalogue, st.array.element_type.struct_type, prefix, path, found, budget)
+    elif kind == "structure":
+        for fld in st.structure.field:
+            if fld.WhichOneof("content") == "type" and fld.type.WhichOneof("value") == "struct_type":
+                name = f"{prefix}.{fld.name}" if prefix else fld.name
+                _nested_codecs(catalogue, fld.type.struct_type, name, path, found, budget)
+
+
+def _runnable(function) -> bool:
+    """A codec body this runtime can execute: nodes of the standard domain only."""
+    return len(function.node) > 0 and all(node.domain in ("", "ai.onnx") for node in function.node)
+
+
+def _run_codec(function, values: np.ndarray, path: str) -> np.ndarray:
+    """A subtype's decoder body run by onnx's reference evaluator on one leaf of every record."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    proto = onnx.FunctionProto.FromString(function.SerializeToString())
+    try:
+        return np.asarray(ReferenceEvaluator(proto).run(None, {proto.input[0]: values}, attributes={})[0])
+    except Exception as error:  # noqa: BLE001 - a codec that fails to run fails the decode
+        raise violation(E.EXECUTION_FAILED, path, f"decoder {function.name}: {error}") from None
+
+
+class _ThroughSubtypeCodecs(records.RecordLayout):
+    """A record layout whose leaf reads go through the decoders of the nested types the leaf lies in,
+    innermost first: what the root's decoder reads is the subtypes' decoded output."""
+
+    codecs: tuple = ()
+
+    def read(self, payload, path):
+        values = super().read(payload, path)
+        for prefix, type_id, function in reversed(self.codecs):
+            if path == prefix or path.startswith(prefix + "."):
+                values = _run_codec(function, values, f"{path} (type {type_id})")
+        return values
+
+
 def _nested_decoders_first(original):
-    def decode_value(value, catalogue, base_dir=None, registry=None, path="value"):
-        if value.WhichOneof("layout") == "struct_type" and value.struct_type.WhichOneof("kind") == "type_ref":
-            known = decode._registry(registry)
-            root, _ = catalogue.lookup(value.struct_type.type_ref, path)
-            for nested in type_refs(root):
-                declaration, _ = catalogue.lookup(nested, path)
-                if declaration.HasField("decoder") and nested not in known:
-                    raise violation(E.CONSUMER_MISSING, path, f"no decoder for nested type {nested}")
-        return original(value, catalogue, base_dir, registry, path)
+    def decode_value(value, catalogue, base_dir=None, registry=None, path="value", out=None):
+        extra = {} if out is None else {"out": out}
+        st = value.struct_type
+        if value.WhichOneof("layout") != "struct_type" or st.WhichOneof("kind") != "type_ref":
+            return original(value, catalogue, base_dir, registry, path, **extra)
+        codecs: list = []
+        _nested_codecs(catalogue, st, "", path, codecs, [_NESTED_WALK_LIMIT])
+        codecs = [codec for codec in codecs if codec[0]]  # the root's own decoder is not nested
+        if not codecs:
+            return original(value, catalogue, base_dir, registry, path, **extra)
+        for _, type_id, function in codecs:
+            if not _runnable(function):
+                raise violation(E.CONSUMER_MISSING, path, f"no decoder for nested type {type_id}")
+        data = decode.payload_array(value, catalogue, base_dir, path)
+        layout = records.compile_layout(st, catalogue, f"{path}.struct_type")
+        declaration, _ = catalogue.lookup(st.type_ref, f"{path}.struct_type.type_ref")
+        decoder = decode._registry(registry).bind(st.type_ref, layout, f"{path}.struct_type", declaration)
+        through = _ThroughSubtypeCodecs(layout.record_bits, layout.leaves, layout.constants, layout.nodes_visited)
+        through.codecs = tuple(codecs)
+        result = decode._check_logical(value, decoder.decode(through, data), path)
+        if out is None:
+            return result
+        np.copyto(out, result)
+        return out
     return decode_value
 
 
 class NestedDecodersInvoked(Fault):
-    """Decodes nested type_refs through their own declared decoders before the root's: a subtype that
-    names a decoder the runtime lacks makes the whole value fail."""
+    """Runs the decoders that nested type_refs declare: every field the root's decoder reads first goes
+    through the decoders of the subtypes it lies in (their bodies run on the field's values, innermost
+    first), and a subtype naming a decoder the runtime cannot run makes the whole value fail with
+    CONSUMER_MISSING."""
 
     fault_id = "DEC-ROOT-ONLY.nested-decoders-invoked"
     clauses = ("DEC-ROOT-ONLY",)
