@@ -33,6 +33,8 @@ MODULES = (
     "faults_thin_state",
     "faults_thin_decl",
     "faults_edges",
+    "faults_mut_repr",
+    "faults_mut_exec",
 )
 
 
