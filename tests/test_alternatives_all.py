@@ -74,11 +74,7 @@ ALLOWED = [Toy(cls) for cls in (
     wire_toys.ExplicitDefaultsWriter, repr_toys.PinsNestedCodecs)]
 
 #: (allowed toy, Required case) pairs that still fail, and why: each an open question about a case
-ALLOWED_FAILURES = {
-    ("PinsNestedCodecs", case_id): "open: the case admits the refusal with DECODER_MISMATCH only, while "
-    "CONSUMER_MISSING is the same refusal (MismatchIsMissingConsumer); see test_alternatives_repr.py"
-    for case_id in repr_toys.NESTED_CODEC_CASES
-}
+ALLOWED_FAILURES: dict[tuple[str, str], str] = {}
 
 #: the manual loop validates nothing beyond the executor: it claims only the behaviours its tests study
 _LOOP_CLAIMS = (*alt.STRIDED, *alt.STRIDED_STRUCT, "Required.ZeroCopy.ReadOnly.ReferencedBuffersNeverWritten",
