@@ -1,7 +1,8 @@
 """Faults in the KV attention path found by mutating the oracle: ``nonpad_kv_seqlen`` values of 0 (a batch
-row of an external cache with no valid key), which no Required case used to feed. Each is written the way a
-runtime would get the rule wrong: refusing the length, reading it as "no padding", or dividing by the empty
-row's zero softmax normalizer."""
+row of an external cache with no valid key), which no Required case used to feed, and values beyond the
+cache's length, which no case fed. Each is written the way a runtime would get the rule wrong: refusing the
+length 0, reading it as "no padding", dividing by the empty row's zero softmax normalizer, or not bounding
+the length by the cache. Also Attention-25's sliding windows read with exclusive bounds: no case used them."""
 
 from __future__ import annotations
 
@@ -88,3 +89,57 @@ class NonpadEmptyRowNaN(Fault):
 
     def patches(self):
         return [wrap(kernels, "attention", _empty_rows_nan)]
+
+
+def _upper_bound_unchecked(original):
+    def check_nonpad(nonpad, batch, total):
+        if nonpad is None:
+            return None
+        array = np.asarray(nonpad)
+        longest = max(int(array.max(initial=0)), total)
+        return original(nonpad, batch, longest)  # checked against no cache length: only the sign and shape
+    return check_nonpad
+
+
+class NonpadBeyondCacheAccepted(Fault):
+    """Checks ``nonpad_kv_seqlen`` for its type, shape and sign but not against the cache's length: a value
+    beyond the slots K and V hold is taken as "every slot valid" (and its causal frontier placed beyond the
+    cache), where a kernel bounding its key loop by the value would read past the buffer."""
+
+    fault_id = "KV-ATTENTION.nonpad-beyond-cache-accepted"
+    clauses = ("KV-ATTENTION",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(attention_module, "check_nonpad", _upper_bound_unchecked)]
+
+
+def _window_exclusive(original):
+    def position_bias(q_len, start, stop, offset, attrs, dtype):
+        """attention.position_bias with ``distance < size`` for each bounded window side."""
+        if attrs.left_window_size < 0 and attrs.right_window_size < 0:
+            return original(q_len, start, stop, offset, attrs, dtype)
+        offset = np.asarray(offset, np.int64).reshape(-1, 1, 1, 1) if np.ndim(offset) else int(offset)
+        query = np.arange(q_len, dtype=np.int64).reshape(q_len, 1) + offset
+        key = np.arange(start, stop, dtype=np.int64).reshape(1, stop - start)
+        allowed = np.ones(np.broadcast_shapes(np.shape(query), key.shape), dtype=bool)
+        if attrs.is_causal:
+            allowed &= key <= query
+        if attrs.left_window_size >= 0:
+            allowed &= query - key < attrs.left_window_size
+        if attrs.right_window_size >= 0:
+            allowed &= key - query < attrs.right_window_size
+        return np.where(allowed, dtype.type(0), dtype.type(-np.inf))
+    return position_bias
+
+
+class SlidingWindowExclusive(Fault):
+    """Reads Attention-25's ``left_window_size`` / ``right_window_size`` as exclusive bounds (``distance <
+    size``, a common off-by-one): a window of 1 holds only the query's own position and a window of 0 none."""
+
+    fault_id = "KV-ATTENTION.sliding-window-exclusive"
+    clauses = ("KV-ATTENTION",)
+    boundary = True
+
+    def patches(self):
+        return [wrap(attention_module, "position_bias", _window_exclusive)]
