@@ -35,6 +35,7 @@ MODULES = (
     "faults_edges",
     "faults_mut_repr",
     "faults_mut_exec",
+    "faults_mut_kv",
 )
 
 
