@@ -1,5 +1,5 @@
-"""``python -m conformance``: run, list, show, explain, new-adapter, clauses, merge, verify-bundle, audit,
-spec-coverage.
+"""``python -m conformance``: run, list, show, explain, new-adapter, clauses, merge, verify-bundle, sign,
+keygen, audit, spec-coverage.
 
 Exit status: 0 when every selected case passed or was an expected failure and the failure list is
 clean; 1 on failures or failure-list problems; 2 on usage or suite errors, or (merge) on directories
@@ -14,6 +14,7 @@ import sys
 
 from conformance import SPEC_REVISION, SUITE_VERSION
 from conformance.adapters import SuiteError
+from conformance.bundle_files import BundleError
 from conformance.text import clip
 from reference_impl.broken_pipe import quiet_broken_pipe
 
@@ -87,13 +88,34 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("shards", nargs="+", metavar="SHARD_DIR")
     merge.add_argument("--report-dir", default=DEFAULT_REPORT_DIR)
     merge.add_argument("--corpus")
+    merge.add_argument("--trusted-key", action="append", metavar="PUB",
+                       help="every shard must be signed by one of these Ed25519 public keys (PEM; repeatable)")
 
-    bundle = sub.add_parser("verify-bundle", help="check a certification bundle (a report directory)")
+    bundle = sub.add_parser("verify-bundle", help="check a certification bundle and authenticate its claim "
+                                                  "(docs/conformance.md, \"Certificates\")")
     bundle.add_argument("directory")
     bundle.add_argument("--corpus")
-    bundle.add_argument("--rerun", action="store_true", help="also rerun every case and compare verdicts")
-    bundle.add_argument("--adapter")
-    bundle.add_argument("--testee")
+    bundle.add_argument("--trusted-key", action="append", metavar="PUB",
+                        help="accept the bundle's signature by this Ed25519 public key (PEM; repeatable)")
+    bundle.add_argument("--rerun", action="store_true",
+                        help="rerun the whole selection of every profile the bundle claims on the runtime named by "
+                             "--adapter or --testee (never anything the bundle names) and compare")
+    bundle.add_argument("--adapter", help="the runtime to rerun on (as for run --adapter)")
+    bundle.add_argument("--testee", help="the runtime to rerun on (as for run --testee)")
+    bundle.add_argument("--timeout", type=float, default=30.0, help="seconds per case of a rerun")
+    bundle.add_argument("--integrity-only", action="store_true",
+                        help="only check that the bundle is consistent with itself and this corpus; this does not "
+                             "prove who ran it")
+
+    sign = sub.add_parser("sign", help="sign a bundle with an Ed25519 key (an in-toto statement in a DSSE "
+                                       "envelope, written to attestation.dsse.json)")
+    sign.add_argument("directory")
+    sign.add_argument("--key", required=True, help="Ed25519 private key (PEM, unencrypted)")
+    sign.add_argument("--corpus")
+
+    keygen = sub.add_parser("keygen", help="write a new Ed25519 key pair for sign / verify-bundle --trusted-key")
+    keygen.add_argument("--out", required=True, metavar="PREFIX", help="writes PREFIX.pem (private, 0600) and "
+                                                                        "PREFIX.pub.pem (public); never overwrites")
 
     from conformance.audit.cli import add_parsers
 
@@ -114,9 +136,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return {"list": cmd_list, "show": cmd_show, "explain": cmd_explain, "clauses": cmd_clauses,
                 "verify-bundle": cmd_verify_bundle, "new-adapter": cmd_new_adapter, "merge": cmd_merge,
+                "sign": cmd_sign, "keygen": cmd_keygen,
                 "audit": cmd_audit, "spec-coverage": cmd_spec_coverage}[args.command](args)
-    except SuiteError as error:
-        print(f"conformance: {error}", file=sys.stderr)
+    except (SuiteError, BundleError) as error:
+        print(f"conformance: {clip(str(error), MESSAGE_WIDTH)}", file=sys.stderr)
         return 2
 
 
@@ -157,8 +180,6 @@ def cmd_run(args, argv: list[str]) -> int:
         return 2
     info.selection = {"cases": args.cases, "level": args.level, "profile": args.profile, "shard": args.shard,
                       "count": len(chosen), "failure_list": args.failure_list}
-    if args.shard:  # merge checks that the shards ran one corpus (building every case costs seconds)
-        info.selection["corpus_sha256"] = bundle.corpus_sha256(cases)
     problems: list[str] = []
     waivers: list[dict] = []
     if args.failure_list and args.update_failure_list:
@@ -286,14 +307,54 @@ def cmd_clauses(args) -> int:
     return 1 if uncovered(cases) else 0
 
 
+def _trusted_keys(paths: list[str] | None) -> list:
+    from conformance.attestation import load_public_key
+
+    return [load_public_key(path) for path in paths or []]
+
+
 def cmd_verify_bundle(args) -> int:
     from conformance import bundle
 
-    problems = bundle.verify(args.directory, args.corpus, args.rerun, args.adapter, args.testee)
-    for problem in problems:
-        print(f"BUNDLE: {problem}")
-    print(f"bundle {args.directory}: {'OK' if not problems else f'{len(problems)} problem(s)'}")
-    return 1 if problems else 0
+    if (args.adapter or args.testee) and not args.rerun:
+        raise SuiteError("--adapter/--testee name the runtime of a rerun: add --rerun")
+    if args.rerun and not (args.adapter or args.testee):
+        raise SuiteError("--rerun needs the runtime to rerun on, named by you: --adapter NAME or --testee COMMAND "
+                         "(the bundle's own adapter identity is never executed)")
+    if not (args.trusted_key or args.rerun or args.integrity_only):
+        raise SuiteError("a bundle's digests can be recomputed by whoever edits it, so they do not prove who ran "
+                         "it: pass --trusted-key PUB (its signature) or --rerun with --adapter/--testee, or ask "
+                         "for the weaker check with --integrity-only")
+    outcome = bundle.verify(args.directory, args.corpus, trusted_keys=_trusted_keys(args.trusted_key),
+                            rerun_adapter=args.adapter if args.rerun else None,
+                            rerun_testee=args.testee if args.rerun else None, timeout=args.timeout,
+                            integrity_only=args.integrity_only)
+    for problem in outcome.problems:
+        print(clip(f"BUNDLE: {problem}", MESSAGE_WIDTH * 2))
+    if outcome.problems:
+        print(f"bundle {args.directory}: {len(outcome.problems)} problem(s)")
+        return 1
+    profiles = (outcome.manifest or {}).get("profiles", {})
+    earned = sorted(p for p, status in profiles.items() if status in ("certified", "certified-with-waivers"))
+    print(f"bundle {args.directory}: OK, {outcome.authenticated_by}; certified: {', '.join(earned) or 'none'}")
+    return 0
+
+
+def cmd_sign(args) -> int:
+    from conformance import bundle
+
+    key = bundle.sign(args.directory, args.key, args.corpus)
+    print(f"signed {args.directory} with key {key[:16]} ({args.directory}/attestation.dsse.json)")
+    return 0
+
+
+def cmd_keygen(args) -> int:
+    from conformance.attestation import generate_key
+
+    key = generate_key(f"{args.out}.pem", f"{args.out}.pub.pem")
+    print(f"wrote {args.out}.pem (private; keep it secret) and {args.out}.pub.pem (give it to certifiers): "
+          f"key {key[:16]}")
+    return 0
 
 
 def cmd_merge(args) -> int:
@@ -301,7 +362,8 @@ def cmd_merge(args) -> int:
     from conformance.runner import summary_line
 
     try:
-        results, info, problems = merge(args.shards, args.report_dir, args.corpus)
+        results, info, problems = merge(args.shards, args.report_dir, args.corpus,
+                                        _trusted_keys(args.trusted_key))
     except MergeRejected as rejected:
         for problem in rejected.problems:
             print(f"MERGE: {problem}")

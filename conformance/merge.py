@@ -1,10 +1,14 @@
 """One report and one certification bundle from a sharded run (``run --shard i/n`` on n machines).
 
 The shards are accepted only when together they are exactly one run: each shard directory is a bundle
-that verifies on its own; all were made by the same suite version and spec revision, on the same corpus
-(the one merging), by the same adapter, with the same selection, waivers and shard count; every index
-1..n is there once; and every case of the selection is in exactly one shard. The merged report and
-bundle are written by the same code as an unsharded run's, so ``verify-bundle`` checks them alike.
+that checks out on its own (and, with ``--trusted-key``, is signed by a trusted key); all were made by
+the same suite version and spec revision, on the same corpus (the one merging), by the same adapter,
+with the same selection, waivers and shard count; every index 1..n is there once; and every case of the
+selection is in exactly one shard. The merged report and bundle are written by the same code as an
+unsharded run's, so ``verify-bundle`` checks them alike, and
+the merged bundle certifies a profile only when the shards together cover its whole corpus selection.
+Shards are untrusted input: their files are read through ``conformance.bundle_files`` and every field
+is checked for its kind before use.
 """
 
 from __future__ import annotations
@@ -14,15 +18,17 @@ import pathlib
 from dataclasses import dataclass
 
 from conformance import bundle, reports
+from conformance.bundle_files import BundleError, expect, field, read_json
 from conformance.cases import load_cases, select
 from conformance.execute import Result
 from conformance.runner import RunInfo
 
-#: The recorded facts every shard must share, as (what it is, path into results.json's ``run``).
+#: The recorded facts every shard must share, as (what it is, path into the shard's manifest).
 SHARED = (
     ("suite version", ("suite", "version")),
     ("spec revision", ("spec", "revision")),
-    ("corpus digest", ("selection", "corpus_sha256")),
+    ("corpus digest", ("corpus", "sha256")),
+    ("corpus definitions digest", ("corpus", "files_sha256")),
     ("adapter name", ("adapter", "name")),
     ("adapter version", ("adapter", "version")),
     ("adapter identity", ("adapter", "identity")),
@@ -31,6 +37,10 @@ SHARED = (
     ("level", ("selection", "level")),
     ("profiles selected", ("selection", "profile")),
 )
+#: The fields of a per-case result a shard's results.json must give, with their kinds.
+RESULT_FIELDS = {"id": str, "verdict": str, "message": str, "expected": str, "actual": str, "detail": str,
+                 "traceback": str, "duration": (int, float), "clauses": list, "profile": str, "level": str,
+                 "code_checked": (bool, type(None)), "expected_failure": bool, "operators": dict}
 
 
 @dataclass
@@ -38,7 +48,7 @@ class Shard:
     """One shard's report directory, as recorded by ``run --shard i/n``."""
 
     directory: pathlib.Path
-    run: dict
+    run: dict  # the shard's manifest: suite, spec, corpus, adapter, selection
     results: list[Result]
     problems: list[str]  # failure-list problems the shard's run reported
     waivers: list[dict]
@@ -59,13 +69,14 @@ class MergeRejected(Exception):
 
 
 def merge(directories: list[str | pathlib.Path], report_dir: str | pathlib.Path,
-          corpus: str | None = None) -> tuple[list[Result], RunInfo, list[str]]:
+          corpus: str | None = None, trusted_keys: list | None = None) -> tuple[list[Result], RunInfo, list[str]]:
     """Check the shards and write the merged report and bundle to ``report_dir``. Returns the merged
     results (in selection order), the run's identity and the failure-list problems; raises
-    ``MergeRejected`` when the shards are not one run."""
+    ``MergeRejected`` when the shards are not one run. With ``trusted_keys`` every shard must carry a
+    signature by one of them; without, the merged manifest records that the shards were not authenticated."""
     shards, problems = [], []
     for directory in directories:
-        shard, found = read_shard(pathlib.Path(directory), corpus)
+        shard, found = read_shard(pathlib.Path(directory), corpus, trusted_keys)
         problems += found
         if shard is not None:
             shards.append(shard)
@@ -74,28 +85,56 @@ def merge(directories: list[str | pathlib.Path], report_dir: str | pathlib.Path,
     if problems:
         raise MergeRejected(problems)
     results = _in_selection_order(shards, corpus)
-    info = _merged_info(shards, len(results))
+    info = _merged_info(shards, len(results), bool(trusted_keys))
     failure_problems = list(dict.fromkeys(p for shard in shards for p in shard.problems))
     directory = reports.write_all(report_dir, results, info, failure_problems)
     bundle.write(directory, results, info, shards[0].waivers, corpus)
     return results, info, failure_problems
 
 
-def read_shard(directory: pathlib.Path, corpus: str | None = None) -> tuple[Shard | None, list[str]]:
-    """The shard in ``directory``, or the reasons it cannot be one (its bundle does not verify, or it was
-    not a sharded run)."""
-    problems = [f"{directory}: {problem}" for problem in bundle.verify(directory, corpus)]
-    if problems:
-        return None, problems
-    recorded = json.loads((directory / "results.json").read_text())
-    manifest = json.loads((directory / bundle.MANIFEST).read_text())
-    run = recorded["run"]
-    index, _, count = str(run.get("selection", {}).get("shard") or "").partition("/")
-    if not (index.strip().isdigit() and count.strip().isdigit()):
+def read_shard(directory: pathlib.Path, corpus: str | None = None,
+               trusted_keys: list | None = None) -> tuple[Shard | None, list[str]]:
+    """The shard in ``directory``, or the reasons it cannot be one (its bundle does not check out or is not
+    signed by a trusted key, or it was not a sharded run). Nothing in it is trusted before it is checked."""
+    try:
+        if trusted_keys:
+            outcome = bundle.verify(directory, corpus, trusted_keys=trusted_keys)
+            manifest, problems = outcome.manifest, outcome.problems
+        else:
+            manifest, problems = bundle.check(directory, corpus)
+        if problems:
+            return None, [f"{directory}: {problem}" for problem in problems]
+        recorded = read_json(directory, "results.json")
+        expect(recorded, dict, "results.json")
+        results = [_result(entry, f"results.json.results[{n}]")
+                   for n, entry in enumerate(field(recorded, "results", list, "results.json"))]
+        listed = field(recorded, "problems", list, "results.json") if "problems" in recorded else []
+        failure_problems = [expect(p, str, "results.json.problems[]") for p in listed]
+        run = {key: manifest[key] for key in ("suite", "spec", "corpus", "adapter", "selection", "machine")
+               if key in manifest}
+        run["started"] = _number(field(recorded, "run", dict, "results.json").get("started"))
+        run["duration"] = _number(recorded["run"].get("duration"))
+    except BundleError as error:
+        return None, [f"{directory}: {error}"]
+    index, _, count = str(run["selection"].get("shard") or "").partition("/")
+    if not (index.strip().isdigit() and count.strip().isdigit() and len(index) < 6 and len(count) < 6):
         return None, [f"{directory}: not a shard (its run had no --shard i/n)"]
-    results = [Result(**entry) for entry in recorded["results"]]
-    return Shard(directory, run, results, recorded.get("problems", []), manifest.get("waivers", []),
-                 int(index), int(count)), []
+    return Shard(directory, run, results, failure_problems, manifest["waivers"], int(index), int(count)), []
+
+
+def _result(entry, where: str) -> Result:
+    expect(entry, dict, where)
+    values = {}
+    for key, kind in RESULT_FIELDS.items():
+        if key in entry:
+            values[key] = expect(entry[key], kind, f"{where}.{key}")
+    for key in ("id", "verdict"):
+        field(entry, key, str, where)
+    return Result(**values)
+
+
+def _number(value) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def check(shards: list[Shard], corpus: str | None = None) -> list[str]:
@@ -139,7 +178,6 @@ def check(shards: list[Shard], corpus: str | None = None) -> list[str]:
 
 def _mismatches(shards: list[Shard], corpus: str | None) -> list[str]:
     problems = []
-    first = shards[0]
     for what, path in SHARED:
         values = {shard.name: _get(shard.run, path) for shard in shards}
         if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:
@@ -150,11 +188,6 @@ def _mismatches(shards: list[Shard], corpus: str | None) -> list[str]:
         problems.append("the shards differ in shard count: " + "; ".join(shard.name for shard in shards))
     if len({json.dumps(shard.waivers, sort_keys=True) for shard in shards}) > 1:
         problems.append("the shards ran with different failure lists (waivers differ)")
-    local = bundle.corpus_sha256(load_cases(corpus))
-    recorded = _get(first.run, ("selection", "corpus_sha256"))
-    if not problems and recorded != local:
-        problems.append(f"the shards ran on corpus {recorded}, not on this corpus ({local}): merge with the "
-                        f"suite checkout the shards used")
     return problems
 
 
@@ -177,14 +210,15 @@ def _in_selection_order(shards: list[Shard], corpus: str | None) -> list[Result]
     return [by_id[case.id] for case in _selection(shards[0], corpus)]
 
 
-def _merged_info(shards: list[Shard], count: int) -> RunInfo:
+def _merged_info(shards: list[Shard], count: int, authenticated: bool) -> RunInfo:
     """The identity of the whole run: shared facts from the shards, each shard's own run beside them."""
     first = sorted(shards, key=lambda s: s.index)[0].run
-    selection = {**first["selection"], "shard": None, "count": count, "shards": [
+    selection = {key: value for key, value in first["selection"].items() if key != "full"}
+    selection.update({"shard": None, "count": count, "shards_authenticated": authenticated, "shards": [
         {"shard": f"{s.index}/{s.count}", "count": len(s.results), "started": s.run.get("started"),
-         "duration": s.run.get("duration"), "platform": s.run.get("platform")}
-        for s in sorted(shards, key=lambda s: s.index)]}
+         "duration": s.run.get("duration"), "machine": s.run.get("machine")}
+        for s in sorted(shards, key=lambda s: s.index)]})
     return RunInfo(suite=first["suite"], spec=first["spec"], adapter=first["adapter"], selection=selection,
-                   platform={},  # each shard's platform is in selection["shards"]
+                   platform={},  # each shard's machine is in selection["shards"]
                    started=min(s.run.get("started", 0.0) for s in shards),
                    duration=max(s.run.get("duration", 0.0) for s in shards))

@@ -98,8 +98,8 @@ def test_four_shards_merge_into_the_report_and_bundle_of_the_whole_run(runs, tmp
     run = json.loads((out / "results.json").read_text())["run"]
     assert run["selection"]["shard"] is None and run["selection"]["count"] == total
     assert [s["shard"] for s in run["selection"]["shards"]] == ["1/4", "2/4", "3/4", "4/4"]
-    assert bundle.verify(out) == []
-    assert main(["verify-bundle", str(out)]) == 0
+    assert bundle.check(out)[1] == []
+    assert main(["verify-bundle", str(out), "--integrity-only"]) == 0
 
 
 def test_failure_list_problems_of_the_shards_carry_into_the_merge(runs, tmp_path, capsys):
@@ -116,7 +116,7 @@ def test_failure_list_problems_of_the_shards_carry_into_the_merge(runs, tmp_path
     assert "Failure-list problems" in (tmp_path / "merged" / "summary.md").read_text()
     manifest = json.loads((tmp_path / "merged" / bundle.MANIFEST).read_text())
     assert manifest["waivers"] == [{"pattern": passing, "message": "a failure that no longer happens"}]
-    assert bundle.verify(tmp_path / "merged") == []
+    assert bundle.check(tmp_path / "merged")[1] == []
 
 
 # ---------------------------------------------------------------------------------------------- missing
@@ -127,7 +127,7 @@ def test_a_missing_shard_is_rejected(shards, tmp_path, capsys):
 def test_a_case_of_the_selection_in_no_shard_is_rejected(shards, tmp_path, capsys):
     dropped = _results(shards[1])[-1]["id"]
     _rewrite(shards[1], results=lambda entries: entries[:-1])
-    assert bundle.verify(shards[1]) == []  # the shard on its own is a sound bundle
+    assert bundle.check(shards[1])[1] == []  # the shard on its own is a sound bundle
     _rejected(capsys, shards, tmp_path / "merged", f"MERGE: {dropped} of the selection is in no shard")
 
 
@@ -166,7 +166,6 @@ def test_a_shard_of_another_selection_is_rejected(shards, tmp_path, capsys):
 @pytest.mark.parametrize("field,value,message", [
     (("suite", "version"), "0.9.0", "suite version 0.9.0 is not this suite's"),
     (("spec", "revision"), "2025-01-01", "spec revision"),
-    (("selection", "corpus_sha256"), "0" * 64, "the shards differ in corpus digest"),
 ])
 def test_a_shard_of_another_suite_spec_or_corpus_is_rejected(shards, tmp_path, capsys, field, value, message):
     def change(run: dict) -> dict:
@@ -177,10 +176,24 @@ def test_a_shard_of_another_suite_spec_or_corpus_is_rejected(shards, tmp_path, c
     _rejected(capsys, shards, tmp_path / "merged", message)
 
 
+def _edit_manifest(directory: pathlib.Path, change) -> None:
+    """Change a shard's manifest and recompute its own digest, as anyone holding the files can."""
+    manifest = json.loads((directory / bundle.MANIFEST).read_text())
+    manifest.pop("manifest_sha256")
+    change(manifest)
+    manifest["manifest_sha256"] = bundle._digest(bundle._canonical(manifest))
+    (directory / bundle.MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_shard_of_another_corpus_is_rejected(shards, tmp_path, capsys):
+    _edit_manifest(shards[2], lambda m: m["corpus"].update(sha256="0" * 64))
+    _rejected(capsys, shards, tmp_path / "merged", f"the run's cases digest {'0' * 64} is not this corpus's")
+
+
 def test_shards_of_another_corpus_are_rejected_even_when_they_agree(shards, tmp_path, capsys):
     for shard in shards:
-        _rewrite(shard, run=lambda run: {**run, "selection": {**run["selection"], "corpus_sha256": "f" * 64}})
-    _rejected(capsys, shards, tmp_path / "merged", f"the shards ran on corpus {'f' * 64}, not on this corpus")
+        _edit_manifest(shard, lambda m: m["corpus"].update(files_sha256="f" * 64))
+    _rejected(capsys, shards, tmp_path / "merged", f"case definitions and builders digest {'f' * 64}")
 
 
 def test_an_unsharded_run_or_an_altered_shard_is_not_a_shard(runs, shards, tmp_path, capsys):
