@@ -192,8 +192,9 @@ def cmd_run(args, argv: list[str]) -> int:
         waivers = [{"pattern": e.pattern, "message": e.message} for e in entries]
     failures = _print_failures(results, problems)
     directory = reports.write_all(args.report_dir, results, info, problems)
-    bundle.write(directory, results, info, waivers, args.corpus)
+    manifest = bundle.write(directory, results, info, waivers, args.corpus)
     print(f"report: {directory}/ (summary.md, junit.xml, results.json, manifest.json) in {info.duration:.1f} s")
+    print(certification_line(manifest))
     if problems or (failures and args.failure_list):
         print("to update the failure list, run:\n  " + _update_command(argv, args))
     uncoded = sum(r.verdict == PASSED_WITHOUT_CODE for r in results)
@@ -205,6 +206,21 @@ def cmd_run(args, argv: list[str]) -> int:
         print(f"SELF-CHECK FAILED: clauses without a case: {', '.join(missing)}")
         return 2
     return 1 if failures or problems else 0
+
+
+def certification_line(manifest: dict) -> str:
+    """One line: which claimed profiles the run certified, and why a partial run certifies none."""
+    from conformance.certificate import EARNED
+
+    profiles = manifest["profiles"]
+    earned = [p for p, status in sorted(profiles.items()) if status in EARNED]
+    others = [f"{p} {status}" for p, status in sorted(profiles.items()) if status not in EARNED]
+    line = f"certification: {', '.join(earned) or 'no profile'} certified"
+    if not manifest["selection"].get("full"):
+        line += " (a partial run — --cases, --level, --profile or --shard — certifies no profile)"
+    elif others:
+        line += f"; {'; '.join(others)}"
+    return line + " (sign with: python -m conformance sign DIR --key KEY)" * bool(earned)
 
 
 def _print_failures(results, problems: list[str]) -> list:
@@ -372,6 +388,9 @@ def cmd_merge(args) -> int:
     failures = _print_failures(results, problems)
     print(f"report: {args.report_dir}/ (summary.md, junit.xml, results.json, manifest.json) merged from "
           f"{len(info.selection['shards'])} shards")
+    from conformance.bundle_files import read_json
+
+    print(certification_line(read_json(args.report_dir, "manifest.json")))
     print(summary_line(results))
     return 1 if failures or problems else 0
 
