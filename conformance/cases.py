@@ -28,6 +28,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from conformance import case_files
 from conformance.adapters import PROFILES, SuiteError
 from conformance.families import expand_family
 from conformance.templates import expand_template, substitute
@@ -98,10 +99,8 @@ class Case:
         return self.build()[2]
 
     def write_files(self, directory: str | os.PathLike) -> None:
-        for relative, data in self.external_files().items():
-            target = pathlib.Path(directory) / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+        """Write the external files into ``directory``, only inside it (conformance/case_files.py)."""
+        case_files.write(directory, self.external_files(), f"case {self.id}")
 
     def sha256(self) -> str:
         """Digest of everything that defines the case: its manifest entry, model and files."""
@@ -225,7 +224,8 @@ def _make_case(entry: dict, templates: dict, directory: pathlib.Path, source: st
                 description=entry.get("description", ""), quote=list(quote), expectation_source=source_kind,
                 model_text=text,
                 builder=entry.get("builder"), args=entry.get("args", {}), merge=merge,
-                value=entry.get("value"), files=entry.get("files", {}), steps=entry.get("step", []),
+                value=entry.get("value"), files=case_files.check(entry.get("files", {}), where),
+                steps=entry.get("step", []),
                 target=entry.get("target"), rewrite=entry.get("rewrite"), raw=raw, corpus=root)
 
 
@@ -264,6 +264,7 @@ def _materialize(case: Case):
             raise SuiteError(f"{case.id}: merge text does not parse: {error}") from None
     for relative, spec in case.files.items():
         files[relative] = file_bytes(spec, case.id)
+    case_files.check(files, f"case {case.id}")  # a builder's keys too
     data = model if isinstance(model, bytes) else model.SerializeToString()
     return data, files, extras
 

@@ -294,7 +294,7 @@ def cmd_new_adapter(args) -> int:
 
     from conformance import scaffold
 
-    path, spec = scaffold.write(args.name, args.lowered, args.dir)
+    path, spec = scaffold.write(args.name, args.lowered, args.dir, run=not args.no_run)
     print(f"wrote {path}")
     listing = pathlib.Path(args.dir) / f"{args.name}-failures.txt"
     report = pathlib.Path(args.dir) / f"{args.name}-report"

@@ -4,15 +4,25 @@ failure list, so a vendor's first full run takes minutes (docs/adapters.md).
 The ``--lowered`` skeleton is a standard ONNX runtime on the lowering base whose session runs on onnx's
 reference evaluator until the vendor replaces four marked methods; the plain skeleton implements every
 adapter member as "not supported" and claims no profile until the vendor fills them in.
+
+The output directory may be shared: an existing name is never replaced and a symbolic link planted at
+one is never followed (files are created with O_EXCL|O_NOFOLLOW relative to the opened directory).
 """
 
 from __future__ import annotations
 
 import keyword
+import os
 import pathlib
 import re
+import stat
+import tempfile
+from typing import NoReturn
 
 from conformance.adapters import SuiteError
+
+#: Adapter names are identifier-like and at most this long (they name a module, a class and two files).
+NAME_LIMIT = 64
 
 LOWERED = '''"""Conformance adapter for {name}: a standard ONNX runtime behind the suite's lowering
 (DequantizeLinear for affine values, caller-managed feedback for state). The contract is docs/adapters.md
@@ -182,31 +192,146 @@ def class_base(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name) if part) or "My"
 
 
-def write(name: str, lowered: bool, directory: str | pathlib.Path = ".") -> tuple[pathlib.Path, str]:
-    """Write ``<name>_adapter.py`` and return its path and the adapter spec (``path:Class``)."""
+def check_name(name: str) -> None:
+    """An identifier-like name of at most NAME_LIMIT characters: it names a module, a class and files."""
+    if len(name) > NAME_LIMIT:
+        raise SuiteError(f"adapter name of {len(name):,} characters: at most {NAME_LIMIT}")
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name) or keyword.iskeyword(name):
         raise SuiteError(f"adapter name {name!r}: use letters, digits, '_' or '-', starting with a letter")
-    module = re.sub(r"\W", "_", name) + "_adapter"
+
+
+def output_names(name: str) -> tuple[str, str, str]:
+    """The adapter module file, the failure list and the report directory new-adapter writes for ``name``."""
+    return f"{re.sub(r'[^A-Za-z0-9_]', '_', name)}_adapter.py", f"{name}-failures.txt", f"{name}-report"
+
+
+def write(name: str, lowered: bool, directory: str | pathlib.Path = ".", run: bool = False) -> tuple[pathlib.Path, str]:
+    """Write ``<name>_adapter.py`` and return its path and the adapter spec (``path:Class``).
+
+    Nothing existing is replaced and no symbolic link is followed at the written names: each file is
+    created with O_EXCL|O_NOFOLLOW relative to the opened directory. With ``run`` the first run's
+    failure list and report must be free too, so a name taken is refused before the suite runs."""
+    check_name(name)
+    module_file, listing, report = output_names(name)
     base = class_base(name)
-    path = pathlib.Path(directory) / f"{module}.py"
-    if path.exists():
-        raise SuiteError(f"{path} already exists; remove it or choose another name")
-    text = (LOWERED if lowered else PLAIN).format(name=name, module=module, cls=f"{base}Adapter", cls_base=base)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    directory_fd = _open_directory(directory, create=True)
+    try:
+        for taken in (module_file, listing, report) if run else (module_file,):
+            _refuse_taken(directory_fd, taken, pathlib.Path(directory) / taken)
+        text = (LOWERED if lowered else PLAIN).format(name=name, module=module_file[:-3], cls=f"{base}Adapter",
+                                                     cls_base=base)
+        path = pathlib.Path(directory) / module_file
+        _create_file(directory_fd, module_file, text.encode(), path)
+    finally:
+        os.close(directory_fd)
     return path, f"{path}:{base}Adapter"
 
 
 def first_failure_list(spec: str, path: str | pathlib.Path, report_dir: str | pathlib.Path) -> str:
-    """Run every case on the new adapter, write its failure list and report; return the summary line."""
+    """Run every case on the new adapter, write its failure list and report; return the summary line.
+
+    Both are written in a private staging directory first, then placed with O_EXCL|O_NOFOLLOW: a name
+    taken (or a symbolic link planted) while the suite ran is refused, and nothing is written through it."""
     from conformance import SUITE_VERSION, bundle, failure_list, reports
     from conformance.cases import load_cases
     from conformance.runner import RunConfig, run, summary_line
 
+    path, report_dir = pathlib.Path(path), pathlib.Path(report_dir)
     results, info = run(list(load_cases()), RunConfig(adapter=spec, progress=False))
-    failure_list.write(path, results, header=f"Expected failures for {info.adapter['name']} (suite {SUITE_VERSION})")
-    entries = failure_list.read(path)
-    problems = failure_list.apply(entries, results, [r.id for r in results])
-    reports.write_all(report_dir, results, info, problems)
-    bundle.write(report_dir, results, info, [{"pattern": e.pattern, "message": e.message} for e in entries])
+    with tempfile.TemporaryDirectory(prefix="conformance-new-adapter-") as staging:
+        staged_list, staged_report = pathlib.Path(staging) / "failures.txt", pathlib.Path(staging) / "report"
+        failure_list.write(staged_list, results,
+                           header=f"Expected failures for {info.adapter['name']} (suite {SUITE_VERSION})")
+        entries = failure_list.read(staged_list)
+        problems = failure_list.apply(entries, results, [r.id for r in results])
+        reports.write_all(staged_report, results, info, problems)
+        bundle.write(staged_report, results, info, [{"pattern": e.pattern, "message": e.message} for e in entries])
+        _place(staged_list, path)
+        _place(staged_report, report_dir)
     return summary_line(results)
+
+
+def _open_directory(directory: str | pathlib.Path, create: bool = False) -> int:
+    """A descriptor of the output directory (created when missing); a file or bad path is one line."""
+    try:
+        if create:
+            os.makedirs(directory, exist_ok=True)
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileExistsError:
+        raise SuiteError(f"--dir {_shown(directory)}: not a directory") from None
+    except (OSError, ValueError) as error:
+        raise SuiteError(f"--dir {_shown(directory)}: {getattr(error, 'strerror', None) or error}") from None
+
+
+def _refuse_taken(directory_fd: int, name: str, shown: pathlib.Path) -> None:
+    try:
+        info = os.stat(name, dir_fd=directory_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise SuiteError(f"{_shown(shown)}: {error.strerror}") from None
+    _taken(info, shown)
+
+
+def _taken(info: os.stat_result | None, shown: pathlib.Path) -> NoReturn:
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        raise SuiteError(f"{_shown(shown)} is a symbolic link; remove it (nothing is written through links)")
+    raise SuiteError(f"{_shown(shown)} already exists; remove it or choose another name or --dir")
+
+
+def _create_file(directory_fd: int, name: str, data: bytes, shown: pathlib.Path) -> None:
+    """Create ``name`` in the directory: never an existing file, never through a symbolic link."""
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                     dir_fd=directory_fd)
+    except FileExistsError:
+        _taken(_lstat(directory_fd, name), shown)
+    except OSError as error:
+        raise SuiteError(f"{_shown(shown)}: {error.strerror}") from None
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _make_directory(directory_fd: int, name: str, shown: pathlib.Path) -> int:
+    """Create the directory ``name`` and return its descriptor (never an existing one, never a link)."""
+    try:
+        os.mkdir(name, 0o755, dir_fd=directory_fd)
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory_fd)
+    except FileExistsError:
+        _taken(_lstat(directory_fd, name), shown)
+    except OSError as error:
+        raise SuiteError(f"{_shown(shown)}: {error.strerror}") from None
+
+
+def _place(staged: pathlib.Path, target: pathlib.Path) -> None:
+    """Copy the staged file or tree to ``target``, creating every name fresh relative to opened directories."""
+    directory_fd = _open_directory(target.parent)
+    try:
+        _copy(staged, directory_fd, target.name, target)
+    finally:
+        os.close(directory_fd)
+
+
+def _copy(staged: pathlib.Path, directory_fd: int, name: str, shown: pathlib.Path) -> None:
+    if not staged.is_dir():
+        _create_file(directory_fd, name, staged.read_bytes(), shown)
+        return
+    child_fd = _make_directory(directory_fd, name, shown)
+    try:
+        for entry in sorted(staged.iterdir()):
+            _copy(entry, child_fd, entry.name, shown / entry.name)
+    finally:
+        os.close(child_fd)
+
+
+def _lstat(directory_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=directory_fd, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def _shown(path: str | os.PathLike) -> str:
+    """A path for a one-line message: long ones are clipped."""
+    text = os.fspath(path)
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text):,} characters)"

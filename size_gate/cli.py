@@ -28,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser, budget_help: str) -> None:
         p.add_argument("--budget", type=Path, default=None,
-                       help=f"{budget_help} (default: the budget shipped with size_gate)")
+                       help=f"{budget_help}: a path, or a shipped budget's name such as onnx_proto or "
+                            f"protoc_lite (default: onnx_proto)")
         p.add_argument("--pattern", default=None,
                        help="file-name pattern selecting the library inside a directory or wheel "
                             "(default: the budget's [library] pattern)")

@@ -3,12 +3,19 @@
 Every problem with an input (a library, a wheel, a directory, a budget file)
 is reported as a :class:`SizeGateError` carrying a stable machine-readable
 ``code`` and the path of the offending object, so the command line can print
-one clear line and exit with status 2 instead of a traceback.
+one clear line and exit with status 2 instead of a traceback. The line shows the path and message
+escaped (:func:`size_gate.escape.printable`) and clipped, whatever a hostile input put in them.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+
+from size_gate.escape import printable
+
+#: The longest message a :class:`SizeGateError` line shows (a path or name inside may be any length).
+MESSAGE_LIMIT = 600
 
 #: Stable error codes and what each one means.
 ERROR_CODES: dict[str, str] = {
@@ -39,5 +46,18 @@ class SizeGateError(Exception):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        where = f"{self.path}: " if self.path else ""
-        return f"[{self.code}] {where}{self.message}"
+        where = f"{_clip(printable(self.path))}: " if self.path else ""
+        return f"[{self.code}] {where}{_clip(printable(self.message))}"
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MESSAGE_LIMIT else f"{text[:MESSAGE_LIMIT]}... ({len(text):,} characters)"
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is (``st_mode``), for a message."""
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a special file"

@@ -1,4 +1,7 @@
-"""Human and machine renderings: terminal tables, Markdown for CI job summaries, JSON for dashboards."""
+"""Human and machine renderings: terminal tables, Markdown for CI job summaries, JSON for dashboards.
+
+Names from the measured libraries and the budget are shown through :mod:`size_gate.escape`: one
+visible line each on a terminal, inert text or code spans in Markdown (JSON escapes by itself)."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from size_gate.escape import md_code, md_text, printable
 from size_gate.metrics import METRICS
 
 if TYPE_CHECKING:  # measuring renders without importing the budget and gate modules
@@ -56,13 +60,13 @@ def measure_text(metrics: LibraryMetrics, with_symbols: bool = False) -> str:
         if value is None and key in ("wheel_bytes", "compressed_bytes"):
             continue
         rows.append([label, num(value).rjust(width) if value is not None else _unmeasured(metrics)])
-    rows += [["DT_NEEDED", ", ".join(metrics.needed) or "(none)"],
-             ["SONAME", metrics.soname or "(none)"],
+    rows += [["DT_NEEDED", ", ".join(printable(n) for n in metrics.needed) or "(none)"],
+             ["SONAME", printable(metrics.soname) if metrics.soname else "(none)"],
              ["Build ID", metrics.build_id or "(none)"],
              ["Symbols read from", metrics.symbol_source]]
-    lines = [metrics.path] + _table(rows, right=set())
+    lines = [printable(metrics.path)] + _table(rows, right=set())
     if with_symbols:
-        lines += ["  Defined dynamic symbols:"] + [f"    {s}" for s in metrics.symbols]
+        lines += ["  Defined dynamic symbols:"] + [f"    {printable(s)}" for s in metrics.symbols]
     return "\n".join(lines)
 
 
@@ -70,9 +74,9 @@ def measure_text(metrics: LibraryMetrics, with_symbols: bool = False) -> str:
 def check_text(metrics: LibraryMetrics, budget: Budget, stage: Stage, findings: list[Finding]) -> str:
     from size_gate.gate import FAIL, REPORT
 
-    head = [f"{metrics.path}",
-            f"  budget {budget.path}, stage {stage.name}" + (f" ({stage.description})" if stage.description
-                                                            else "")]
+    head = [printable(metrics.path),
+            printable(f"  budget {budget.path}, stage {stage.name}" + (f" ({stage.description})"
+                                                                      if stage.description else ""))]
     rows = [["Check", "Actual", "Limit", "Headroom", f"vs {budget.baseline_name}", "Status"]]
     for f in findings:
         if f.check in ("limit", "ceiling", "report") and isinstance(f.actual, int):
@@ -85,16 +89,16 @@ def check_text(metrics: LibraryMetrics, budget: Budget, stage: Stage, findings: 
         elif f.check == "ceiling":
             rows.append([f.label, "n/a", num(f.limit), "", "", _mark(f.status)])
         elif f.check == "dt_needed":
-            rows.append([f"DT_NEEDED {f.actual}", "", "", "", "", _mark(f.status)])
+            rows.append([f"DT_NEEDED {printable(str(f.actual))}", "", "", "", "", _mark(f.status)])
     lines = head + _table(rows, right={1, 2, 3})
     problems = [f for f in findings if f.status == FAIL]
     notes = [f for f in findings if f.check == "ceiling" and f.status == REPORT]
-    lines += [f"  note: {f.message}" for f in notes]
+    lines += [f"  note: {printable(f.message)}" for f in notes]
     if problems:
         lines.append(f"FAIL: {len(problems)} problem(s) over budget")
-        lines += [f"  - {f.message}" for f in problems]
+        lines += [f"  - {printable(f.message)}" for f in problems]
     else:
-        lines.append(f"PASS: within the {stage.name} budget")
+        lines.append(f"PASS: within the {printable(stage.name)} budget")
     return "\n".join(lines)
 
 
@@ -116,7 +120,7 @@ def _fence(lines: list[str]) -> list[str]:
 def _symbol_block(title: str, names: tuple[str, ...]) -> list[str]:
     if not names:
         return []
-    shown = list(names[:MARKDOWN_SYMBOL_LIMIT])
+    shown = [printable(name) for name in names[:MARKDOWN_SYMBOL_LIMIT]]
     if len(names) > len(shown):
         shown.append(f"... and {len(names) - len(shown):,} more (see the JSON report)")
     return ["<details>", f"<summary>{title} ({len(names):,})</summary>", "", *_fence(shown), "", "</details>", ""]
@@ -126,8 +130,8 @@ def compare_markdown(cmp: Comparison, stage: Stage | None, findings: list[Findin
     from size_gate.gate import FAIL
 
     name = cmp.candidate.soname or cmp.candidate.path.rsplit("/", 1)[-1]
-    out = [f"### Binary size: `{name}`", "",
-           f"Baseline `{cmp.baseline.path}` vs candidate `{cmp.candidate.path}`", ""]
+    out = [f"### Binary size: {md_code(name)}", "",
+           f"Baseline {md_code(cmp.baseline.path)} vs candidate {md_code(cmp.candidate.path)}", ""]
     limits = stage.limits if stage else {}
     status = {f.metric: f.status for f in findings or [] if f.check == "limit"}
     # A stage that gates deltas against the side-by-side baseline shows its allowance where no limit is.
@@ -135,7 +139,7 @@ def compare_markdown(cmp: Comparison, stage: Stage | None, findings: list[Findin
     delta_status = {f.metric: f.status for f in findings or [] if f.check == "allowance"}
     header = "| Metric | Baseline | Candidate | Δ | Δ % |"
     if stage:
-        header += f" Limit ({stage.name}) | Status |"
+        header += f" Limit ({md_text(stage.name)}) | Status |"
     out += [header, "|---|---:|---:|---:|---:|" + ("---:|:---|" if stage else "")]
     for row in cmp.rows:
         line = (f"| {row.label} | {num(row.baseline)} | {num(row.candidate)} | {signed(row.delta)} | "
@@ -152,12 +156,12 @@ def compare_markdown(cmp: Comparison, stage: Stage | None, findings: list[Findin
     if findings is not None:
         problems = [f for f in findings if f.status == FAIL]
         verdict = "✅ within budget" if not problems else f"❌ {len(problems)} problem(s)"
-        out += [f"**Gate (stage {stage.name}):** {verdict}", ""]
+        out += [f"**Gate (stage {md_text(stage.name)}):** {verdict}", ""]
         if problems:
-            out += [f"- ❌ {f.message}" for f in problems] + [""]
+            out += [f"- ❌ {md_text(f.message)}" for f in problems] + [""]
         notes = [f for f in findings if f.check in ("allowance", "ceiling") and f.status != FAIL]
         if notes:
-            out += ["Notes:", ""] + [f"- {f.message}" for f in notes] + [""]
+            out += ["Notes:", ""] + [f"- {md_text(f.message)}" for f in notes] + [""]
     out += [(f"**Defined dynamic symbols:** {len(cmp.symbols_added):,} added, "
              f"{len(cmp.symbols_removed):,} removed"), ""]
     out += _symbol_block("Added symbols", cmp.symbols_added)
@@ -165,11 +169,11 @@ def compare_markdown(cmp: Comparison, stage: Stage | None, findings: list[Findin
     if cmp.needed_added or cmp.needed_removed:
         out.append("**DT_NEEDED:** " + "; ".join(
             part for part in (
-                "added " + ", ".join(f"`{n}`" for n in cmp.needed_added) if cmp.needed_added else "",
-                "removed " + ", ".join(f"`{n}`" for n in cmp.needed_removed) if cmp.needed_removed else "")
+                "added " + ", ".join(md_code(n) for n in cmp.needed_added) if cmp.needed_added else "",
+                "removed " + ", ".join(md_code(n) for n in cmp.needed_removed) if cmp.needed_removed else "")
             if part))
     else:
-        out.append("**DT_NEEDED:** unchanged (" + (", ".join(f"`{n}`" for n in cmp.candidate.needed)
+        out.append("**DT_NEEDED:** unchanged (" + (", ".join(md_code(n) for n in cmp.candidate.needed)
                                                    or "none") + ")")
     return "\n".join(out) + "\n"
 

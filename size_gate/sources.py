@@ -11,13 +11,15 @@ import dataclasses
 import fnmatch
 import os
 import shutil
+import stat
 import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
-from size_gate.errors import SizeGateError
+from size_gate.errors import SizeGateError, file_kind
 from size_gate.metrics import LibraryMetrics, measure_elf
 
 #: Wheel members larger than this are refused rather than unpacked.
@@ -29,35 +31,50 @@ _ZIP_MAGIC = b"PK\x03\x04"
 
 def measure_path(path: str | os.PathLike[str], pattern: str | Callable[[], str]) -> LibraryMetrics:
     """Measure the library at ``path`` (file, directory or wheel); ``pattern`` selects it by file name
-    (or is a function giving it, called only when a directory or wheel needs one)."""
+    (or is a function giving it, called only when a directory or wheel needs one).
+
+    The path is opened once, without blocking (a FIFO would otherwise wait for a writer), and what it
+    is comes from the opened descriptor, so it cannot be swapped for a FIFO or a device after a check."""
     p = Path(path)
+    fd = _open(p)
     try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise SizeGateError("not-found", p, "no such file or directory") from None
+        is_directory = stat.S_ISDIR(os.fstat(fd).st_mode)
     except OSError as exc:
+        os.close(fd)
         raise SizeGateError("unreadable", p, exc.strerror or str(exc)) from None
-    if p.is_dir():
-        return _measure_file(_find_in_directory(p, pattern() if callable(pattern) else pattern))
-    if not p.is_file():
-        raise SizeGateError("unreadable", p, "not a regular file, directory or wheel")
-    if p.suffix == ".whl" or _starts_with(p, _ZIP_MAGIC):
-        return _measure_wheel(p, pattern() if callable(pattern) else pattern, st.st_size)
-    return _measure_file(p)
+    if is_directory:
+        os.close(fd)
+        found = _find_in_directory(p, pattern() if callable(pattern) else pattern)
+        return _measure_descriptor(_open(found), found, None)
+    return _measure_descriptor(fd, p, pattern)
 
 
-def _starts_with(path: Path, magic: bytes) -> bool:
+def _open(path: Path) -> int:
     try:
-        with open(path, "rb") as f:
-            return f.read(len(magic)) == magic
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SizeGateError("not-found", path, "no such file or directory") from None
+    except (OSError, ValueError) as exc:
+        raise SizeGateError("unreadable", path, getattr(exc, "strerror", None) or str(exc)) from None
+
+
+def _measure_descriptor(fd: int, path: Path, pattern: str | Callable[[], str] | None) -> LibraryMetrics:
+    """Measure the opened regular file: a wheel (when ``pattern`` may select a member) or an ELF library."""
+    try:
+        mode = os.fstat(fd).st_mode
     except OSError as exc:
+        os.close(fd)
         raise SizeGateError("unreadable", path, exc.strerror or str(exc)) from None
-
-
-def _measure_file(path: Path) -> LibraryMetrics:
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise SizeGateError("unreadable", path, f"not a regular file, directory or wheel ({file_kind(mode)})")
     try:
-        with open(path, "rb") as f:
-            return measure_elf(f, str(path))
+        with os.fdopen(fd, "rb") as handle:
+            if pattern is not None and (path.suffix == ".whl" or handle.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC):
+                size = os.fstat(handle.fileno()).st_size
+                return _measure_wheel(handle, path, pattern() if callable(pattern) else pattern, size)
+            handle.seek(0)
+            return measure_elf(handle, str(path))
     except OSError as exc:
         raise SizeGateError("unreadable", path, exc.strerror or str(exc)) from None
 
@@ -89,22 +106,22 @@ def _find_in_directory(root: Path, pattern: str) -> Path:
     return Path(_one_match(root, pattern, sorted(found.values()), searched))
 
 
-def _measure_wheel(path: Path, pattern: str, wheel_bytes: int) -> LibraryMetrics:
+def _measure_wheel(wheel: BinaryIO, path: Path, pattern: str, wheel_bytes: int) -> LibraryMetrics:
     try:
         unpacked = tempfile.TemporaryFile(prefix="size-gate-")
     except OSError as exc:
         raise SizeGateError("io-error", None, f"no temporary file to unpack the wheel into: {exc}") from None
     with unpacked:
-        name, info = _unpack_member(path, pattern, unpacked)
+        name, info = _unpack_member(wheel, path, pattern, unpacked)
         metrics = measure_elf(unpacked, f"{path}!{name}")
     return dataclasses.replace(metrics, wheel_bytes=wheel_bytes, compressed_bytes=info.compress_size,
                                wheel_member=name)
 
 
-def _unpack_member(path: Path, pattern: str, out) -> tuple[str, zipfile.ZipInfo]:
+def _unpack_member(wheel_file: BinaryIO, path: Path, pattern: str, out) -> tuple[str, zipfile.ZipInfo]:
     """Stream the one member matching ``pattern`` into the file ``out``; returns its name and entry."""
     try:
-        with zipfile.ZipFile(path) as wheel:
+        with zipfile.ZipFile(wheel_file) as wheel:
             members = [i for i in wheel.infolist() if not i.is_dir()]
             name = _one_match(path, pattern, sorted(i.filename for i in members
                                                     if fnmatch.fnmatchcase(i.filename.rsplit("/", 1)[-1],

@@ -1,13 +1,14 @@
 #include "payload.h"
 
+#include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <map>
+#include <vector>
 
 #include "common.h"
 
@@ -55,27 +56,76 @@ void CheckLocation(const std::string& location, const std::string& path) {
   if (trimmed.empty() || trimmed == ".") Fail("EXTERNAL_PATH_INVALID", path, "location '" + location + "' names no file");
 }
 
-std::string RealPath(const std::string& path) {
-  char resolved[PATH_MAX];
-  return ::realpath(path.c_str(), resolved) ? std::string(resolved) : std::string();
+// A descriptor closed when it goes out of scope.
+class Descriptor {
+ public:
+  explicit Descriptor(int fd) : fd_(fd) {}
+  ~Descriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_;
+};
+
+// Why opening `name` in `directory` failed: a symbolic link (refused wherever it points) or another reason.
+[[noreturn]] void FailOpen(int directory, const std::string& name, int error, const Extent& extent,
+                           const std::string& path) {
+  struct stat info;
+  const bool link = error == ELOOP || (::fstatat(directory, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0 &&
+                                       S_ISLNK(info.st_mode));
+  if (link) {
+    Fail("EXTERNAL_PATH_INVALID", path,
+         "'" + extent.location + "' passes through the symbolic link '" + name +
+             "'; links are not followed out of (or within) the model directory");
+  }
+  if (error == ENOENT) Fail("EXTERNAL_FILE_INVALID", path, "backing file '" + extent.location + "' does not exist");
+  Fail("EXTERNAL_FILE_INVALID", path,
+       "backing file '" + extent.location + "' cannot be opened inside the model directory: " + std::strerror(error));
 }
 
-// The backing file's resolved path after the containment and extent checks.
-std::string ResolveFile(const Extent& extent, const std::string& base_dir, const std::string& path) {
+// The backing file, opened race-free inside base_dir: every component of the location is opened relative
+// to the directory opened before it with O_NOFOLLOW (O_DIRECTORY for all but the last; O_NONBLOCK for the
+// last, so a planted FIFO cannot block), then the descriptor itself is checked (a regular file whose size
+// covers the extent). The bytes are reached only through the returned descriptor; nothing is reopened by
+// name, so swapping a component for a symbolic link at any moment cannot lead outside the directory.
+Descriptor OpenBackingFile(const Extent& extent, const std::string& base_dir, const std::string& path) {
   if (base_dir.empty()) Fail("EXTERNAL_FILE_INVALID", path, "an external payload needs a base directory");
-  std::string base = RealPath(base_dir);
-  if (base.empty()) Fail("EXTERNAL_FILE_INVALID", path, "the model directory cannot be resolved");
-  std::string relative = extent.location;
-  for (char& c : relative) {
-    if (c == '\\') c = '/';
+  std::vector<std::string> parts;
+  std::string part;
+  for (char c : extent.location + "/") {
+    if (c == '/' || c == '\\') {
+      if (part == "..") Fail("EXTERNAL_PATH_INVALID", path, "location '" + extent.location + "' escapes the model directory");
+      if (!part.empty() && part != ".") parts.push_back(part);
+      part.clear();
+    } else {
+      part += c;
+    }
   }
-  std::string target = RealPath(base + "/" + relative);
-  if (target.empty()) Fail("EXTERNAL_FILE_INVALID", path, "backing file '" + extent.location + "' does not exist");
-  if (target != base && target.compare(0, base.size() + 1, base + "/") != 0) {
-    Fail("EXTERNAL_PATH_INVALID", path, "'" + extent.location + "' resolves outside the model directory");
+  if (parts.empty()) Fail("EXTERNAL_PATH_INVALID", path, "location '" + extent.location + "' names no file");
+  Descriptor current(::open(base_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (current.get() < 0) Fail("EXTERNAL_FILE_INVALID", path, "the model directory cannot be opened");
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    int next = ::openat(current.get(), parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0) FailOpen(current.get(), parts[i], errno, extent, path);
+    current.reset(next);
   }
+  Descriptor file(::openat(current.get(), parts.back().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (file.get() < 0) FailOpen(current.get(), parts.back(), errno, extent, path);
   struct stat info;
-  if (::stat(target.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+  if (::fstat(file.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
     Fail("EXTERNAL_FILE_INVALID", path, "backing file '" + extent.location + "' is not a regular file");
   }
   if (static_cast<std::uint64_t>(info.st_size) < extent.offset + extent.length) {
@@ -83,7 +133,7 @@ std::string ResolveFile(const Extent& extent, const std::string& base_dir, const
          "backing file has " + std::to_string(info.st_size) + " bytes; the extent ends at " +
              std::to_string(extent.offset + extent.length));
   }
-  return target;
+  return Descriptor(file.release());
 }
 
 }  // namespace
@@ -135,7 +185,7 @@ Extent PayloadExtent(const onnx::EncodedValueProto& value, const std::string& pa
 }
 
 void CheckFile(const Extent& extent, const std::string& base_dir, const std::string& path) {
-  if (extent.external && !base_dir.empty()) ResolveFile(extent, base_dir, path);
+  if (extent.external && !base_dir.empty()) OpenBackingFile(extent, base_dir, path);
 }
 
 Payload OpenPayload(const onnx::EncodedValueProto& value, const Extent& extent, const std::string& base_dir,
@@ -147,15 +197,13 @@ Payload OpenPayload(const onnx::EncodedValueProto& value, const Extent& extent, 
     payload.owner = std::move(message_owner);
     return payload;
   }
-  std::string file = ResolveFile(extent, base_dir, path);
+  Descriptor file = OpenBackingFile(extent, base_dir, path);
   if (extent.length == 0) return payload;
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) Fail("EXTERNAL_FILE_INVALID", path, "backing file '" + extent.location + "' cannot be opened");
   const auto page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
   const std::uint64_t start = extent.offset - extent.offset % page;
   const std::uint64_t span = extent.offset + extent.length - start;
-  void* mapped = ::mmap(nullptr, span, PROT_READ, MAP_PRIVATE, fd, static_cast<off_t>(start));
-  ::close(fd);
+  // Mapped from the checked descriptor: the file the checks saw is the file read.
+  void* mapped = ::mmap(nullptr, span, PROT_READ, MAP_PRIVATE, file.get(), static_cast<off_t>(start));
   if (mapped == MAP_FAILED) Fail("EXTERNAL_FILE_INVALID", path, "backing file '" + extent.location + "' cannot be mapped");
   // The mapping is the bytes' owner: it is released when the last view of the payload goes.
   payload.owner = std::shared_ptr<const void>(mapped, [span](const void* address) {

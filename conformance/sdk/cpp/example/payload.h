@@ -1,6 +1,9 @@
 // Payloads of encoded values: inline raw_data or an external file extent, validated from the message
 // alone (keys, decimal numbers, path safety, overflow) before any file is touched; the bytes are then
-// reached through a read-only mapping that stays alive as long as the payload's owner.
+// reached through a read-only mapping that stays alive as long as the payload's owner. The backing file
+// is opened one component at a time with O_NOFOLLOW and checked and mapped through that one descriptor,
+// as the oracle's reference_impl/payload.py does, so a path swapped for a symbolic link mid-call cannot
+// lead outside the model directory.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +24,9 @@ struct Extent {
 // The payload's byte extent, after the payload fields' rules (PAYLOAD_*, EXTERNAL_*).
 Extent PayloadExtent(const onnx::EncodedValueProto& value, const std::string& path);
 
-// For an external extent: the backing file exists inside base_dir and covers offset + length
-// (nothing is read). Skipped when base_dir is empty (no directory to resolve against).
+// For an external extent: the backing file is a regular file inside base_dir, reached without passing
+// through a symbolic link, and covers offset + length (nothing is read). Skipped when base_dir is empty
+// (no directory to resolve against).
 void CheckFile(const Extent& extent, const std::string& base_dir, const std::string& path);
 
 struct Payload {
