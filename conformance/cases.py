@@ -196,7 +196,13 @@ def _make_case(entry: dict, templates: dict, directory: pathlib.Path, source: st
     text = None
     variables = entry.get("vars", {})
     if "model" in entry:
-        text = substitute((directory / entry["model"]).read_text(), variables)
+        problem = case_files.key_problem(entry["model"])
+        if problem:
+            raise SuiteError(f"{where}: model path {problem}")
+        try:
+            text = substitute((directory / entry["model"]).read_text(), variables)
+        except (OSError, UnicodeDecodeError) as error:
+            raise SuiteError(f"{where}: model {entry['model']!r} cannot be read ({error})") from None
     elif "model_text" in entry:
         text = expand_template(entry["model_text"], variables, templates, where)
     elif "template" in entry:
@@ -269,6 +275,10 @@ def _materialize(case: Case):
     return data, files, extras
 
 
+#: The largest file a ``{size = n, fill = b}`` spec may ask for (a corpus may come from anyone).
+MAX_FILL_BYTES = 1 << 30
+
+
 def file_bytes(spec: Any, case_id: str = "") -> bytes:
     """Bytes of an external payload file: ``{hex = "..."}``, ``{size = n, fill = b}`` or concatenations
     ``{parts = [...]}``."""
@@ -276,7 +286,11 @@ def file_bytes(spec: Any, case_id: str = "") -> bytes:
         if "hex" in spec:
             return bytes.fromhex(spec["hex"].replace(" ", ""))
         if "size" in spec:
-            return bytes([spec.get("fill", 0)]) * spec["size"]
+            size, fill = spec["size"], spec.get("fill", 0)
+            if not (isinstance(size, int) and 0 <= size <= MAX_FILL_BYTES and isinstance(fill, int)
+                    and 0 <= fill <= 255):
+                raise SuiteError(f"{case_id}: a filled file needs 0 <= size <= {MAX_FILL_BYTES} and a byte fill")
+            return bytes([fill]) * size
         if "parts" in spec:
             return b"".join(file_bytes(part, case_id) for part in spec["parts"])
     raise SuiteError(f"{case_id}: cannot read file spec {spec!r}")

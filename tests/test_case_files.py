@@ -86,3 +86,25 @@ def test_writing_never_follows_a_symbolic_link_in_the_working_directory(tmp_path
         case.write_files(work)
     assert "Recommended.External.Files.Key" in str(error.value)
     assert sorted(p.name for p in outside.iterdir()) == ["w.bin"] and (outside / "w.bin").read_bytes() == b"kept"
+
+
+@pytest.mark.parametrize("model", ['"/etc/hostname"', '"../outside.txtpb"', '"sub/../../outside.txtpb"'])
+def test_a_model_path_leaving_the_corpus_is_a_one_line_suite_error(tmp_path, model):
+    corpus = tmp_path / "corpus"
+    (corpus / "cases").mkdir(parents=True)
+    (tmp_path / "outside.txtpb").write_text("ir_version: 10\n")
+    entry = CASE.split("model_text")[0] + f"model = {model}\n" + 'expect = { accepted = true }\n'
+    (corpus / "cases" / "model.toml").write_text(entry.replace("{{", "{").replace("}}", "}"))
+    with pytest.raises(SuiteError) as error:
+        load_cases(str(corpus))
+    assert "model path" in str(error.value) and "Recommended.External.Files.Key" in str(error.value)
+
+
+def test_a_filled_file_larger_than_the_cap_is_refused_before_allocating(tmp_path):
+    corpus = _corpus(tmp_path, '"w2.bin"')
+    manifest = corpus / "cases" / "files.toml"
+    manifest.write_text(manifest.read_text().replace('"w2.bin" = { hex = "02 04 FC 00" }',
+                                                     '"w2.bin" = { size = 1099511627776 }'))
+    (case,) = load_cases(str(corpus))
+    with pytest.raises(SuiteError, match="size <= "):
+        case.build()
