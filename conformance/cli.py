@@ -118,8 +118,10 @@ def _parser() -> argparse.ArgumentParser:
                                                                         "PREFIX.pub.pem (public); never overwrites")
 
     from conformance.audit.cli import add_parsers
+    from conformance.dashboard.cli import add_parser as add_dashboard
 
     add_parsers(sub)
+    add_dashboard(sub)
     return parser
 
 
@@ -133,11 +135,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in (None, "run"):
             return cmd_run(args, argv)
         from conformance.audit.cli import cmd_audit, cmd_spec_coverage
+        from conformance.dashboard.cli import cmd_dashboard
 
         return {"list": cmd_list, "show": cmd_show, "explain": cmd_explain, "clauses": cmd_clauses,
                 "verify-bundle": cmd_verify_bundle, "new-adapter": cmd_new_adapter, "merge": cmd_merge,
                 "sign": cmd_sign, "keygen": cmd_keygen,
-                "audit": cmd_audit, "spec-coverage": cmd_spec_coverage}[args.command](args)
+                "audit": cmd_audit, "spec-coverage": cmd_spec_coverage,
+                "dashboard": cmd_dashboard}[args.command](args)
     except (SuiteError, BundleError) as error:
         print(f"conformance: {clip(str(error), MESSAGE_WIDTH)}", file=sys.stderr)
         return 2
