@@ -20,6 +20,7 @@ from typing import Any
 from conformance import protocol as P
 from conformance.adapters.base import NotSupported, Rejected, SuiteError
 from conformance.hold import Hold
+from conformance.protocol_schema import HOLD_FEATURE
 
 
 class TesteeFailure(Exception):
@@ -72,6 +73,7 @@ class TesteeAdapter:
         self.name = hello.name or command
         self.version = hello.version
         self.protocol_version = hello.protocol_version
+        self.features = set(hello.features) if hello.has_features else None  # None: all of protocol_version
         self._profiles = set(hello.profiles)
         self._operators = {r.role: (r.domain, r.op_type) for r in hello.operators}
 
@@ -193,7 +195,9 @@ class TesteeAdapter:
 
     @property
     def supports_hold(self) -> bool:
-        """Held runs (Run.hold and the Hold request) exist from protocol version 4."""
+        """Held runs (Run.hold and the Hold request): a listed feature, else from protocol version 4."""
+        if self.features is not None:
+            return HOLD_FEATURE in self.features
         return self.protocol_version >= 4
 
     def operators(self) -> dict[str, tuple[str, str]]:
@@ -267,7 +271,7 @@ class TesteeState:
         releases ``hold``, releases the remote run (requesting its cancellation first if asked)."""
         self._check()
         if not self.adapter.supports_hold:
-            raise NotSupported("the testee speaks a protocol version without held runs (4)")
+            raise NotSupported("the testee does not hold runs (no \"hold\" feature, or protocol version < 4)")
         body = P.MESSAGES["Run"](state=self.state_id, hold=True)
         P.named_to_proto(feeds, body.feeds)
         posted = self.adapter._post(self.adapter._request("run", body))  # before any Hold request
