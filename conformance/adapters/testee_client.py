@@ -15,6 +15,7 @@ import os
 import shlex
 import subprocess
 import threading
+import weakref
 from typing import Any
 
 from conformance import protocol as P
@@ -60,6 +61,7 @@ class TesteeAdapter:
         self._next_id = 1
         self._generation = 0
         self._broken = ""  # why the reader last stopped
+        self._states: weakref.WeakSet = weakref.WeakSet()  # every state, to name the buffers values came from
         try:
             response = self._call("hello", None)
             if response.WhichOneof("result") != "hello":
@@ -204,6 +206,16 @@ class TesteeAdapter:
         """The operator roles the testee bound in its hello (docs/testee-protocol.md)."""
         return dict(self._operators)
 
+    def reported_id(self, value: Any) -> int | None:
+        """The buffer id the testee reported for this very object (an output, a retained value, or a value
+        it received) in a state of the running process; sent with the value when the runner hands it back,
+        so the testee can give its runtime the buffer itself, as an in-process caller does."""
+        for state in list(self._states):
+            found = state.ids.get(id(value)) if state.generation == self._generation else None
+            if found is not None:
+                return found
+        return None
+
     def verify(self, model_bytes: bytes, base_dir: str | None) -> None:
         self._call("verify", P.MESSAGES["Verify"](model=model_bytes, base_dir=base_dir or ""))
 
@@ -235,10 +247,12 @@ class TesteeAdapter:
 
     def open_state(self, model_bytes: bytes, initial: dict, base_dir: str | None = None):
         body = P.MESSAGES["OpenState"](model=model_bytes, base_dir=base_dir or "")
-        P.named_to_proto(initial, body.initial)
+        P.named_to_proto(initial, body.initial, self.reported_id)
         response = self._call("open_state", body)
         handle = TesteeState(self, response.state.state, self._generation)
         P.adopt_ids(initial, response.state.received, handle.ids)
+        handle._keep.append(initial)  # python ids stay unique while they are mapped
+        self._states.add(handle)
         return handle
 
 
@@ -259,7 +273,7 @@ class TesteeState:
     def run(self, feeds: dict, cancelled: bool = False) -> dict:
         self._check()
         body = P.MESSAGES["Run"](state=self.state_id, cancelled=cancelled)
-        P.named_to_proto(feeds, body.feeds)
+        P.named_to_proto(feeds, body.feeds, self.adapter.reported_id)
         response = self.adapter._call("run", body)
         P.adopt_ids(feeds, response.values.received, self.ids)
         outputs = P.named_from_proto(response.values.values, self.ids)
@@ -273,7 +287,7 @@ class TesteeState:
         if not self.adapter.supports_hold:
             raise NotSupported("the testee does not hold runs (no \"hold\" feature, or protocol version < 4)")
         body = P.MESSAGES["Run"](state=self.state_id, hold=True)
-        P.named_to_proto(feeds, body.feeds)
+        P.named_to_proto(feeds, body.feeds, self.adapter.reported_id)
         posted = self.adapter._post(self.adapter._request("run", body))  # before any Hold request
         bridge = threading.Thread(target=self._bridge, args=(hold,), daemon=True)
         bridge.start()
@@ -315,7 +329,7 @@ class TesteeState:
     def reset(self, initial: dict) -> None:
         self._check()
         body = P.MESSAGES["Reset"](state=self.state_id)
-        P.named_to_proto(initial, body.initial)
+        P.named_to_proto(initial, body.initial, self.adapter.reported_id)
         response = self.adapter._call("reset", body)
         P.adopt_ids(initial, response.state.received, self.ids)
         self._keep.append(initial)
