@@ -130,7 +130,7 @@ def to_proto(value: Any, out, buffer_id=default_buffer_id, with_data: bool = Tru
         out.encoded.header = value.header.SerializeToString()
         if with_data:
             out.encoded.payload = np.ascontiguousarray(value.payload).tobytes()
-        out.encoded.buffer_id = buffer_id(value) or 0
+        _set_buffer_id(out.encoded, buffer_id(value))
         out.encoded.read_only = not value.payload.flags.writeable
     elif isinstance(value, dict):
         out.struct.SetInParent()
@@ -169,9 +169,20 @@ def to_proto(value: Any, out, buffer_id=default_buffer_id, with_data: bool = Tru
                     tensor.data = span.tobytes()
             elif with_data:
                 tensor.data = np.ascontiguousarray(array).tobytes()
-        tensor.buffer_id = buffer_id(value) or 0
+        _set_buffer_id(tensor, buffer_id(value))
         tensor.read_only = bool(isinstance(value, np.ndarray) and not value.flags.writeable)
         tensor.ownerless = is_ownerless(value)
+
+
+def _set_buffer_id(message, found: int | None) -> None:
+    """A Tensor's or Encoded's buffer id; None (no identity) leaves it absent, 0 is an id like any other."""
+    message.buffer_id = found or 0
+    message.has_buffer_id = found is not None
+
+
+def reported_id(message) -> int | None:
+    """The buffer id a Tensor or Encoded reports, or None; a sender without has_buffer_id reports 0 as none."""
+    return message.buffer_id if message.has_buffer_id or message.buffer_id else None
 
 
 def _span(array: np.ndarray):
@@ -208,7 +219,7 @@ def from_proto(value, ids: dict[int, int] | None = None) -> Any:
                 array = borrow(array)
             elif not tensor.read_only:
                 array = array.copy()
-        if ids is not None and tensor.buffer_id:
+        if ids is not None and reported_id(tensor) is not None:
             ids[id(array)] = tensor.buffer_id
         return array
     if kind == "struct":
@@ -223,7 +234,7 @@ def from_proto(value, ids: dict[int, int] | None = None) -> Any:
         header.ParseFromString(value.encoded.header)
         payload = np.frombuffer(value.encoded.payload, dtype=np.uint8)
         result = Encoded(header, payload if value.encoded.read_only else payload.copy())
-        if ids is not None and value.encoded.buffer_id:
+        if ids is not None and reported_id(value.encoded) is not None:
             ids[id(result)] = value.encoded.buffer_id
         return result
     return None
@@ -244,9 +255,9 @@ def adopt_ids(values: dict[str, Any], received, ids: dict[int, int]) -> None:
 
 def _adopt(value: Any, proto, ids: dict[int, int]) -> None:
     kind = proto.WhichOneof("kind")
-    if kind == "tensor" and proto.tensor.buffer_id:
+    if kind == "tensor" and reported_id(proto.tensor) is not None:
         ids[id(value)] = proto.tensor.buffer_id
-    elif kind == "encoded" and proto.encoded.buffer_id:
+    elif kind == "encoded" and reported_id(proto.encoded) is not None:
         ids[id(value)] = proto.encoded.buffer_id
     elif kind == "struct" and isinstance(value, dict):
         fields = {decode_name(f.name): f.value for f in proto.struct.fields}

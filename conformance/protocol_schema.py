@@ -60,6 +60,12 @@ SCALARS = ("string", "bytes", "int64", "uint64", "uint32", "bool")
 #: testee (an older one ignores the unknown field).
 BASE_DIR_NOTE = "protocol 5: directory holding the model's external payload files"
 
+#: HelloResult.features: the testee holds runs at a Hold node (Run.hold and the Hold request).
+HOLD_FEATURE = "hold"
+#: Tensor and Encoded: whether buffer_id is reported, so an id of 0 is an id and not "unknown".
+BUFFER_ID_PRESENCE = ("buffer_id is reported, 0 included. Without it a buffer_id of 0 means unknown (as from a "
+                      "testee written before this field).")
+
 SCHEMA: list[Message] = [
     Message("Tensor", doc=(
              "A dense tensor. dtype is a NumPy dtype name (\"float32\", \"int64\", \"bool\", \"bfloat16\", ...); "
@@ -84,6 +90,7 @@ SCHEMA: list[Message] = [
                  "The caller lends this buffer for the one call only, like a raw pointer without an owner the "
                "runtime could keep: it must never become a returned output or retained state (and is never "
                "repaired by a copy). The testee passes it to its runtime in that form.")),
+        Field("has_buffer_id", 10, "bool", doc=BUFFER_ID_PRESENCE),
     ]),
     Message("StructField", fields=[
         Field("name", 1, "bytes"),
@@ -106,6 +113,7 @@ SCHEMA: list[Message] = [
         Field("payload", 2, "bytes"),
         Field("buffer_id", 3, "uint64"),
         Field("read_only", 4, "bool", doc="True when the runtime hands this payload out read-only."),
+        Field("has_buffer_id", 5, "bool", doc=BUFFER_ID_PRESENCE),
     ]),
     Message("Value", fields=[
         Field("tensor", 1, "Tensor", oneof="kind"),
@@ -222,6 +230,12 @@ SCHEMA: list[Message] = [
               note=("5 (4: RoundTrip, Export and Rewrite without base_dir; 3: no Run.hold; 2: string names, "
                     "no causes or counters; 1: no Run.cancelled)")),
         Field("operators", 5, "OperatorRole*", note="protocol 3"),
+        Field("features", 6, "string*", doc=(
+                 f"The optional features the testee implements, read when has_features is set: \"{HOLD_FEATURE}\" "
+               "(Run.hold and the Hold request). A testee without has_features has every feature of its "
+               "protocol_version. What a state may or may not do (cancellation, counters) is answered per "
+               "request with NotSupported instead.")),
+        Field("has_features", 7, "bool"),
     ]),
     Message("Ok"),
     Message("ValueResult", fields=[

@@ -4,7 +4,9 @@ the runtime's counters travel in structured fields."""
 
 from __future__ import annotations
 
+import gc
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -103,11 +105,16 @@ def test_the_server_keeps_every_reported_buffer_until_close(testee):
 
     server = Server(ReferenceAdapter(), out_stream=None)
     values = [np.zeros(4, np.float32) for _ in range(3)]
-    server.keep(1, *values)
-    assert server.reported[1] == values
+    identify = server.buffer_id(1, None)  # a handle without buffer_id: data addresses
+    assert [identify(value) for value in values] == [value.ctypes.data for value in values]
+    alive = [weakref.ref(value) for value in values]
+    del values
+    gc.collect()
+    assert all(ref() is not None for ref in alive)  # reported: held, so no address is reused
     server.states[1] = type("Handle", (), {"close": lambda self: None})()
-    server.op_close(type("Body", (), {"state": 1})(), protocol.Response())
-    assert 1 not in server.reported
+    server.op_close(protocol.MESSAGES["Close"](state=1), protocol.Response())
+    gc.collect()
+    assert all(ref() is None for ref in alive)
 
 
 class NamedCause(ReferenceAdapter):

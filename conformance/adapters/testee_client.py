@@ -15,11 +15,13 @@ import os
 import shlex
 import subprocess
 import threading
+import weakref
 from typing import Any
 
 from conformance import protocol as P
 from conformance.adapters.base import NotSupported, Rejected, SuiteError
 from conformance.hold import Hold
+from conformance.protocol_schema import HOLD_FEATURE
 
 
 class TesteeFailure(Exception):
@@ -59,6 +61,7 @@ class TesteeAdapter:
         self._next_id = 1
         self._generation = 0
         self._broken = ""  # why the reader last stopped
+        self._states: weakref.WeakSet = weakref.WeakSet()  # every state, to name the buffers values came from
         try:
             response = self._call("hello", None)
             if response.WhichOneof("result") != "hello":
@@ -72,6 +75,7 @@ class TesteeAdapter:
         self.name = hello.name or command
         self.version = hello.version
         self.protocol_version = hello.protocol_version
+        self.features = set(hello.features) if hello.has_features else None  # None: all of protocol_version
         self._profiles = set(hello.profiles)
         self._operators = {r.role: (r.domain, r.op_type) for r in hello.operators}
 
@@ -193,12 +197,24 @@ class TesteeAdapter:
 
     @property
     def supports_hold(self) -> bool:
-        """Held runs (Run.hold and the Hold request) exist from protocol version 4."""
+        """Held runs (Run.hold and the Hold request): a listed feature, else from protocol version 4."""
+        if self.features is not None:
+            return HOLD_FEATURE in self.features
         return self.protocol_version >= 4
 
     def operators(self) -> dict[str, tuple[str, str]]:
         """The operator roles the testee bound in its hello (docs/testee-protocol.md)."""
         return dict(self._operators)
+
+    def reported_id(self, value: Any) -> int | None:
+        """The buffer id the testee reported for this very object (an output, a retained value, or a value
+        it received) in a state of the running process; sent with the value when the runner hands it back,
+        so the testee can give its runtime the buffer itself, as an in-process caller does."""
+        for state in list(self._states):
+            found = state.ids.get(id(value)) if state.generation == self._generation else None
+            if found is not None:
+                return found
+        return None
 
     def verify(self, model_bytes: bytes, base_dir: str | None) -> None:
         self._call("verify", P.MESSAGES["Verify"](model=model_bytes, base_dir=base_dir or ""))
@@ -231,10 +247,12 @@ class TesteeAdapter:
 
     def open_state(self, model_bytes: bytes, initial: dict, base_dir: str | None = None):
         body = P.MESSAGES["OpenState"](model=model_bytes, base_dir=base_dir or "")
-        P.named_to_proto(initial, body.initial)
+        P.named_to_proto(initial, body.initial, self.reported_id)
         response = self._call("open_state", body)
         handle = TesteeState(self, response.state.state, self._generation)
         P.adopt_ids(initial, response.state.received, handle.ids)
+        handle._keep.append(initial)  # python ids stay unique while they are mapped
+        self._states.add(handle)
         return handle
 
 
@@ -255,7 +273,7 @@ class TesteeState:
     def run(self, feeds: dict, cancelled: bool = False) -> dict:
         self._check()
         body = P.MESSAGES["Run"](state=self.state_id, cancelled=cancelled)
-        P.named_to_proto(feeds, body.feeds)
+        P.named_to_proto(feeds, body.feeds, self.adapter.reported_id)
         response = self.adapter._call("run", body)
         P.adopt_ids(feeds, response.values.received, self.ids)
         outputs = P.named_from_proto(response.values.values, self.ids)
@@ -267,9 +285,9 @@ class TesteeState:
         releases ``hold``, releases the remote run (requesting its cancellation first if asked)."""
         self._check()
         if not self.adapter.supports_hold:
-            raise NotSupported("the testee speaks a protocol version without held runs (4)")
+            raise NotSupported("the testee does not hold runs (no \"hold\" feature, or protocol version < 4)")
         body = P.MESSAGES["Run"](state=self.state_id, hold=True)
-        P.named_to_proto(feeds, body.feeds)
+        P.named_to_proto(feeds, body.feeds, self.adapter.reported_id)
         posted = self.adapter._post(self.adapter._request("run", body))  # before any Hold request
         bridge = threading.Thread(target=self._bridge, args=(hold,), daemon=True)
         bridge.start()
@@ -311,7 +329,7 @@ class TesteeState:
     def reset(self, initial: dict) -> None:
         self._check()
         body = P.MESSAGES["Reset"](state=self.state_id)
-        P.named_to_proto(initial, body.initial)
+        P.named_to_proto(initial, body.initial, self.adapter.reported_id)
         response = self.adapter._call("reset", body)
         P.adopt_ids(initial, response.state.received, self.ids)
         self._keep.append(initial)
