@@ -69,7 +69,7 @@ ALLOWED = [Toy(cls) for cls in (
     kv.StrictOwnership, kv.TightGrowth, kv.RewritesOpenBlock, kv.LongTiles, kv.CompletesCancelledRuns,
     kv.ConvertsCallerBlocks, kv.RoleWithoutExtensions, kv.OtherCheckOrder, kv.ValidatesCachesAtOpen,
     repr_toys.ChecksLoopArity, repr_toys.PinsNestedCodecsAsMismatch,
-    state_toys.BlockDecoderCheckedOutputs, state_toys.ChecksPlainOnnx,
+    state_toys.BlockDecoderCheckedOutputs, state_toys.ChecksPlainOnnx, state_toys.RefusesMisplacedCategories,
     wire_toys.InvokesDeclaredDecoder, wire_toys.RefusesEncodedTensorOutputs, wire_toys.DiscardsValueInfo,
     wire_toys.ExplicitDefaultsWriter, repr_toys.PinsNestedCodecs)]
 

@@ -1,6 +1,7 @@
-"""Soundness of the Required cases of zero_copy_more, second_state, state_more and kv_more: toy runtimes that
-each take one choice the spec's words leave open (and the reference does not take) pass them, while the
-forbidden behaviour next to it is still caught. In the style of tests/test_conformance_alternatives.py."""
+"""Soundness of the Required state cases (zero_copy_more, second_state, state_more, kv_more and the kind-less
+string cases of mut_exec): toy runtimes that each take one choice the spec's words
+leave open (and the reference does not take) pass them, while the forbidden behaviour next to it is still
+caught. In the style of tests/test_conformance_alternatives.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from conformance.hold import HOLD_DOMAIN, HOLD_OP
 from reference_impl import schema
 from reference_impl.decode import decode_value
 from reference_impl.executor import Executor
+from reference_impl.structs import struct_kind
 from reference_impl.values import EncodedValue, check_value
 
 CASES = load_cases()
@@ -134,3 +136,114 @@ def test_a_runtime_running_onnx_checker_on_plain_models_passes_the_state_cases()
     for case_id in ("Required.Bindings.Nested.MapKeyInt32ForInt64",
                     "Required.Bindings.Nested.SequenceOfMapsKeyInt64ForInt32"):
         _fails(MapKeyTypesNotCompared(), case_id)
+
+
+# ------------------------------------------------------------- kind-less categories outside elements
+def _misplaced_category(value_type, element: bool) -> bool:
+    """Whether a TypeProto holds a kind-less struct anywhere but as a sequence element or map value."""
+    kind = value_type.WhichOneof("value")
+    if kind == "struct_type":
+        declared = value_type.struct_type
+        return not element if struct_kind(declared) is None else _misplaced_in_declaration(declared)
+    if kind == "sequence_type":
+        return _misplaced_category(value_type.sequence_type.elem_type, True)
+    if kind == "map_type":
+        return _misplaced_category(value_type.map_type.value_type, True)
+    if kind == "optional_type":
+        return _misplaced_category(value_type.optional_type.elem_type, False)
+    return False
+
+
+def _misplaced_in_declaration(declared) -> bool:
+    kind = struct_kind(declared)
+    if kind == "structure":
+        return any(_misplaced_category(field.type, False) for field in declared.structure.field
+                   if field.HasField("type"))
+    return kind == "array" and _misplaced_category(declared.array.element_type, False)
+
+
+class RefusesMisplacedCategories(ReferenceAdapter):
+    """Takes "An unset-kind StructTypeProto is an unconstrained category, permitted only inside TypeProto for
+    heterogeneous sequence/map elements" literally: a kind-less struct_type {} as a graph input, output or
+    value_info type, a field or array element type, an optional's element or a logical_type is refused with
+    KINDLESS_MISPLACED when the model is loaded (verified, decoded, read or opened as a state)."""
+
+    @staticmethod
+    def _check(model_bytes: bytes) -> None:
+        model = schema.parse_model(model_bytes)
+        graph = model.graph
+        types = [(value.type, value.name) for value in (*graph.input, *graph.output, *graph.value_info)]
+        types += [(value.logical_type, value.name) for value in graph.encoded_initializer
+                  if value.HasField("logical_type")]
+        declarations = [*model.struct_types, *(value.struct_type for value in graph.encoded_initializer
+                                               if value.WhichOneof("layout") == "struct_type")]
+        for value_type, name in types:
+            if _misplaced_category(value_type, False):
+                raise Rejected("KINDLESS_MISPLACED", f"{name!r}: a kind-less struct is only a sequence/map element")
+        if any(_misplaced_in_declaration(declared) for declared in declarations):
+            raise Rejected("KINDLESS_MISPLACED", "a declaration holds a kind-less struct outside an element")
+
+    def verify(self, model_bytes, base_dir):
+        self._check(model_bytes)
+        return super().verify(model_bytes, base_dir)
+
+    def decode(self, model_bytes, value_name, base_dir):
+        self._check(model_bytes)
+        return super().decode(model_bytes, value_name, base_dir)
+
+    def read_fields(self, model_bytes, value_name, base_dir):
+        self._check(model_bytes)
+        return super().read_fields(model_bytes, value_name, base_dir)
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        self._check(model_bytes)
+        return super().open_state(model_bytes, initial, base_dir)
+
+
+KINDLESS_STRINGS = "Required.MutExec.KindlessStrings"
+
+
+@pytest.mark.clause("CAT-KINDLESS", "BIND-NO-STRINGS")
+def test_refusing_kindless_categories_outside_elements_passes_the_kindless_string_cases():
+    _passes(RefusesMisplacedCategories(), KINDLESS_STRINGS, "Required.Catalogue", "Required.CatalogueMore",
+            "Required.Affine.Logical", "Required.Bindings", "Required.Declarations")
+    # while a runtime retaining an encoded value whose logical type is STRING is still caught by each case
+    from conformance.audit.faults_mut_exec import EncodedStringLogicalRetained
+
+    chosen = [case.id for case in select(CASES, [KINDLESS_STRINGS])]
+    assert len(chosen) == 4
+    for case_id in chosen:
+        _fails(EncodedStringLogicalRetained(), case_id)
+
+
+_BARE = '''
+ir_version: 13
+opset_import { domain: "" version: 23 }
+graph {
+  name: "g"
+  node { op_type: "Identity" input: "s" output: "s_next" }
+  input { name: "s" type { $type } }
+  output { name: "s_next" type { $type } }
+  persistent_bindings { input_name: "s" output_name: "s_next" }
+}
+'''
+
+
+@pytest.mark.clause("CAT-KINDLESS")
+@pytest.mark.parametrize(("value_type", "refused"), [
+    ("struct_type { }", True),
+    ("optional_type { elem_type { struct_type { } } }", True),
+    ("sequence_type { elem_type { struct_type { } } }", False),
+    ("sequence_type { elem_type { sequence_type { elem_type { struct_type { } } } } }", False),
+    ("optional_type { elem_type { map_type { key_type: 7 value_type { struct_type { } } } } }", False),
+])
+def test_the_toy_refuses_the_category_only_outside_elements(value_type, refused):
+    from google.protobuf import text_format
+
+    model = text_format.Parse(_BARE.replace("$type", value_type), schema.ModelProto())
+    if refused:
+        with pytest.raises(Rejected) as raised:
+            RefusesMisplacedCategories._check(model.SerializeToString())
+        assert raised.value.code == "KINDLESS_MISPLACED"
+    else:
+        RefusesMisplacedCategories._check(model.SerializeToString())
