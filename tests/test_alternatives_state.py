@@ -1,9 +1,11 @@
-"""Soundness of the Required state cases (zero_copy_more, second_state, state_more, kv_more and the kind-less
-string cases of mut_exec): toy runtimes that each take one choice the spec's words
+"""Soundness of the Required state cases (zero_copy_more, second_state, state_more, kv_more, the kind-less
+string cases of mut_exec and state_independent): toy runtimes that each take one choice the spec's words
 leave open (and the reference does not take) pass them, while the forbidden behaviour next to it is still
 caught. In the style of tests/test_conformance_alternatives.py."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import onnx
@@ -16,6 +18,8 @@ from conformance.execute import FAILED, PASSED, run_case
 from conformance.hold import HOLD_DOMAIN, HOLD_OP
 from reference_impl import schema
 from reference_impl.decode import decode_value
+from reference_impl.errors import ErrorCode as E
+from reference_impl.errors import violation
 from reference_impl.executor import Executor
 from reference_impl.structs import struct_kind
 from reference_impl.values import EncodedValue, check_value
@@ -247,3 +251,74 @@ def test_the_toy_refuses_the_category_only_outside_elements(value_type, refused)
         assert raised.value.code == "KINDLESS_MISPLACED"
     else:
         RefusesMisplacedCategories._check(model.SerializeToString())
+
+
+# --------------------------------------------------------------------- runs of different states queued
+class _QueuedRuns(ReferenceState):
+    """A state of SerializesRunsAcrossStates: a call while this state is busy is refused with STATE_BUSY; a
+    run then waits for the runtime's one execution slot."""
+
+    def __init__(self, handle, slot: threading.Lock):
+        super().__init__(handle.state, handle.slot)
+        self.slot_lock = slot
+        self.busy = threading.Lock()
+
+    def _exclusive(self, call, *args, queued: bool):
+        if not self.busy.acquire(blocking=False):
+            raise violation(E.STATE_BUSY, "state", "a call is already active on this state")
+        try:
+            if not queued:
+                return call(*args)
+            with self.slot_lock:
+                return call(*args)
+        finally:
+            self.busy.release()
+
+    def run(self, feeds):
+        return self._exclusive(super().run, feeds, queued=True)
+
+    def run_cancelled(self, feeds):
+        return self._exclusive(super().run_cancelled, feeds, queued=True)
+
+    def run_held(self, feeds, hold):
+        return self._exclusive(super().run_held, feeds, hold, queued=True)
+
+    def reset(self, initial):
+        return self._exclusive(super().reset, initial, queued=False)
+
+    def close(self):
+        return self._exclusive(super().close, queued=False)
+
+
+class SerializesRunsAcrossStates(ReferenceAdapter):
+    """One execution slot for the whole runtime: a run of one state waits while a run of another state
+    executes (it is never refused); simultaneous calls on the same state are still refused (STATE_BUSY). The
+    spec rejects only those ("simultaneous calls on the same state are rejected") and leaves scheduling to
+    other work."""
+
+    def __init__(self):
+        super().__init__()
+        self.slot = threading.Lock()
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        return _QueuedRuns(super().open_state(model_bytes, initial, base_dir), self.slot)
+
+
+INDEPENDENT = ["Required.State.Independent.TwoStatesRunAtOnce", "Required.State.Independent.ThreeStatesTwoRounds"]
+
+
+@pytest.mark.clause("STATE-ISOLATION", "STATE-NO-CONCURRENCY")
+def test_queueing_runs_of_different_states_passes_the_independence_cases(monkeypatch):
+    from conformance import trace
+    from conformance.audit.faults_state import SharedStateAcrossRequests
+    from conformance.audit.faults_thin_state import CallGuardPerModel
+
+    monkeypatch.setattr(trace, "INDEPENDENT_TIMEOUT", 0.5)  # the queued run waits out the whole timeout
+    _passes(SerializesRunsAcrossStates(), "Required.State.Independent", "Required.State.Concurrency",
+            "Required.ZeroCopy.More.ResetOfOtherStateDuringRun", "Required.ZeroCopy.More.CloseOfOtherStateDuringRun")
+    _passes(ReferenceAdapter(), "Recommended.State.Independent.TwoStatesRunWithoutWaiting")
+    assert "waited" in _fails(SerializesRunsAcrossStates(), "Recommended.State.Independent.TwoStatesRunWithoutWaiting")
+    # while refusing a call on another state, and sharing one state between requests, are still caught
+    for case_id in INDEPENDENT:
+        assert "rejected" in _fails(CallGuardPerModel(), case_id)
+        _fails(SharedStateAcrossRequests(), case_id)
