@@ -70,7 +70,7 @@ ALLOWED = [Toy(cls) for cls in (
     kv.ConvertsCallerBlocks, kv.RoleWithoutExtensions, kv.OtherCheckOrder, kv.ValidatesCachesAtOpen,
     repr_toys.ChecksLoopArity, repr_toys.PinsNestedCodecsAsMismatch,
     state_toys.BlockDecoderCheckedOutputs, state_toys.ChecksPlainOnnx, state_toys.RefusesMisplacedCategories,
-    state_toys.SerializesRunsAcrossStates,
+    state_toys.SerializesRunsAcrossStates, state_toys.LeavesFeedTypesToKernels,
     wire_toys.InvokesDeclaredDecoder, wire_toys.RefusesEncodedTensorOutputs, wire_toys.DiscardsValueInfo,
     wire_toys.ExplicitDefaultsWriter, repr_toys.PinsNestedCodecs)]
 
@@ -114,6 +114,7 @@ NOT_RUNTIMES = {
     kv._Adapter: "a base of the KV toys", kv._StrictState: "StrictOwnership's state",
     state_toys._OutputsChecked: "BlockDecoderCheckedOutputs' executor",
     state_toys._QueuedRuns: "SerializesRunsAcrossStates' state",
+    state_toys._FeedsByName: "LeavesFeedTypesToKernels' executor",
 }
 
 #: the case operations each adapter method is called for (conformance/execute.py; a state trace may export

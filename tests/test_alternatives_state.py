@@ -322,3 +322,40 @@ def test_queueing_runs_of_different_states_passes_the_independence_cases(monkeyp
     for case_id in INDEPENDENT:
         assert "rejected" in _fails(CallGuardPerModel(), case_id)
         _fails(SharedStateAcrossRequests(), case_id)
+
+
+# ------------------------------------------------------------------------ feed types left to the kernels
+class _FeedsByName(Executor):
+    """Checks a call's feeds by name and presence only: their types and shapes are the kernels' business."""
+
+    def check_feeds(self, feeds, validated=None):
+        retained = validated or {}
+        for name in feeds:
+            if name not in self.input_specs and name not in retained:
+                raise violation(E.STATE_FEED_UNKNOWN, f"feeds[{name!r}]", f"{name!r} is not a graph input")
+        for name in self.required_inputs:
+            if name not in feeds and name not in retained:
+                raise violation(E.STATE_FEED_MISSING, f"feeds[{name!r}]", f"required input {name!r} has no feed")
+
+
+class LeavesFeedTypesToKernels(ReferenceAdapter):
+    """Never compares a fresh feed's type or shape to its graph input (the spec validates the selected values
+    before publication, not fresh feeds): a feed the kernels cannot take fails the run in execution, one they
+    take runs, and every value to retain is still validated before it is published."""
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        from reference_impl.state import make_state
+
+        slot = _HoldSlot()
+        kernels = {**self.executor_kernels(), (HOLD_DOMAIN, HOLD_OP): slot.kernel}
+        executor = _FeedsByName(schema.parse_model(model_bytes), base_dir=base_dir, kernels=kernels)
+        return ReferenceState(make_state(executor, {k: to_runtime(v) for k, v in initial.items()}), slot)
+
+
+@pytest.mark.clause("STATE-VALIDATE-METADATA", "STATE-ATOMIC")
+def test_leaving_feed_types_to_the_kernels_passes_the_feed_cases():
+    _passes(LeavesFeedTypesToKernels(), "Required.State.Feeds", "Required.State.Atomic", "Required.State.Publication")
+    # refusing a wrong feed before execution, where the kernels would take it into a valid state, is the
+    # suite's choice
+    refused_early = "Recommended.State.Feeds.WrongFeedShapeRefusedBeforeExecution"
+    assert "accepted" in _fails(LeavesFeedTypesToKernels(), refused_early)
