@@ -41,7 +41,9 @@ A ``second`` naming another ``state`` is a call on an independent state: it must
 ``outputs``, while the first run stays parked (it is given ``INDEPENDENT_TIMEOUT`` before the run is
 released, so load never decides the verdict; only a runtime that holds independent states back waits).
 With ``may_wait = true`` (a reset or close: "Reset or close cannot race with a call" may be kept with one
-guard per model) it may instead wait for the run, but must still succeed.
+guard per model; a run or a values() call: the spec rejects only simultaneous calls on the same state and
+leaves scheduling to other work) it may instead wait for the run, but must still succeed; the run is then
+released after ``SECOND_CALL_GRACE``, since no verdict depends on which way the call went.
 
 A ``counters`` step reads the runtime's own counters for the state (``counters()`` on the handle, see
 docs/testee-protocol.md for the names) and bounds them, or their growth ``since`` an earlier counters
@@ -348,9 +350,11 @@ class Trace:
             handle = _Classified(other, self.adapter)
         call_ = _Call(handle, op, *args, hold=hold)
         # A prompt answer comes back within the grace; a waiting call is released below. A call on another
-        # state must finish while this run stays parked, however loaded the machine: it gets the whole
-        # independent timeout before the run is released (only a runtime that holds it back ever waits).
-        call_.join(INDEPENDENT_TIMEOUT if "state" in second else SECOND_CALL_GRACE)
+        # state that must not wait has to finish while this run stays parked, however loaded the machine: it
+        # gets the whole independent timeout before the run is released (only a runtime that holds it back
+        # ever waits). One that may wait passes either way, so the grace is enough.
+        must_answer = "state" in second and not second.get("may_wait")
+        call_.join(INDEPENDENT_TIMEOUT if must_answer else SECOND_CALL_GRACE)
         return call_
 
     def _judge_second(self, index: int, step: dict, second: _Call) -> str:

@@ -69,7 +69,8 @@ ALLOWED = [Toy(cls) for cls in (
     kv.StrictOwnership, kv.TightGrowth, kv.RewritesOpenBlock, kv.LongTiles, kv.CompletesCancelledRuns,
     kv.ConvertsCallerBlocks, kv.RoleWithoutExtensions, kv.OtherCheckOrder, kv.ValidatesCachesAtOpen,
     repr_toys.ChecksLoopArity, repr_toys.PinsNestedCodecsAsMismatch,
-    state_toys.BlockDecoderCheckedOutputs, state_toys.ChecksPlainOnnx,
+    state_toys.BlockDecoderCheckedOutputs, state_toys.ChecksPlainOnnx, state_toys.RefusesMisplacedCategories,
+    state_toys.SerializesRunsAcrossStates, state_toys.LeavesFeedTypesToKernels,
     wire_toys.InvokesDeclaredDecoder, wire_toys.RefusesEncodedTensorOutputs, wire_toys.DiscardsValueInfo,
     wire_toys.ExplicitDefaultsWriter, repr_toys.PinsNestedCodecs)]
 
@@ -112,6 +113,8 @@ NOT_RUNTIMES = {
     alt.WithoutBaseDir: "a runner's view of an adapter (withholding base_dir), not a runtime",
     kv._Adapter: "a base of the KV toys", kv._StrictState: "StrictOwnership's state",
     state_toys._OutputsChecked: "BlockDecoderCheckedOutputs' executor",
+    state_toys._QueuedRuns: "SerializesRunsAcrossStates' state",
+    state_toys._FeedsByName: "LeavesFeedTypesToKernels' executor",
 }
 
 #: the case operations each adapter method is called for (conformance/execute.py; a state trace may export

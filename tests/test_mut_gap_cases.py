@@ -66,22 +66,24 @@ _FLOAT_1 = "logical_type { tensor_type { elem_type: 1 shape { dim { dim_value: 1
 @pytest.mark.clause("BIND-NO-STRINGS")
 @pytest.mark.parametrize(("logical", "code"), [("", None), (_FLOAT_1, None), (_STRING_1, "BINDING_STRING")])
 def test_only_the_string_logical_type_is_refused(logical, code):
-    """The same four layout-40 bytes open the kind-less binding without a logical type or as a FLOAT[1]
-    tensor; only the STRING[1] logical type is refused, with BINDING_STRING, and the fault accepts all three."""
+    """The same four layout-40 bytes, two sequence levels deep, open the kind-less binding without a logical type
+    or as a FLOAT[1] tensor; only the STRING[1] logical type is refused, with BINDING_STRING, and the fault
+    accepts all three."""
     from conformance.adapters.reference import ReferenceAdapter
     from conformance.audit.faults_mut_exec import EncodedStringLogicalRetained
     from conformance.values import build
     from reference_impl import ContractError
 
     case = next(case for case in load_cases() if case.id == _EXEC + "InitialEncodedStringRefused")
-    initial = {"s": build({"encoded": f'struct_type {{ type_ref: 40 }} {logical}raw_data: "\\x01\\x02\\x03\\x04"'})}
+    encoded = build({"encoded": f'struct_type {{ type_ref: 40 }} {logical}raw_data: "\\x01\\x02\\x03\\x04"'})
+    initial = {"s": [[encoded]]}
     if code is None:
         ReferenceAdapter().open_state(case.model_bytes(), initial).close()
     else:
         with pytest.raises(ContractError) as raised:
             ReferenceAdapter().open_state(case.model_bytes(), initial)
         assert raised.value.code.value == code
-        assert raised.value.path == "initial['s'].logical_type"
+        assert raised.value.path == "initial['s'][0][0].logical_type"
     EncodedStringLogicalRetained().open_state(case.model_bytes(), initial).close()
 
 

@@ -168,6 +168,39 @@ class RetentionConvertsValues(Fault):
         return [wrap(state_module.State, "_initial_values", _casting_initial_values)]
 
 
+def _feed_names_only(original):
+    def check_feeds(self, feeds, validated=None):
+        for name in feeds:
+            if name not in self.input_specs and (validated is None or name not in validated):
+                raise violation(E.STATE_FEED_UNKNOWN, f"feeds[{name!r}]", f"{name!r} is not a graph input")
+        for name in self.required_inputs:
+            if name not in feeds and (validated is None or name not in validated):
+                raise violation(E.STATE_FEED_MISSING, f"feeds[{name!r}]", f"required input {name!r} has no feed")
+    return check_feeds
+
+
+def _caller_values_only(original):
+    def check_value(value, spec, path, *args, **kwargs):
+        if path.startswith("outputs["):
+            return None  # computed by the graph from its declared inputs: trusted to match its declaration
+        return original(value, spec, path, *args, **kwargs)
+    return check_value
+
+
+class ComputedOutputsTrusted(Fault):
+    """Checks the values a caller hands the state (initial and reset values) against the declared types, but
+    takes fresh feeds by name and presence only, and trusts the graph to produce what its outputs declare: a
+    selected output is retained without comparing its actual type and shape to the bound input. A feed the
+    kernels accept anyway (a shape Add broadcasts, a type NumPy promotes) reaches the state."""
+
+    fault_id = "STATE-VALIDATE-METADATA.computed-outputs-trusted"
+    clauses = ("STATE-VALIDATE-METADATA", "STATE-ATOMIC")
+
+    def patches(self):
+        return [wrap(Executor, "check_feeds", _feed_names_only),
+                wrap(state_module, "check_value", _caller_values_only, aliases=False)]
+
+
 class _ZeroFillsMissingFeeds(FaultState):
     def run(self, feeds):
         executor = self.state._executor
