@@ -2,7 +2,8 @@
 
 ``fuzz_main(name)`` instruments the target's packages, caps the address space (after libFuzzer has
 set itself up) and hands ``one_input`` to libFuzzer. Set ``FUZZ_STATS_FILE`` to get a JSON line of
-executions per second for progress reporting (``python -m fuzz run`` does).
+executions per second for progress reporting (``python -m fuzz run`` does). A subject that cannot be
+set up ends the process with ``SUBJECT_UNAVAILABLE_STATUS`` and one ``ERROR:`` line, never a finding.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import json
 import os
 import sys
 import time
+
+#: Exit status of a fuzzer whose subject cannot be set up (libFuzzer uses 1, 70 and 77 for its own).
+SUBJECT_UNAVAILABLE_STATUS = 3
 
 
 class _Stats:
@@ -50,7 +54,7 @@ def fuzz_main(name: str, argv: list[str] | None = None) -> None:
 
         target = load(name)
         _import_all(instrumented)
-    from fuzz.invariants import Finding
+    from fuzz.invariants import Finding, SubjectUnavailable
     from fuzz.known_issues import known
 
     stats = _Stats(os.environ.get("FUZZ_STATS_FILE"))
@@ -65,6 +69,11 @@ def fuzz_main(name: str, argv: list[str] | None = None) -> None:
         stats.tick()
         try:
             target.one_input(data)
+        except SubjectUnavailable as error:
+            # Not a finding: no libFuzzer artifact (os._exit skips its exit handler), one ERROR line.
+            sys.stderr.write(f"ERROR: the subject cannot be set up: {error}\n")
+            sys.stderr.flush()
+            os._exit(SUBJECT_UNAVAILABLE_STATUS)
         except Finding as finding:
             issue = known(finding.signature)
             if issue is None:

@@ -47,6 +47,12 @@ class Finding(Exception):
         return f"{self.kind}|{self.origin}"
 
 
+class SubjectUnavailable(Exception):
+    """The subject a target compares with cannot be set up (an adapter that does not load, a testee that
+    does not start). Not a finding about any input: the harness ends the job with an ``ERROR:`` line, the
+    campaign reports the job as failed, and a replay reports the subject as unusable."""
+
+
 class _Hang(BaseException):
     """Raised from the CPU-time alarm; a BaseException so ``except Exception`` cannot swallow it."""
 

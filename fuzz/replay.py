@@ -3,19 +3,31 @@
 
 Worker protocol (``python -m fuzz.replay TARGET``): the parent writes a 4-byte little-endian length
 and the input; the worker answers one JSON line ``{"ok": true}`` or ``{"kind", "signature", "detail"}``.
+The worker starts through ``fuzz.children`` (in the user's current directory) with this process's
+environment plus only the replay settings ``fuzz.finding_env`` allows.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import select
 import struct
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 
-from fuzz.invariants import Finding
+from fuzz.children import child_environment, python_command, start
+from fuzz.errors import CommandError
+from fuzz.finding_env import check_replay_environment
+from fuzz.invariants import Finding, SubjectUnavailable
+
+#: The ``kind`` of a replay result whose subject could not be set up (no verdict on the input).
+UNUSABLE_SUBJECT = "unusable-subject"
+
+
+class ReplayError(CommandError):
+    """Replaying cannot start: the subject cannot be set up. The message is one line."""
 
 
 def replay(target: str, data: bytes) -> dict:
@@ -25,6 +37,8 @@ def replay(target: str, data: bytes) -> dict:
 
     try:
         load(target).one_input(data)
+    except SubjectUnavailable as error:
+        return {"ok": False, "kind": UNUSABLE_SUBJECT, "signature": None, "detail": str(error), "known": None}
     except Finding as finding:
         return {"ok": False, "kind": finding.kind, "signature": finding.signature, "detail": finding.detail,
                 "known": known(finding.signature)}
@@ -49,18 +63,24 @@ def _serve(target: str) -> None:
 class ReplayWorker:
     """A replay subprocess; a hang (``timeout`` seconds) or a crash is reported, then it restarts."""
 
-    def __init__(self, target: str, timeout: float = 30.0, environment: dict | None = None):
+    def __init__(self, target: str, timeout: float = 30.0, environment: Mapping[str, str] | None = None):
+        from fuzz.targets import TARGETS
+
+        if target not in TARGETS:
+            raise ValueError(f"unknown target {target!r}; targets are {', '.join(TARGETS)}")
         self.target = target
         self.timeout = timeout
-        self.environment = dict(environment or {})  # e.g. the campaign's FUZZ_SUBJECT / FUZZ_TESTEE
+        self.environment = dict(environment or {})  # validated settings (fuzz.finding_env) only
+        check_replay_environment(self.environment)
         self.process: subprocess.Popen | None = None
 
     def _spawn(self) -> None:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ, **self.environment)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
-        self.process = subprocess.Popen([sys.executable, "-m", "fuzz.replay", self.target], cwd=root, env=env,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            self.process = start(python_command("-m", "fuzz.replay", self.target),
+                                 child_environment(self.environment), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        except OSError as error:
+            raise ReplayError(f"cannot start the replay worker: {error.strerror or error}") from None
 
     def run(self, data: bytes) -> dict:
         if self.process is None or self.process.poll() is not None:
@@ -78,7 +98,11 @@ class ReplayWorker:
                 line = process.stdout.readline()
                 if not line:
                     return self._died()
-                return json.loads(line)
+                result = json.loads(line)
+                if result.get("kind") == UNUSABLE_SUBJECT:
+                    self.close()
+                    raise ReplayError(f"the subject cannot be set up: {result.get('detail')}")
+                return result
             if time.monotonic() >= deadline:
                 self.close()
                 return {"ok": False, "kind": "timeout", "signature": "timeout|replay",

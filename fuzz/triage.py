@@ -3,6 +3,7 @@ frame of the code under test), and minimize one input per group while it keeps t
 
 Minimization deletes chunks (ddmin), then zeroes bytes (for structure-aware targets a zero byte is the
 smallest choice). Results: ``DIR/triage.json``, ``DIR/triage.md`` and ``DIR/minimized/<id>.bin``.
+``DIR`` is treated as data from elsewhere: see ``fuzz.findings_io`` and ``fuzz.finding_env``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import pathlib
 import time
 from collections.abc import Callable
 
-from fuzz.campaign import FINDING_PREFIXES
+from fuzz.confined import Confined
+from fuzz.finding_env import directory_context, replay_environment
+from fuzz.findings_io import FindingsDirectory, FindingsError
 from fuzz.replay import ReplayWorker
 
 
@@ -108,70 +111,62 @@ def proto_reduce(data: bytes, keeps: Callable[[bytes], bool], budget_seconds: fl
     return data
 
 
-def _report(directory: pathlib.Path) -> dict:
-    for candidate in (directory / "report.json", directory.parent / "report.json"):
-        if candidate.is_file():
-            return json.loads(candidate.read_text())
-    return {}
+def triage(directory: pathlib.Path, target: str | None = None, minimize: bool = True,
+           budget_seconds: float = 60.0, subject: str | None = None, testee: str | None = None,
+           fault: str | None = None) -> list[dict]:
+    """Replay, group and minimize the findings of ``directory``; returns the reproducible groups.
 
-
-def _target_of(directory: pathlib.Path, target: str | None) -> str:
-    target = target or _report(directory).get("target")
-    if not target:
-        raise SystemExit("cannot tell which target the findings came from: pass --target")
-    return target
-
-
-def finding_files(directory: pathlib.Path) -> list[pathlib.Path]:
-    folder = directory / "findings" if (directory / "findings").is_dir() else directory
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.startswith(FINDING_PREFIXES))
-
-
-def triage(directory: str, target: str | None = None, minimize: bool = True,
-           budget_seconds: float = 60.0) -> list[dict]:
+    The directory is data (``fuzz.findings_io``): its recorded target and settings are validated, its
+    recorded testee command is never run, and its results (``triage.json``, ``triage.md``,
+    ``minimized/``) are written inside it only (``fuzz.confined``). Raises FindingsError, WriteError or
+    ReplayError with a one-line message."""
     root = pathlib.Path(directory)
-    target = _target_of(root, target)
-    environment = _report(root).get("environment", {})  # replay against the campaign's subject
+    with FindingsDirectory(root) as found:
+        context = directory_context(found)
+        target = target or context.target
+        if not target:
+            raise FindingsError(f"cannot tell which target the findings in {root} came from: pass --target")
+        environment = replay_environment(context.settings, context.testee, subject, testee, fault)
+        inputs = found.inputs()
     worker = ReplayWorker(target, environment=environment)
     groups: dict[str, dict] = {}
-    try:
-        for path in finding_files(root):
-            data = path.read_bytes()
-            result = worker.run(data)
-            signature = "not-reproducible" if result.get("ok") else result["signature"]
-            group = groups.setdefault(signature, {"signature": signature, "kind": result.get("kind", "none"),
-                                                  "detail": result.get("detail", ""), "known": result.get("known"),
-                                                  "files": [], "smallest": None})
-            group["files"].append(path.name)
-            if group["smallest"] is None or len(data) < len(group["smallest"]):
-                group["smallest"] = data
-        out_dir = root / "minimized"
-        out_dir.mkdir(exist_ok=True)
-        for group in groups.values():
-            data = group.pop("smallest")
-            if minimize and group["signature"] != "not-reproducible":
-                def keeps(candidate: bytes, wanted: str = group["signature"]) -> bool:
-                    return worker.run(candidate).get("signature") == wanted
+    with Confined.open(root, create=False) as out:
+        try:
+            for name, data in inputs:
+                result = worker.run(data)
+                signature = result.get("signature") or "not-reproducible"
+                group = groups.setdefault(signature, {"signature": signature, "kind": result.get("kind", "none"),
+                                                      "detail": result.get("detail", ""), "known": result.get("known"),
+                                                      "files": [], "smallest": None})
+                group["files"].append(name)
+                if group["smallest"] is None or len(data) < len(group["smallest"]):
+                    group["smallest"] = data
+            with out.subdirectory("minimized") as minimized:
+                for group in groups.values():
+                    data = group.pop("smallest")
+                    if minimize and group["signature"] != "not-reproducible":
+                        def keeps(candidate: bytes, wanted: str = group["signature"]) -> bool:
+                            return worker.run(candidate).get("signature") == wanted
 
-                if target == "verify":
-                    data = proto_reduce(data, keeps, budget_seconds / 2)
-                data = ddmin(data, keeps, budget_seconds)
-            name = hashlib.sha256(target.encode() + data).hexdigest()[:12]
-            (out_dir / f"{name}.bin").write_bytes(data)
-            group.update({"minimized": f"minimized/{name}.bin", "size": len(data), "target": target,
-                          "environment": environment})
-    finally:
-        worker.close()
-    result = sorted(groups.values(), key=lambda g: -len(g["files"]))
-    (root / "triage.json").write_text(json.dumps(result, indent=1))
-    lines = [f"# Triage of {root} ({target})", "", "| findings | kind | origin | known issue | minimized |",
-             "| --- | --- | --- | --- | --- |"]
-    for group in result:
-        origin = group["signature"].split("|", 1)[-1]
-        lines.append(f"| {len(group['files'])} | {group['kind']} | `{origin}` | {group['known'] or ''} | "
-                     f"`{group['minimized']}` ({group['size']} bytes) |")
-    lines += ["", *[f"- `{g['minimized']}`: {g['detail'][:300]}" for g in result]]
-    (root / "triage.md").write_text("\n".join(lines) + "\n")
+                        if target == "verify":
+                            data = proto_reduce(data, keeps, budget_seconds / 2)
+                        data = ddmin(data, keeps, budget_seconds)
+                    name = hashlib.sha256(target.encode() + data).hexdigest()[:12]
+                    minimized.replace(f"{name}.bin", data)
+                    group.update({"minimized": f"minimized/{name}.bin", "size": len(data), "target": target,
+                                  "environment": environment})
+        finally:
+            worker.close()
+        result = sorted(groups.values(), key=lambda g: -len(g["files"]))
+        out.replace("triage.json", json.dumps(result, indent=1).encode())
+        lines = [f"# Triage of {root} ({target})", "", "| findings | kind | origin | known issue | minimized |",
+                 "| --- | --- | --- | --- | --- |"]
+        for group in result:
+            origin = group["signature"].split("|", 1)[-1]
+            lines.append(f"| {len(group['files'])} | {group['kind']} | `{origin}` | {group['known'] or ''} | "
+                         f"`{group['minimized']}` ({group['size']} bytes) |")
+        lines += ["", *[f"- `{g['minimized']}`: {g['detail'][:300]}" for g in result]]
+        out.replace("triage.md", ("\n".join(lines) + "\n").encode())
     for group in result:
         print(f"{len(group['files']):4d} x {group['signature']}  -> {group['minimized']} ({group['size']} bytes)")
     return [g for g in result if g["signature"] != "not-reproducible"]

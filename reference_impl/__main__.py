@@ -1,7 +1,8 @@
 """``python -m reference_impl demo``: verify and decode the spec's worked examples and print the figures.
 
 ``python -m reference_impl verify MODEL [--base-dir DIR]`` verifies a model file (exit 1 when rejected, 2 when
-the file cannot be read: missing, not a regular file, or larger than MAX_MODEL_BYTES).
+the file cannot be read: missing, not a regular file, or larger than MAX_MODEL_BYTES). Relative paths are
+read from the current directory (``reference_impl.cli_paths``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from reference_impl import examples, payload
 from reference_impl.broken_pipe import quiet_broken_pipe
+from reference_impl.cli_paths import user_path
 from reference_impl.decode import decode
 from reference_impl.errors import ContractError
 from reference_impl.verifier import verify_model
@@ -37,7 +39,7 @@ def demo() -> int:
     return 0
 
 
-def read_model_file(path: str) -> bytes:
+def read_model_file(path: str | os.PathLike[str]) -> bytes:
     """The bytes of a regular model file. The file is opened without blocking (a FIFO must not hang
     the command) and checked through its descriptor: devices, FIFOs and directories are refused, and so
     is a size beyond MAX_MODEL_BYTES, before anything is read. Raises OSError."""
@@ -62,14 +64,14 @@ def _file_kind(mode: int) -> str:
     return "a special file"
 
 
-def verify(path: str, base_dir: str | None) -> int:
+def verify(path: str | os.PathLike[str], base_dir: str | os.PathLike[str] | None) -> int:
     try:
         data = read_model_file(path)
     except OSError as error:
         print(f"cannot read {path}: {error.strerror or error}", file=sys.stderr)
         return 2
     try:
-        verified = verify_model(data, base_dir=base_dir or str(pathlib.Path(path).parent))
+        verified = verify_model(data, base_dir=str(base_dir or pathlib.Path(path).parent))
     except ContractError as error:
         print(f"rejected: {error.code.value} at {error.path}: {error.message} (clause {error.clause})")
         return 1
@@ -83,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="verify and decode the spec's worked examples")
     verify_parser = commands.add_parser("verify", help="verify a model file")
-    verify_parser.add_argument("model")
-    verify_parser.add_argument("--base-dir")
+    verify_parser.add_argument("model", type=user_path)
+    verify_parser.add_argument("--base-dir", type=user_path,
+                               help="directory external data is read from (default: the model's directory)")
     args = parser.parse_args(argv)
     payload.set_external_access("read")  # a file changing under the command must not kill it
     if args.command == "demo":

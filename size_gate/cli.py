@@ -2,6 +2,8 @@
 
 Exit status: 0 success or within budget, 1 over budget, 2 unusable input
 (every :class:`SizeGateError`, printed as one line naming the file and problem).
+Paths are made absolute against the current directory before anything runs
+(:func:`reference_impl.cli_paths.user_path`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from reference_impl.broken_pipe import quiet_broken_pipe
+from reference_impl.cli_paths import user_path
 from size_gate import render
 from size_gate.errors import SizeGateError
 from size_gate.sources import measure_path
@@ -23,7 +26,8 @@ EXIT_OK, EXIT_OVER, EXIT_UNUSABLE = 0, 1, 2
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m size_gate",
-        description="Measure ELF shared libraries and gate them against a TOML size budget.")
+        description="Measure ELF shared libraries and gate them against a TOML size budget.",
+        epilog="Relative paths are read from the current directory.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, budget_help: str) -> None:
@@ -121,9 +125,27 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if findings is None or passed(findings) else EXIT_OVER
 
 
+#: The arguments that name files: resolved by ``main`` once parsed.
+_PATH_ARGUMENTS = ("paths", "path", "baseline", "candidate", "budget", "markdown_out", "json_out")
+
+
+def _resolve_paths(args: argparse.Namespace) -> None:
+    for name in _PATH_ARGUMENTS:
+        value = getattr(args, name, None)
+        if isinstance(value, list):
+            setattr(args, name, [user_path(item) for item in value])
+        elif value is not None:
+            setattr(args, name, user_path(value))
+
+
 @quiet_broken_pipe
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        _resolve_paths(args)
+    except argparse.ArgumentTypeError as exc:
+        parser.error(str(exc))
     try:
         return run(args)
     except SizeGateError as exc:

@@ -415,3 +415,60 @@ def test_implementation_limits_are_not_disagreements_but_rule_codes_are():
         assert compare({"verify": Outcome("reject", code)}, {"verify": Outcome("reject", "TYPE_REF_CYCLE")})
         assert compare({"verify": Outcome("reject", "TYPE_REF_CYCLE")}, {"verify": Outcome("reject", code)})
     assert compare({"verify": Outcome("reject", "DECLARATION_NOT_CONCRETE")}, {"verify": Outcome("ok")})
+
+
+# ---------------------------------------------------------------------------------- campaign outcome
+def _failure(report: dict) -> str | None:
+    from fuzz.campaign import campaign_failure
+
+    return campaign_failure(report)
+
+
+def _fake_campaign(tmp_path, monkeypatch, script: str, *options: str) -> dict:
+    """A campaign whose job is ``python -c script`` (argv[1]: the findings directory) instead of a fuzzer."""
+    from fuzz import campaign
+    from fuzz.cli import _parser
+
+    def command(target, args, corpus, findings, remaining, seed):
+        return [sys.executable, "-c", script, str(findings)]
+
+    monkeypatch.setattr(campaign, "_command", command)
+    args = _parser().parse_args(["run", "verify", "--out", str(tmp_path / "out"), "--corpus",
+                                 str(tmp_path / "corpus"), "--quiet", *options])
+    return campaign.run_campaign(args)
+
+
+def test_a_job_that_dies_without_a_finding_fails_the_campaign_with_its_first_error_line(tmp_path, monkeypatch):
+    script = ("import sys\nprint('INFO: starting')\nprint('ERROR: The required directory \"fz/corpus\" does not "
+              "exist')\nprint('ERROR: a second line')\nsys.exit(1)")
+    report = _fake_campaign(tmp_path, monkeypatch, script, "--time", "30")
+    assert report["restarts"] == 0 and report["findings"] == []
+    assert report["job_failures"] == [{"job": 0, "status": 1,
+                                       "error": 'ERROR: The required directory "fz/corpus" does not exist'}]
+    assert _failure(report) == ('job 0 died without a finding (exit status 1): ERROR: The required '
+                                'directory "fz/corpus" does not exist')
+    assert report["seconds"] < 30  # a dead job is not restarted until the time is up
+
+
+def test_a_python_error_in_a_job_is_reported_by_its_exception_line(tmp_path, monkeypatch):
+    report = _fake_campaign(tmp_path, monkeypatch, "import no_such_module_anywhere", "--time", "30")
+    assert "ModuleNotFoundError: No module named 'no_such_module_anywhere'" in _failure(report)
+    assert "Traceback" not in _failure(report)
+
+
+def test_a_campaign_of_zero_executions_fails(tmp_path, monkeypatch):
+    report = _fake_campaign(tmp_path, monkeypatch, "pass", "--time", "30")
+    assert report["executions"] == 0 and report["job_failures"] == []
+    assert _failure(report) == "no input was executed: the jobs ended without running a single input"
+
+
+def test_only_jobs_that_stop_on_a_finding_are_restarted(tmp_path, monkeypatch):
+    """libFuzzer's artifact line marks an end on a finding: such a job is restarted and counted as a restart
+    after a finding, not as a failure, whatever its exit status."""
+    script = ("import pathlib, sys, uuid\npath = pathlib.Path(sys.argv[1]) / f'crash-{uuid.uuid4().hex}'\n"
+              "path.write_bytes(b'x')\nprint('#7\\tDONE   cov: 3 ft: 3 corp: 1/1b')\n"
+              "print(f'Test unit written to {path}')\nsys.exit(77)")
+    report = _fake_campaign(tmp_path, monkeypatch, script, "--time", "5")
+    assert report["job_failures"] == [] and report["restarts"] >= 1
+    assert len(report["findings"]) == report["restarts"] + 1 and report["executions"] == 7 * len(report["findings"])
+    assert _failure(report) is None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from fuzz.cases import FuzzCase, scratch
-from fuzz.invariants import Finding, guarded
+from fuzz.invariants import Finding, SubjectUnavailable, guarded
 from fuzz.subjects import canonical_bytes, compare, observe, parse_disagreement
 
 INSTRUMENT = ("reference_impl", "conformance.adapters", "fuzz.subjects")
@@ -32,10 +32,15 @@ def adapters() -> tuple[object, object]:
         from conformance.adapters import load_adapter
         from conformance.adapters.reference import ReferenceAdapter
 
+        try:
+            subject = load_adapter(os.environ.get("FUZZ_SUBJECT") or None,
+                                   testee=os.environ.get("FUZZ_TESTEE") or None,
+                                   timeout=float(os.environ.get("FUZZ_TESTEE_TIMEOUT", "10")))
+        except Exception as error:  # noqa: BLE001 - whatever stops the subject loading, no input is judged
+            reason = " ".join(str(error).split()) or type(error).__name__
+            raise SubjectUnavailable(f"{type(error).__name__}: {reason}") from None
         _ADAPTERS["oracle"] = ReferenceAdapter()
-        _ADAPTERS["subject"] = load_adapter(os.environ.get("FUZZ_SUBJECT") or None,
-                                            testee=os.environ.get("FUZZ_TESTEE") or None,
-                                            timeout=float(os.environ.get("FUZZ_TESTEE_TIMEOUT", "10")))
+        _ADAPTERS["subject"] = subject
     return _ADAPTERS["oracle"], _ADAPTERS["subject"]
 
 
