@@ -92,7 +92,7 @@ def default_libraries() -> list[Path]:
 
 #: What ``python -m size_gate measure`` imports from the repository (the rest is installed with bytecode).
 MEASURE_MODULES = ("size_gate", "reference_impl/__init__.py", "reference_impl/lazy_package.py",
-                   "reference_impl/broken_pipe.py")
+                   "reference_impl/broken_pipe.py", "reference_impl/cli_paths.py")
 
 
 def byte_compile() -> None:

@@ -8,9 +8,10 @@
 # bundle, the sanitizer run's reports and logs, the size comparison (Markdown and JSON) and summary.md,
 # which is also appended to $GITHUB_STEP_SUMMARY when that is set. Build trees: build/native/<config>.
 set -euo pipefail
+native_out="${NATIVE_OUT:+$(realpath -m -- "$NATIVE_OUT")}"  # relative to where the caller stood
 cd "$(dirname "$0")/.."
 root="$PWD"
-out="${NATIVE_OUT:-$root/build/native/artifacts}"
+out="${native_out:-$root/build/native/artifacts}"
 rm -rf "$out"
 mkdir -p "$out"
 phase_start=$SECONDS
@@ -51,7 +52,7 @@ phase "build (ASan+UBSan)"
 testee="$root/build/native/release/example/onnx-light-example-testee"
 python3 -m conformance run --testee "$testee" --quiet \
   --failure-list conformance/sdk/cpp/example/expected-failures.txt --report-dir "$out/certification"
-python3 -m conformance verify-bundle "$out/certification"
+python3 -m conformance verify-bundle "$out/certification" --rerun --testee "$testee"
 python3 - "$out/certification/manifest.json" <<'EOF'
 import json, sys
 profiles = json.load(open(sys.argv[1]))["profiles"]
