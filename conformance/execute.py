@@ -24,6 +24,7 @@ import numpy as np
 from conformance import operators
 from conformance import values as V
 from conformance.adapters import NotSupported, SuiteError
+from conformance.adapters.testee_client import TesteeAdapter, TesteeFailure
 from conformance.cases import Case
 from conformance.judging import CaseFailure, call, compare, judge_rejection, one_line
 from conformance.trace import run_trace
@@ -112,12 +113,17 @@ def _run_case(case: Case, adapter: Any, require_codes: bool) -> Result:
             result.expected = failure.expected
     except SuiteError as exc:
         result.message = f"suite error: {exc}"
+    except TesteeFailure as exc:  # it crashed, hung or lied: what happened is the whole story
+        result.message = f"testee failure: {one_line(str(exc))}"
+        result.actual = one_line(exc.reason)
     except Exception as exc:  # noqa: BLE001 - the runner never crashes on an adapter exception
         result.message = f"unclassified {type(exc).__name__}: {one_line(str(exc))}"
         result.actual = f"raised {type(exc).__name__}"
         result.traceback = traceback.format_exc()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if isinstance(adapter, TesteeAdapter):
+            adapter.end_case()
         result.duration = time.perf_counter() - start
     return result
 
