@@ -274,7 +274,7 @@ class Lending:
         self._arrays.append(array)
         self.held += array.nbytes
         raw = (ctypes.c_char * array.nbytes).from_address(array.__array_interface__["data"][0])
-        return np.frombuffer(raw, dtype=array.dtype).reshape(array.shape)
+        return np.frombuffer(raw, dtype=array.dtype).reshape(array.shape)  # type: ignore[call-overload]
 
     def release(self) -> None:
         self._arrays.clear()
