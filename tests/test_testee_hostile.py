@@ -224,7 +224,9 @@ def test_tensor_numbers_are_checked_against_the_bytes_sent(value, words):
         P.from_proto(value, None, lending)
 
 
-def test_strided_and_broadcast_tensors_within_their_data_still_decode():
+def test_strided_and_broadcast_tensors_decode_within_their_data_and_budget():
+    """Honest strided and broadcast layouts still decode; a broadcast cannot turn 256 bytes on the wire into
+    256 MiB of elements."""
     base = np.arange(24, dtype=np.float32).reshape(4, 6)
     value = P.MESSAGES["Value"]()
     P.to_proto(base[:, ::2], value)
@@ -233,3 +235,5 @@ def test_strided_and_broadcast_tensors_within_their_data_still_decode():
     broadcast = P.from_proto(_tensor("int16", [3, 2], np.array([7, 8], np.int16).tobytes(), [0, 1]))
     assert np.array_equal(broadcast, [[7, 8]] * 3)
     assert P.from_proto(_tensor("float32", [0, 5], b"", [9, 1])).shape == (0, 5)
+    with pytest.raises(P.ProtocolError, match="decode to more than 67108864 bytes"):
+        P.from_proto(_tensor("float32", [1 << 20, 64], b"\0" * 256, [0, 1]))
