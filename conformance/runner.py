@@ -95,6 +95,7 @@ def run(cases: list[Case], config: RunConfig, adapter: Any | None = None) -> tup
         if isolated:
             if own_adapter and hasattr(adapter, "shutdown"):
                 adapter.shutdown()  # before the fork: no worker inherits its testee
+            _build(cases)
             setup = _fresh_adapter(config) if own_adapter else _inherited(adapter, config)
             results = workers.run_cases(cases, config.jobs, setup, workers.deadline_for(adapter, config.timeout),
                                         progress.update)
@@ -109,6 +110,16 @@ def run(cases: list[Case], config: RunConfig, adapter: Any | None = None) -> tup
         progress.finish()
     info.duration = time.perf_counter() - start
     return results, info
+
+
+def _build(cases: list[Case]) -> None:
+    """Build every case's model before the fork: the workers inherit them, and so does whatever reads
+    them after the run (the report's case digests), which would otherwise build each case again."""
+    for case in cases:
+        try:
+            case.build()
+        except Exception:  # noqa: BLE001 - the worker meets the same error and fails the case with it
+            pass
 
 
 def _fresh_adapter(config: RunConfig) -> workers.Setup:
