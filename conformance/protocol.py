@@ -84,11 +84,13 @@ Response = MESSAGES["Response"]
 # ------------------------------------------------------------------------------------------ framing
 class FramingError(Exception):
     """The peer closed the stream or sent a malformed frame. ``prefix`` holds the four bytes of a length
-    prefix beyond the cap (``read_frame``), so a reader can tell text written to the stream."""
+    prefix beyond the cap (``read_frame``), so a reader can tell text written to the stream; ``closed``
+    is set when the stream simply ended where a frame would start."""
 
-    def __init__(self, message: str, prefix: bytes = b""):
+    def __init__(self, message: str, prefix: bytes = b"", closed: bool = False):
         super().__init__(message)
         self.prefix = prefix
+        self.closed = closed
 
 
 def write_frame(stream: IO[bytes], message) -> None:
@@ -108,7 +110,7 @@ def _read_exact(stream: IO[bytes], count: int) -> bytearray:
     while len(buffer) < count:
         chunk = stream.read(min(_CHUNK, count - len(buffer)))
         if not chunk:
-            raise FramingError(f"stream closed after {len(buffer)} of {count} bytes")
+            raise FramingError(f"stream closed after {len(buffer)} of {count} bytes", closed=not buffer)
         buffer += chunk
     return buffer
 
@@ -117,11 +119,14 @@ def read_frame(stream: IO[bytes], cls, max_frame: int = MAX_FRAME, max_objects: 
     """One length-prefixed message; FramingError on a closed stream, an over-long length prefix, a frame
     holding more than ``max_objects`` objects or nesting values deeper than ``MAX_DEPTH`` (counted on the
     wire bytes before anything is parsed), or bytes that do not parse as ``cls``."""
-    prefix = read_exact(stream, 4)
+    prefix = bytes(_read_exact(stream, 4))
     (length,) = struct.unpack("<I", prefix)
     if length > max_frame:
         raise FramingError(f"frame of {length} bytes exceeds the limit of {max_frame} bytes", prefix)
-    data = _read_exact(stream, length)
+    try:
+        data = _read_exact(stream, length)
+    except FramingError as error:
+        raise FramingError(str(error)) from None  # a frame cut short: not a clean end of the stream
     name = cls.DESCRIPTOR.name
     try:
         wire.count_objects(data, layout(cls.DESCRIPTOR), max_objects, MAX_DEPTH)

@@ -124,7 +124,7 @@ class TesteeAdapter:
             try:
                 response = P.read_frame(stream, P.Response, self.max_frame, self.max_objects)
             except Exception as error:  # noqa: BLE001 - end of stream or garbage: fail whoever waits
-                if generation == self._generation:
+                if generation == self._generation and not getattr(error, "closed", False):
                     self._broken = _framing_reason(error)
                 break
             with self._lock:
@@ -219,7 +219,9 @@ class TesteeAdapter:
                 if self._process is process:
                     self._kill()
             if reason is None:
-                raise TesteeFailure(f"{broken or 'the testee broke the framing'} (answering {op}); killed")
+                raise TesteeFailure(f"{broken or 'the testee closed its output'} (answering {op}); killed")
+            if broken:
+                raise TesteeFailure(f"{broken}, and {reason} (answering {op})")
             raise TesteeFailure(f"the testee {reason} while answering {op}")
         return slot[1]
 
