@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--report-dir", default=DEFAULT_REPORT_DIR)
     run.add_argument("--require-codes", action="store_true", help="a rejection without an error code fails")
     run.add_argument("--quiet", action="store_true", help="no progress output")
+    run.add_argument("--no-isolation", action="store_true",
+                     help="run cases in the runner's own process, not in worker processes (for debugging: a "
+                          "case that crashes the process then ends the run)")
 
     listing = sub.add_parser("list", help="list case IDs")
     listing.add_argument("--corpus")
@@ -175,7 +178,8 @@ def cmd_run(args, argv: list[str]) -> int:
     if args.failure_list and not args.update_failure_list:
         failure_list.read(args.failure_list)  # a missing or unreadable list is a one-line error, before the run
     config = RunConfig(adapter=args.adapter, testee=args.testee, timeout=args.timeout, corpus=args.corpus,
-                       jobs=args.jobs, require_codes=args.require_codes, progress=not args.quiet)
+                       jobs=args.jobs, require_codes=args.require_codes, progress=not args.quiet,
+                       isolation=not args.no_isolation)
     try:
         results, info = run(chosen, config)
     except TesteeUnavailable as error:  # no case can run: one line, the summary, exit 2

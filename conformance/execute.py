@@ -6,7 +6,9 @@ other exception fails the case with its traceback recorded.
 In-process adapters get a per-case timeout: the case runs on a worker thread and fails when it does
 not finish in time. Python cannot stop a thread, so the late case keeps running in the background
 (it may still hold the adapter's resources), and native code that never releases the GIL cannot be
-timed out at all. A runtime that can truly hang belongs behind the testee, whose process is killed.
+timed out at all. A runtime that can truly hang belongs behind the testee, whose process is killed; the
+runner also runs cases in worker processes (conformance/workers.py), which it kills when they hang and
+replaces when they die, the case in flight then ``crashed``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from conformance import operators
 from conformance import values as V
 from conformance.adapters import NotSupported, SuiteError
+from conformance.adapters.testee_client import TesteeAdapter, TesteeFailure
 from conformance.cases import Case
 from conformance.judging import CaseFailure, call, compare, judge_rejection, one_line
 from conformance.trace import run_trace
@@ -34,12 +37,23 @@ PASSED, FAILED, NOT_SUPPORTED = "passed", "failed", "not supported"
 #: failure; never certifies a profile; ``--require-codes`` makes it a failure.
 PASSED_WITHOUT_CODE = "passed without code"
 PASSING = (PASSED, PASSED_WITHOUT_CODE)
+#: The process running the case died (a signal, an abort, an exit in native code): the case failed, and the
+#: runner went on with a new worker process. Reports count it on its own, as JUnit counts errors.
+CRASHED = "crashed"
+
+_abandoned = 0  # case threads left running after a timeout (see ``abandoned_cases``)
+
+
+def abandoned_cases() -> int:
+    """How many timed-out cases were left running on their threads in this process: a worker process
+    that left one behind is replaced, so the late call cannot touch later cases."""
+    return _abandoned
 
 
 @dataclass
 class Result:
-    """The verdict of one case: ``passed``, ``passed without code``, ``failed`` or ``not supported``
-    (expected failures are decided later, against a failure list). ``message`` is kept whole."""
+    """The verdict of one case: ``passed``, ``passed without code``, ``failed``, ``not supported`` or
+    ``crashed`` (expected failures are decided later, against a failure list). ``message`` is kept whole."""
 
     id: str
     verdict: str
@@ -76,6 +90,8 @@ def run_case(case: Case, adapter: Any, require_codes: bool = False, timeout: flo
     worker.join(timeout)
     if "result" in box:
         return box["result"]
+    global _abandoned
+    _abandoned += 1
     result = Result(case.id, FAILED, clauses=case.clauses, profile=case.profile, level=case.level,
                     expected=case.summary(), actual=f"still running after {timeout:g} s")
     result.message = (f"timed out: the case did not finish within {timeout:g} s (--timeout). An in-process "
@@ -112,12 +128,17 @@ def _run_case(case: Case, adapter: Any, require_codes: bool) -> Result:
             result.expected = failure.expected
     except SuiteError as exc:
         result.message = f"suite error: {exc}"
+    except TesteeFailure as exc:  # it crashed, hung or lied: what happened is the whole story
+        result.message = f"testee failure: {one_line(str(exc))}"
+        result.actual = one_line(exc.reason)
     except Exception as exc:  # noqa: BLE001 - the runner never crashes on an adapter exception
         result.message = f"unclassified {type(exc).__name__}: {one_line(str(exc))}"
         result.actual = f"raised {type(exc).__name__}"
         result.traceback = traceback.format_exc()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if isinstance(adapter, TesteeAdapter):
+            adapter.end_case()
         result.duration = time.perf_counter() - start
     return result
 

@@ -9,6 +9,8 @@ protobuf release.
 
 from __future__ import annotations
 
+import ctypes
+import re
 import struct
 from typing import IO, Any
 
@@ -16,6 +18,7 @@ import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+from conformance import wire
 from conformance.protocol_schema import PACKAGE, SCHEMA
 from conformance.values import Encoded, Struct, borrow, default_buffer_id, dtype_of, is_ownerless
 
@@ -24,6 +27,15 @@ PROTOCOL_VERSION = 5  # 2: Run.cancelled; 3: names as bytes, Rejection.causes, C
 #: Default cap on one frame's length (bytes). A longer length prefix is a framing error before anything
 #: is read; ``read_frame`` takes another cap, the testee adapter reads it from CONFORMANCE_MAX_FRAME.
 MAX_FRAME = 1 << 26
+#: Default cap on the objects one frame may hold: sub-messages (values, tensors, fields) and elements of
+#: repeated fields. Parsing costs memory per object, not per byte (an empty tensor is two bytes on the wire
+#: and a hundred once parsed), so frames are counted before they are parsed; ``read_frame`` takes another
+#: cap, the testee adapter reads it from CONFORMANCE_MAX_OBJECTS.
+MAX_OBJECTS = 1 << 18
+#: Messages nest at most this deep in a frame: protobuf's own parser stops there too, and counting stops
+#: before the runner's own recursion could.
+MAX_DEPTH = 100
+MAX_DIMS = 64  # NumPy's own limit on dimensions
 _CHUNK = 1 << 20  # frames are read in chunks, so memory grows only with bytes that actually arrive
 
 _F = descriptor_pb2.FieldDescriptorProto
@@ -71,7 +83,14 @@ Response = MESSAGES["Response"]
 
 # ------------------------------------------------------------------------------------------ framing
 class FramingError(Exception):
-    """The peer closed the stream or sent a malformed frame."""
+    """The peer closed the stream or sent a malformed frame. ``prefix`` holds the four bytes of a length
+    prefix beyond the cap (``read_frame``), so a reader can tell text written to the stream; ``closed``
+    is set when the stream simply ended where a frame would start."""
+
+    def __init__(self, message: str, prefix: bytes = b"", closed: bool = False):
+        super().__init__(message)
+        self.prefix = prefix
+        self.closed = closed
 
 
 def write_frame(stream: IO[bytes], message) -> None:
@@ -83,27 +102,64 @@ def write_frame(stream: IO[bytes], message) -> None:
 def read_exact(stream: IO[bytes], count: int) -> bytes:
     """Exactly ``count`` bytes, read in chunks (never asking the stream for more than one chunk, so a
     claimed length reserves nothing until the bytes arrive)."""
+    return bytes(_read_exact(stream, count))
+
+
+def _read_exact(stream: IO[bytes], count: int) -> bytearray:
     buffer = bytearray()
     while len(buffer) < count:
         chunk = stream.read(min(_CHUNK, count - len(buffer)))
         if not chunk:
-            raise FramingError(f"stream closed after {len(buffer)} of {count} bytes")
+            raise FramingError(f"stream closed after {len(buffer)} of {count} bytes", closed=not buffer)
         buffer += chunk
-    return bytes(buffer)
+    return buffer
 
 
-def read_frame(stream: IO[bytes], cls, max_frame: int = MAX_FRAME):
-    """One length-prefixed message; FramingError on a closed stream, an over-long length prefix or
-    bytes that do not parse as ``cls``."""
-    (length,) = struct.unpack("<I", read_exact(stream, 4))
+def read_frame(stream: IO[bytes], cls, max_frame: int = MAX_FRAME, max_objects: int = MAX_OBJECTS):
+    """One length-prefixed message; FramingError on a closed stream, an over-long length prefix, a frame
+    holding more than ``max_objects`` objects or nesting values deeper than ``MAX_DEPTH`` (counted on the
+    wire bytes before anything is parsed), or bytes that do not parse as ``cls``."""
+    prefix = bytes(_read_exact(stream, 4))
+    (length,) = struct.unpack("<I", prefix)
     if length > max_frame:
-        raise FramingError(f"frame of {length} bytes exceeds the limit of {max_frame} bytes")
+        raise FramingError(f"frame of {length} bytes exceeds the limit of {max_frame} bytes", prefix)
+    try:
+        data = _read_exact(stream, length)
+    except FramingError as error:
+        raise FramingError(str(error)) from None  # a frame cut short: not a clean end of the stream
+    name = cls.DESCRIPTOR.name
+    try:
+        wire.count_objects(data, layout(cls.DESCRIPTOR), max_objects, MAX_DEPTH)
+    except wire.TooManyObjects as error:
+        raise FramingError(f"a {length}-byte {name} frame holds {error}") from None
+    except wire.WireError as error:
+        raise FramingError(f"a {length}-byte frame is not a {name}: {error}") from None
     message = cls()
     try:
-        message.ParseFromString(read_exact(stream, length))
+        message.ParseFromString(data)
     except DecodeError as error:
-        raise FramingError(f"a {length}-byte frame is not a {cls.DESCRIPTOR.name}: {error}") from None
+        raise FramingError(f"a {length}-byte frame is not a {name}: {error}") from None
     return message
+
+
+_LAYOUTS: dict[str, wire.Layout] = {}
+
+
+def layout(descriptor) -> wire.Layout:
+    """How the fields of a message count in ``wire.count_objects``: its message fields and repeated fields
+    (a recursive message shares its layout)."""
+    found = _LAYOUTS.get(descriptor.full_name)
+    if found is not None:
+        return found
+    table: wire.Layout = {}
+    _LAYOUTS[descriptor.full_name] = table
+    for field in descriptor.fields:
+        if field.type == _F.TYPE_MESSAGE:
+            table[field.number] = (wire.MESSAGE, layout(field.message_type))
+        elif field.is_repeated:
+            scalar = field.type not in (_F.TYPE_STRING, _F.TYPE_BYTES)
+            table[field.number] = (wire.PACKED if scalar else wire.ELEMENT, None)
+    return table
 
 
 # ---------------------------------------------------------------------------------- value transport
@@ -197,41 +253,165 @@ def _span(array: np.ndarray):
     return np.array(span), strides
 
 
-def from_proto(value, ids: dict[int, int] | None = None) -> Any:
-    """A neutral value from a protocol Value; ``ids`` collects python id -> reported buffer id."""
+class ProtocolError(ValueError):
+    """A message that parses but describes a value that cannot be: a shape, strides or dtype that do not
+    fit the bytes sent with them, or more elements than the reader allows. Untrusted numbers never reach
+    NumPy unchecked (a stride past the data would read the reader's own memory)."""
+
+
+class Budget:
+    """What one message's values may add up to once decoded: elements times item size, in bytes. Honest
+    data never decodes to more than it occupies on the wire; zero or overlapping strides could."""
+
+    def __init__(self, limit: int = MAX_FRAME):
+        self.limit = limit
+        self.used = 0
+
+    def take(self, nbytes: int) -> None:
+        self.used += nbytes
+        if self.used > self.limit:
+            raise ProtocolError(f"the values decode to more than {self.limit} bytes")
+
+
+class Lending:
+    """The memory behind ownerless values received from a peer: views of it own nothing (see
+    ``values.borrow``), so it is kept here until ``release``, called when the case that received them
+    ends; at most ``limit`` bytes are held at once."""
+
+    def __init__(self, limit: int = MAX_FRAME):
+        self.limit = limit
+        self.held = 0
+        self._arrays: list[np.ndarray] = []
+
+    def lend(self, array: np.ndarray) -> np.ndarray:
+        if self.held + array.nbytes > self.limit:
+            raise ProtocolError(f"ownerless values received in one case exceed {self.limit} bytes")
+        array = np.ascontiguousarray(array)
+        self._arrays.append(array)
+        self.held += array.nbytes
+        raw = (ctypes.c_char * array.nbytes).from_address(array.__array_interface__["data"][0])
+        return np.frombuffer(raw, dtype=array.dtype).reshape(array.shape)  # type: ignore[call-overload]
+
+    def release(self) -> None:
+        self._arrays.clear()
+        self.held = 0
+
+
+_DTYPE_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def tensor_dtype(name: str) -> np.dtype:
+    """The fixed-width dtype a tensor names (NumPy's or ml_dtypes'), or ProtocolError: no object, string,
+    structured, datetime or zero-size dtype is built from a peer's bytes."""
+    dtype = None
+    if _DTYPE_NAME.fullmatch(name):
+        try:
+            dtype = dtype_of(name)
+        except Exception:  # noqa: BLE001 - any name NumPy and ml_dtypes do not know is refused below
+            dtype = None
+    if (dtype is None or dtype.name != name or dtype.itemsize == 0 or dtype.hasobject or dtype.fields is not None
+            or dtype.subdtype is not None
+            or not (dtype.kind in "biufc" or (dtype.kind == "V" and dtype.type.__module__.startswith("ml_dtypes")))):
+        raise ProtocolError(f"tensor dtype {name[:40]!r} is not a fixed-width numeric type")
+    return dtype
+
+
+def _shape(tensor) -> tuple[int, ...]:
+    if len(tensor.shape) > MAX_DIMS:
+        raise ProtocolError(f"a tensor of {len(tensor.shape)} dimensions (at most {MAX_DIMS})")
+    shape = tuple(tensor.shape)
+    if any(n < 0 for n in shape):
+        raise ProtocolError(f"tensor shape {list(shape)} has a negative dimension")
+    return shape
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    count = 1
+    for n in shape:
+        count *= n  # Python ints: no overflow
+    return count
+
+
+def _tensor(tensor, budget: Budget, lending: Lending | None) -> np.ndarray:
+    """The array a protocol Tensor describes, built only after its shape, strides and dtype are checked
+    against the bytes that came with it."""
+    shape = _shape(tensor)
+    count = _count(shape)
+    if tensor.dtype in ("str", "bytes"):
+        items = tensor.strings if tensor.dtype == "str" else tensor.byte_strings
+        if len(items) != count:
+            raise ProtocolError(f"a {tensor.dtype} tensor of shape {list(shape)} carries {len(items)} strings, "
+                                f"not {count}")
+        budget.take(count)
+        array = np.empty(count, dtype=object)
+        array[:] = list(items)
+        return array.reshape(shape)
+    dtype = tensor_dtype(tensor.dtype)
+    data = tensor.data
+    if tensor.strides:
+        return _strided(data, shape, list(tensor.strides), dtype, count, budget)
+    if len(data) != count * dtype.itemsize:
+        raise ProtocolError(f"a {dtype.name} tensor of shape {list(shape)} needs {count * dtype.itemsize} bytes "
+                            f"of data; {len(data)} came")
+    budget.take(len(data))
+    array = np.frombuffer(data, dtype=dtype).reshape(shape)
+    if tensor.ownerless and array.size:
+        return lending.lend(array) if lending is not None else borrow(array)
+    return array if tensor.read_only else array.copy()
+
+
+def _strided(data: bytes, shape: tuple[int, ...], strides: list[int], dtype: np.dtype, count: int,
+             budget: Budget) -> np.ndarray:
+    """A view onto a private copy of ``data`` with element ``strides``: the first element at the start of
+    the data, every other within it. Reach is computed exactly before NumPy sees a stride."""
+    if len(strides) != len(shape):
+        raise ProtocolError(f"{len(strides)} strides for a tensor of {len(shape)} dimensions")
+    if len(data) % dtype.itemsize:
+        raise ProtocolError(f"{len(data)} bytes of data are not a whole number of {dtype.name} elements")
+    if count == 0:
+        return np.empty(shape, dtype=dtype)
+    reach = 0
+    for dim, (n, stride) in enumerate(zip(shape, strides)):
+        if n > 1 and stride < 0:
+            raise ProtocolError(f"stride {stride} of dimension {dim} reaches before the start of the data")
+        reach += (n - 1) * stride
+    held = len(data) // dtype.itemsize
+    if reach >= held:
+        raise ProtocolError(f"shape {list(shape)} with strides {strides} reaches element {reach}, but the data "
+                            f"holds {held} {dtype.name} element(s) ({len(data)} bytes)")
+    budget.take(max(count * dtype.itemsize, len(data)))
+    span = np.frombuffer(data, dtype=dtype).copy()
+    byte_strides = [stride * dtype.itemsize if n > 1 else 0 for n, stride in zip(shape, strides)]
+    return np.lib.stride_tricks.as_strided(span, shape, byte_strides)
+
+
+def from_proto(value, ids: dict[int, int] | None = None, lending: Lending | None = None,
+               budget: Budget | None = None) -> Any:
+    """A neutral value from a protocol Value; ``ids`` collects python id -> reported buffer id. Ownerless
+    tensors are lent through ``lending`` (else ``values.borrow``, kept for the process's life); a value
+    that cannot be is a ProtocolError, and all of one message's values share one ``budget``."""
+    budget = budget if budget is not None else Budget()
     kind = value.WhichOneof("kind")
     if kind == "tensor" or kind is None:
-        tensor = value.tensor
-        shape = tuple(tensor.shape)
-        if tensor.dtype == "str":
-            array = np.array(list(tensor.strings), dtype=object).reshape(shape)
-        elif tensor.dtype == "bytes":
-            array = np.empty(len(tensor.byte_strings), dtype=object)
-            array[:] = list(tensor.byte_strings)
-            array = array.reshape(shape)
-        elif tensor.strides:
-            dtype = dtype_of(tensor.dtype)
-            span = np.frombuffer(tensor.data, dtype=dtype).copy()
-            array = np.lib.stride_tricks.as_strided(span, shape, [s * dtype.itemsize for s in tensor.strides])
-        else:
-            array = np.frombuffer(tensor.data, dtype=dtype_of(tensor.dtype)).reshape(shape)
-            if tensor.ownerless and array.size:
-                array = borrow(array)
-            elif not tensor.read_only:
-                array = array.copy()
-        if ids is not None and reported_id(tensor) is not None:
-            ids[id(array)] = tensor.buffer_id
+        array = _tensor(value.tensor, budget, lending)
+        if ids is not None and reported_id(value.tensor) is not None:
+            ids[id(array)] = value.tensor.buffer_id
         return array
     if kind == "struct":
-        fields = {decode_name(field.name): from_proto(field.value, ids) for field in value.struct.fields}
+        fields = {decode_name(field.name): from_proto(field.value, ids, lending, budget)
+                  for field in value.struct.fields}
         return Struct(fields, value.struct.type_id if value.struct.has_type_id else None)
     if kind == "sequence":
-        return [from_proto(item, ids) for item in value.sequence.items]
+        return [from_proto(item, ids, lending, budget) for item in value.sequence.items]
     if kind == "encoded":
         from reference_impl import schema
 
         header = schema.EncodedValueProto()
-        header.ParseFromString(value.encoded.header)
+        try:
+            header.ParseFromString(value.encoded.header)
+        except DecodeError as error:
+            raise ProtocolError(f"an encoded value's header does not parse: {error}") from None
+        budget.take(len(value.encoded.payload))
         payload = np.frombuffer(value.encoded.payload, dtype=np.uint8)
         result = Encoded(header, payload if value.encoded.read_only else payload.copy())
         if ids is not None and reported_id(value.encoded) is not None:
@@ -269,5 +449,8 @@ def _adopt(value: Any, proto, ids: dict[int, int]) -> None:
             _adopt(item, sub, ids)
 
 
-def named_from_proto(repeated, ids: dict[int, int] | None = None) -> dict[str, Any]:
-    return {decode_name(item.name): from_proto(item.value, ids) for item in repeated}
+def named_from_proto(repeated, ids: dict[int, int] | None = None, lending: Lending | None = None,
+                     budget: Budget | None = None) -> dict[str, Any]:
+    """Named values from one message, sharing one budget (see ``from_proto``)."""
+    budget = budget if budget is not None else Budget()
+    return {decode_name(item.name): from_proto(item.value, ids, lending, budget) for item in repeated}

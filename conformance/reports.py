@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from dataclasses import asdict
 
-from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, PASSED_WITHOUT_CODE, Result
+from conformance.execute import CRASHED, FAILED, NOT_SUPPORTED, PASSED, PASSED_WITHOUT_CODE, Result
 from conformance.runner import RunInfo, summary_line
 from conformance.text import clip
 
@@ -39,8 +39,9 @@ def junit_xml(results: list[Result], info: RunInfo) -> bytes:
     for area, group in sorted(by_area.items()):
         failures = sum(r.verdict == FAILED and not r.expected_failure for r in group)
         skipped = sum(r.verdict == NOT_SUPPORTED or r.expected_failure for r in group)
+        errors = sum(r.verdict == CRASHED for r in group)
         suite = ET.SubElement(suites, "testsuite", name=area, tests=str(len(group)), failures=str(failures),
-                              skipped=str(skipped), errors="0", time=f"{sum(r.duration for r in group):.3f}")
+                              skipped=str(skipped), errors=str(errors), time=f"{sum(r.duration for r in group):.3f}")
         for result in group:
             case = ET.SubElement(suite, "testcase", classname=area, name=result.id, time=f"{result.duration:.4f}")
             if result.verdict == PASSED_WITHOUT_CODE:
@@ -56,6 +57,9 @@ def junit_xml(results: list[Result], info: RunInfo) -> bytes:
                 ET.SubElement(case, "skipped", message=f"expected failure: {clip(result.message, 400)}")
             elif result.verdict == NOT_SUPPORTED:
                 ET.SubElement(case, "skipped", message=f"not supported: {clip(result.message, 400)}")
+            elif result.verdict == CRASHED:  # the process running the case died: JUnit's error, not a failure
+                error = ET.SubElement(case, "error", type=CRASHED, message=clip(result.message, 500))
+                error.text = "\n".join(filter(None, [f"actual: {result.actual}", result.traceback]))
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
@@ -64,15 +68,24 @@ def markdown(results: list[Result], info: RunInfo, problems: list[str] | None = 
     lines = [f"## Conformance: {adapter.get('name')} ({adapter.get('version')})", "",
              f"**{summary_line(results)}** in {info.duration:.1f} s — suite {info.suite.get('version')}, "
              f"spec revision {info.spec.get('revision')}", ""]
-    lines += ["| Profile | Passed | Passed without code | Failed | Not supported | Expected failures |",
-              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    crashes = any(r.verdict == CRASHED for r in results)
+    lines += ["| Profile | Passed | Passed without code | Failed | Not supported | Expected failures |"
+              + (" Crashed |" if crashes else ""),
+              "| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if crashes else "")]
     by_profile: dict[str, list[Result]] = defaultdict(list)
     for result in results:
         by_profile[result.profile].append(result)
     for profile, group in sorted(by_profile.items()):
         counts = _counts(group)
         lines.append(f"| {profile} | {counts[PASSED]} | {counts[PASSED_WITHOUT_CODE]} | {counts[FAILED]} | "
-                     f"{counts[NOT_SUPPORTED]} | {counts['xfail']} |")
+                     f"{counts[NOT_SUPPORTED]} | {counts['xfail']} |" + (f" {counts[CRASHED]} |" if crashes else ""))
+    crashed = [r for r in results if r.verdict == CRASHED]
+    if crashed:
+        lines += ["", f"### Crashed ({len(crashed)})", "",
+                  "The process running each of these cases died; the run went on in a new one.", ""]
+        lines += [f"- `{r.id}` — {_md(r.message)}" for r in crashed[:MAX_LISTED_FAILURES]]
+        if len(crashed) > MAX_LISTED_FAILURES:
+            lines.append(f"- … and {len(crashed) - MAX_LISTED_FAILURES} more (see results.json)")
     failing = [r for r in results if r.verdict == FAILED and not r.expected_failure]
     if failing:
         lines += ["", f"### Failures ({len(failing)})", ""]
@@ -98,6 +111,7 @@ def _counts(group: list[Result]) -> dict:
             PASSED_WITHOUT_CODE: sum(r.verdict == PASSED_WITHOUT_CODE for r in group),
             FAILED: sum(r.verdict == FAILED and not r.expected_failure for r in group),
             NOT_SUPPORTED: sum(r.verdict == NOT_SUPPORTED for r in group),
+            CRASHED: sum(r.verdict == CRASHED for r in group),
             "xfail": sum(r.verdict == FAILED and r.expected_failure for r in group)}
 
 

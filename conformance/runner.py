@@ -1,20 +1,21 @@
-"""Running a selection of cases: in process, across worker processes (``-j N``), with progress."""
+"""Running a selection of cases, with progress: by default in worker processes (``-j N`` of them,
+conformance/workers.py), so that a case crashing its process fails alone and the run goes on; in the
+runner's own process with ``isolation=False`` (``--no-isolation``, for debugging) or where workers cannot
+be forked."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import platform
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance import SPEC_NAME, SPEC_REVISION, SUITE_NAME, SUITE_VERSION, operators
+from conformance import SPEC_NAME, SPEC_REVISION, SUITE_NAME, SUITE_VERSION, operators, workers
 from conformance.adapters import load_adapter
-from conformance.cases import Case, load_cases
-from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, PASSED_WITHOUT_CODE, Result, run_case
+from conformance.cases import Case
+from conformance.execute import CRASHED, FAILED, NOT_SUPPORTED, PASSED, PASSED_WITHOUT_CODE, Result, run_case
 
 
 @dataclass
@@ -26,6 +27,7 @@ class RunConfig:
     jobs: int = 1
     require_codes: bool = False
     progress: bool = True
+    isolation: bool = True  # cases run in worker processes (see the module docstring)
 
 
 @dataclass
@@ -53,21 +55,6 @@ def adapter_identity(adapter: Any, config: RunConfig) -> dict:
     }
 
 
-_WORKER: dict = {}
-
-
-def _worker_init(config: RunConfig) -> None:
-    _use_safe_reads()
-    _WORKER["adapter"] = load_adapter(config.adapter, config.testee, config.timeout)
-    _WORKER["cases"] = {c.id: c for c in load_cases(config.corpus)}
-    _WORKER["config"] = config
-
-
-def _worker_run(case_id: str) -> Result:
-    config = _WORKER["config"]
-    return run_case(_WORKER["cases"][case_id], _WORKER["adapter"], config.require_codes, config.timeout)
-
-
 def _use_safe_reads() -> None:
     """The runner must survive case files changing under it: in-process oracles read external payloads
     into memory instead of mapping them (a truncated mapping would kill the run with SIGBUS)."""
@@ -77,7 +64,12 @@ def _use_safe_reads() -> None:
 
 
 def run(cases: list[Case], config: RunConfig, adapter: Any | None = None) -> tuple[list[Result], RunInfo]:
-    """Run ``cases`` and return their results (in case order) with the run's identity."""
+    """Run ``cases`` and return their results (in case order) with the run's identity.
+
+    With isolation, workers forked from this process run the cases: an ``adapter`` object passed in is
+    inherited by them (what it records during the run stays in the workers); one loaded here from
+    ``config`` serves only for the run's identity, and each worker loads its own (a testee's pipes and a
+    runtime's threads do not survive a fork)."""
     info = RunInfo(suite={"name": SUITE_NAME, "version": SUITE_VERSION},
                    spec={"name": SPEC_NAME, "revision": SPEC_REVISION},
                    platform={"python": platform.python_version(), "system": platform.platform(),
@@ -90,28 +82,61 @@ def run(cases: list[Case], config: RunConfig, adapter: Any | None = None) -> tup
     if adapter is None:
         adapter = load_adapter(config.adapter, config.testee, config.timeout)
     info.adapter = adapter_identity(adapter, config)
+    isolated = config.isolation and workers.available() and bool(cases)
+    info.platform["isolation"] = "worker processes" if isolated else "none: cases ran in the runner's process"
+    if config.isolation and not workers.available():
+        sys.stderr.write("conformance: worker processes need fork, which this platform lacks: cases run in the "
+                         "runner's process, and one that crashes it ends the run\n")
+    elif not config.isolation and config.jobs > 1:
+        sys.stderr.write("conformance: without isolation cases run one at a time in the runner's process; "
+                         f"-j {config.jobs} is ignored\n")
     results: list[Result] = []
     try:
-        if config.jobs <= 1 or len(cases) < 2:
+        if isolated:
+            if own_adapter and hasattr(adapter, "shutdown"):
+                adapter.shutdown()  # before the fork: no worker inherits its testee
+            _build(cases)
+            setup = _fresh_adapter(config) if own_adapter else _inherited(adapter, config)
+            results = workers.run_cases(cases, config.jobs, setup, workers.deadline_for(adapter, config.timeout),
+                                        progress.update)
+        else:
             for case in cases:
                 result = run_case(case, adapter, config.require_codes, config.timeout)
                 results.append(result)
                 progress.update(result)
-        else:
-            context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-            by_id = {}
-            with ProcessPoolExecutor(config.jobs, mp_context=context, initializer=_worker_init,
-                                     initargs=(config,)) as pool:
-                for result in pool.map(_worker_run, [c.id for c in cases], chunksize=4):
-                    by_id[result.id] = result
-                    progress.update(result)
-            results = [by_id[c.id] for c in cases]
     finally:
         if own_adapter and hasattr(adapter, "shutdown"):
             adapter.shutdown()
         progress.finish()
     info.duration = time.perf_counter() - start
     return results, info
+
+
+def _build(cases: list[Case]) -> None:
+    """Build every case's model before the fork: the workers inherit them, and so does whatever reads
+    them after the run (the report's case digests), which would otherwise build each case again."""
+    for case in cases:
+        try:
+            case.build()
+        except Exception:  # noqa: BLE001 - the worker meets the same error and fails the case with it
+            pass
+
+
+def _fresh_adapter(config: RunConfig) -> workers.Setup:
+    """A worker's setup loading its own adapter from ``config`` and shutting it down when done."""
+    def setup():
+        adapter = load_adapter(config.adapter, config.testee, config.timeout)
+        return _judge(adapter, config), getattr(adapter, "shutdown", None)
+    return setup
+
+
+def _inherited(adapter: Any, config: RunConfig) -> workers.Setup:
+    """A worker's setup using the adapter object the worker inherited."""
+    return lambda: (_judge(adapter, config), None)
+
+
+def _judge(adapter: Any, config: RunConfig):
+    return lambda case: run_case(case, adapter, config.require_codes, config.timeout)
 
 
 class Progress:
@@ -121,7 +146,7 @@ class Progress:
         self.total = total
         self.enabled = enabled
         self.done = 0
-        self.counts = {PASSED: 0, PASSED_WITHOUT_CODE: 0, FAILED: 0, NOT_SUPPORTED: 0}
+        self.counts = {PASSED: 0, PASSED_WITHOUT_CODE: 0, FAILED: 0, NOT_SUPPORTED: 0, CRASHED: 0}
         self.tty = sys.stderr.isatty()
         self.next_mark = 0.1
 
@@ -134,6 +159,8 @@ class Progress:
                 f"{self.counts[NOT_SUPPORTED]} not supported")
         if self.counts[PASSED_WITHOUT_CODE]:
             line += f", {self.counts[PASSED_WITHOUT_CODE]} passed without code"
+        if self.counts[CRASHED]:
+            line += f", {self.counts[CRASHED]} crashed"
         if self.tty:
             sys.stderr.write("\r" + line)
             sys.stderr.flush()
@@ -148,11 +175,14 @@ class Progress:
 
 def summary_line(results: list[Result]) -> str:
     """``N passed, N failed, N not supported, N expected failures`` (failed excludes expected ones), then
-    ``, N passed without code`` when a rejection carried no error code (those are not in ``passed``)."""
+    ``, N passed without code`` when a rejection carried no error code (those are not in ``passed``) and
+    ``, N crashed`` when a case killed the process running it (those are not in ``failed``)."""
     passed = sum(r.verdict == PASSED for r in results)
     expected = sum(r.verdict == FAILED and r.expected_failure for r in results)
     failed = sum(r.verdict == FAILED and not r.expected_failure for r in results)
     unsupported = sum(r.verdict == NOT_SUPPORTED for r in results)
     uncoded = sum(r.verdict == PASSED_WITHOUT_CODE for r in results)
+    crashed = sum(r.verdict == CRASHED for r in results)
     line = f"{passed} passed, {failed} failed, {unsupported} not supported, {expected} expected failures"
-    return line + (f", {uncoded} passed without code" if uncoded else "")
+    line += f", {uncoded} passed without code" if uncoded else ""
+    return line + (f", {crashed} crashed" if crashed else "")

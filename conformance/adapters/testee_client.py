@@ -1,21 +1,31 @@
 """The testee client: the adapter that drives a runtime in another process (any language) over the
 framed protocol; the reference runtime's server side is ``conformance.testee``.
 
-A per-request timeout guards every call. A crashed or hung testee fails the case in progress; the
-process is killed and started again on the next call, and the run goes on. The testee is untrusted:
-its frames are capped (``max_frame``, default ``CONFORMANCE_MAX_FRAME`` or ``protocol.MAX_FRAME``) and
-read incrementally, and a testee that cannot be started or does not answer ``hello`` is a
-``TesteeUnavailable`` (a one-line suite error) rather than a traceback.
+A per-request timeout guards every call. A crashed or hung testee fails the case in progress with
+what happened (its exit status or signal, the timeout, the broken frame); the process is killed and
+started again on the next call, and the run goes on. The testee is untrusted: its frames are capped in
+bytes (``max_frame``, default ``CONFORMANCE_MAX_FRAME`` or ``protocol.MAX_FRAME``) and in objects
+(``max_objects``, ``CONFORMANCE_MAX_OBJECTS`` or ``protocol.MAX_OBJECTS``), read incrementally, and every
+value is checked against the bytes that came with it (``protocol.ProtocolError``). A testee that cannot
+be started or does not answer ``hello`` is a ``TesteeUnavailable`` (a one-line suite error).
+
+The testee runs in its own process group, killed whole, and on Linux dies with the thread that started
+it (the runner's main thread), so a killed or hung testee and its children are never left behind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import shlex
+import signal
 import subprocess
+import sys
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from conformance import protocol as P
@@ -39,21 +49,35 @@ class TesteeUnavailable(SuiteError):
 
 def default_max_frame() -> int:
     """The frame cap: ``CONFORMANCE_MAX_FRAME`` (bytes) when set, else ``protocol.MAX_FRAME``."""
-    text = os.environ.get("CONFORMANCE_MAX_FRAME", "")
+    return _positive_env("CONFORMANCE_MAX_FRAME", "bytes", P.MAX_FRAME)
+
+
+def default_max_objects() -> int:
+    """The per-frame object cap: ``CONFORMANCE_MAX_OBJECTS`` when set, else ``protocol.MAX_OBJECTS``."""
+    return _positive_env("CONFORMANCE_MAX_OBJECTS", "objects", P.MAX_OBJECTS)
+
+
+def _positive_env(name: str, unit: str, default: int) -> int:
+    text = os.environ.get(name, "")
     if not text:
-        return P.MAX_FRAME
+        return default
     if not text.isdigit() or int(text) < 1:
-        raise SuiteError(f"CONFORMANCE_MAX_FRAME must be a positive number of bytes, not {text!r}")
+        raise SuiteError(f"{name} must be a positive number of {unit}, not {text!r}")
     return int(text)
+
+
+_ADAPTERS: weakref.WeakSet[TesteeAdapter] = weakref.WeakSet()
 
 
 class TesteeAdapter:
     handles_timeouts = True  # every request has its own timeout and a hung process is killed
 
-    def __init__(self, command: str, timeout: float = 30.0, max_frame: int | None = None):
+    def __init__(self, command: str, timeout: float = 30.0, max_frame: int | None = None,
+                 max_objects: int | None = None):
         self.command = command
         self.timeout = timeout
         self.max_frame = max_frame or default_max_frame()
+        self.max_objects = max_objects or default_max_objects()
         self.identity = f"testee:{command}"
         self._process: subprocess.Popen | None = None
         self._lock = threading.Lock()
@@ -62,6 +86,8 @@ class TesteeAdapter:
         self._generation = 0
         self._broken = ""  # why the reader last stopped
         self._states: weakref.WeakSet = weakref.WeakSet()  # every state, to name the buffers values came from
+        self._lending = P.Lending(self.max_frame)  # ownerless values received during the current case
+        _ADAPTERS.add(self)
         try:
             response = self._call("hello", None)
             if response.WhichOneof("result") != "hello":
@@ -84,8 +110,8 @@ class TesteeAdapter:
         try:
             words = shlex.split(self.command)
             self._process = subprocess.Popen(words, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None,
-                                             bufsize=0)
-        except (OSError, ValueError) as error:  # no such command, not executable, bad quoting
+                                             bufsize=0, start_new_session=True, preexec_fn=_die_with_parent())
+        except (OSError, ValueError, subprocess.SubprocessError) as error:  # no such command, bad quoting
             self._process = None
             raise TesteeFailure(f"cannot start {self.command!r}: {getattr(error, 'strerror', None) or error}",
                                 restarts=False) from None
@@ -99,16 +125,17 @@ class TesteeAdapter:
         assert stream is not None  # started with stdout=PIPE
         while True:
             try:
-                response = P.read_frame(stream, P.Response, self.max_frame)
+                response = P.read_frame(stream, P.Response, self.max_frame, self.max_objects)
             except Exception as error:  # noqa: BLE001 - end of stream or garbage: fail whoever waits
-                if generation == self._generation:
-                    self._broken = str(error)
+                if generation == self._generation and not getattr(error, "closed", False):
+                    self._broken = _framing_reason(error)
                 break
             with self._lock:
                 slot = self._pending.pop(response.id, None)
             if slot is not None:
                 slot[1] = response
                 slot[0].set()
+            del response, slot  # a large answer must not stay alive here until the next one arrives
         with self._lock:
             if generation == self._generation:
                 for slot in self._pending.values():
@@ -116,10 +143,17 @@ class TesteeAdapter:
                 self._pending.clear()
 
     def _kill(self) -> None:
+        """Kill the testee's whole process group (a wrapper's children too) and reap it."""
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)  # its own group: started with start_new_session
             process.kill()
             process.wait(timeout=10)
+        if process is not None:
+            for stream in (process.stdin, process.stdout):
+                with contextlib.suppress(OSError):
+                    stream and stream.close()
 
     def shutdown(self) -> None:
         if self._process is not None and self._process.poll() is None:
@@ -129,15 +163,35 @@ class TesteeAdapter:
                 pass
         self._kill()
 
+    def end_case(self) -> None:
+        """Called when a case ends: the ownerless values received during it are released (nothing of a
+        case outlives it), so a testee answering with ownerless data cannot make the runner hoard it."""
+        self._lending.release()
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: the testee belongs to the parent (its reader thread did not come along), so
+        the child drops it without killing it and starts its own on the next call."""
+        process, self._process = self._process, None
+        self._lock = threading.Lock()
+        self._pending = {}
+        self._generation += 1
+        if process is not None:
+            for stream in (process.stdin, process.stdout):
+                with contextlib.suppress(OSError):
+                    stream and stream.close()  # the child's copy of the descriptor only
+
     # --------------------------------------------------------------------------------- calls
-    def _send(self, request, wait: float) -> Any:
-        request_id, slot, process = self._post(request)
+    def _send(self, request, wait: float, start: bool = True) -> Any:
+        request_id, slot, process = self._post(request, start)
         return self._await(request_id, slot, process, wait)
 
-    def _post(self, request) -> tuple[int, list, subprocess.Popen]:
-        """Write ``request``; returns what ``_await`` needs to collect its response."""
+    def _post(self, request, start: bool = True) -> tuple[int, list, subprocess.Popen]:
+        """Write ``request`` (starting the testee first when ``start`` and it is not running); returns
+        what ``_await`` needs to collect its response."""
         with self._lock:
             if self._process is None or self._process.poll() is not None:
+                if not start:
+                    raise TesteeFailure("the testee is not running", restarts=False)
                 self._start()
             request.id = self._next_id
             self._next_id += 1
@@ -149,27 +203,47 @@ class TesteeAdapter:
                 P.write_frame(process.stdin, request)
             except (BrokenPipeError, OSError):
                 self._pending.pop(request.id, None)
+                reason = _exit_reason(process, 1.0) or "closed its input"
                 self._kill()
-                raise TesteeFailure("the testee closed its input (crashed)") from None
+                raise TesteeFailure(f"the testee {reason} before {_op(request)} was sent") from None
         return request.id, slot, process
 
-    def _await(self, request_id: int, slot: list, process, wait: float) -> Any:
+    def _await(self, request_id: int, slot: list, process, wait: float, op: str = "the request") -> Any:
         if not slot[0].wait(wait):
             with self._lock:
                 self._pending.pop(request_id, None)
                 if self._process is process:
                     self._kill()
-            raise TesteeFailure(f"the testee did not answer within {wait:.0f} s; killed")
+            raise TesteeFailure(f"the testee did not answer {op} within {wait:g} s; killed")
         if slot[1] is None:
+            broken = self._broken
+            reason = _exit_reason(process, 2.0)
             with self._lock:
                 if self._process is process:
                     self._kill()
-            detail = f" ({self._broken})" if self._broken else ""
-            raise TesteeFailure(f"the testee exited or broke the framing{detail}")
+            if reason is None:
+                raise TesteeFailure(f"{broken or 'the testee closed its output'} (answering {op}); killed")
+            if broken:
+                raise TesteeFailure(f"{broken}, and {reason} (answering {op})")
+            raise TesteeFailure(f"the testee {reason} while answering {op}")
         return slot[1]
 
-    def _call(self, op: str, body) -> Any:
-        return self._result(self._send(self._request(op, body), self.timeout))
+    def _call(self, op: str, body, start: bool = True) -> Any:
+        request = self._request(op, body)
+        request_id, slot, process = self._post(request, start)
+        return self._result(self._await(request_id, slot, process, self.timeout, op))
+
+    @contextlib.contextmanager
+    def _answer(self, op: str) -> Iterator[None]:
+        """Values decoded from an answer: a value that cannot be (strides past its data ...) fails the case."""
+        try:
+            yield
+        except P.ProtocolError as error:
+            raise TesteeFailure(f"the testee's answer to {op} is malformed: {error}", restarts=False) from None
+
+    def _values(self, op: str, repeated, ids: dict[int, int] | None = None) -> dict[str, Any]:
+        with self._answer(op):
+            return P.named_from_proto(repeated, ids, self._lending, P.Budget(self.max_frame))
 
     @staticmethod
     def _request(op: str, body):
@@ -222,12 +296,14 @@ class TesteeAdapter:
     def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None):
         body = P.MESSAGES["Decode"](model=model_bytes, value_name=P.encode_name(value_name or ""),
                                     base_dir=base_dir or "")
-        return P.from_proto(self._call("decode", body).value.value)
+        answer = self._call("decode", body).value.value
+        with self._answer("decode"):
+            return P.from_proto(answer, None, self._lending, P.Budget(self.max_frame))
 
     def read_fields(self, model_bytes: bytes, value_name: str, base_dir: str | None):
         body = P.MESSAGES["ReadFields"](model=model_bytes, value_name=P.encode_name(value_name or ""),
                                         base_dir=base_dir or "")
-        return P.named_from_proto(self._call("read_fields", body).values.values)
+        return self._values("read_fields", self._call("read_fields", body).values.values)
 
     # base_dir is sent whatever protocol version the testee speaks: an older one ignores the field.
     def roundtrip(self, model_bytes: bytes, base_dir: str | None = None) -> bytes:
@@ -276,7 +352,7 @@ class TesteeState:
         P.named_to_proto(feeds, body.feeds, self.adapter.reported_id)
         response = self.adapter._call("run", body)
         P.adopt_ids(feeds, response.values.received, self.ids)
-        outputs = P.named_from_proto(response.values.values, self.ids)
+        outputs = self.adapter._values("run", response.values.values, self.ids)
         self._keep.append((feeds, outputs))
         return outputs
 
@@ -292,25 +368,26 @@ class TesteeState:
         bridge = threading.Thread(target=self._bridge, args=(hold,), daemon=True)
         bridge.start()
         try:
-            response = self.adapter._result(self.adapter._await(*posted, self.adapter.timeout))
+            response = self.adapter._result(self.adapter._await(*posted, self.adapter.timeout, "run"))
         finally:
             hold.finish()
             bridge.join(self.adapter.timeout)
         P.adopt_ids(feeds, response.values.received, self.ids)
-        outputs = P.named_from_proto(response.values.values, self.ids)
+        outputs = self.adapter._values("run", response.values.values, self.ids)
         self._keep.append((feeds, outputs))
         return outputs
 
     def _bridge(self, hold: Hold) -> None:
         hold_request = P.MESSAGES["Hold"]
         try:
-            self.adapter._call("hold", hold_request(state=self.state_id))
+            self.adapter._call("hold", hold_request(state=self.state_id), start=False)
         except Exception:  # noqa: BLE001 - the run ended without parking: the Run's own answer says why
             return
         hold.mark_parked()
         hold.wait_released()
         try:
-            self.adapter._call("hold", hold_request(state=self.state_id, release=True, cancel=hold.cancel_requested))
+            self.adapter._call("hold", hold_request(state=self.state_id, release=True, cancel=hold.cancel_requested),
+                               start=False)
         except Exception:  # noqa: BLE001 - a lost testee fails the Run itself
             pass
 
@@ -322,7 +399,7 @@ class TesteeState:
     def values(self) -> dict:
         self._check()
         response = self.adapter._call("values", P.MESSAGES["Values"](state=self.state_id))
-        values = P.named_from_proto(response.values.values, self.ids)
+        values = self.adapter._values("values", response.values.values, self.ids)
         self._keep.append(values)
         return values
 
@@ -349,3 +426,60 @@ class TesteeState:
             raise NotSupported("the testee speaks a protocol version without counters")
         response = self.adapter._call("counters", P.MESSAGES["Counters"](state=self.state_id))
         return {c.name: c.value for c in response.counters.counters}
+
+
+# ------------------------------------------------------------------------------------ process helpers
+def _op(request) -> str:
+    return request.WhichOneof("op") or "a request"
+
+
+def _exit_reason(process: subprocess.Popen, wait: float) -> str | None:
+    """How the testee ended ("exited with status 3", "was killed by SIGSEGV"), waiting up to ``wait``
+    seconds for it to finish closing; None while it is still running."""
+    try:
+        code = process.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        return None
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with status {code}" if code else "exited"
+
+
+def _framing_reason(error: Exception) -> str:
+    """Why the reader stopped, in words: text where a length prefix belongs is named as such."""
+    prefix = getattr(error, "prefix", b"")
+    if prefix and all(0x20 <= byte < 0x7F or byte in b"\t\r\n" for byte in prefix):
+        return f"the testee wrote text on stdout (first bytes: {prefix.decode('ascii')!r})"
+    return f"the testee broke the framing: {error}"
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """On Linux, a ``preexec_fn`` making the testee die when the thread that starts it ends (the runner
+    crashed or was killed); only the main thread lives as long as the runner, so only it asks."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the runner died before the line above
+            os._exit(1)
+
+    return preexec
+
+
+def _forget_inherited() -> None:
+    for adapter in list(_ADAPTERS):
+        adapter._forget_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_inherited)
