@@ -28,7 +28,7 @@ from conformance import SPEC_REVISION, SUITE_VERSION, attestation, certificate
 from conformance.bundle_files import BundleError, check_name, expect, read_bytes, read_json
 from conformance.bundle_files import field as required_field
 from conformance.cases import default_corpus, load_cases
-from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, PASSED_WITHOUT_CODE, Result
+from conformance.execute import CRASHED, FAILED, NOT_SUPPORTED, PASSED, PASSED_WITHOUT_CODE, Result
 from conformance.runner import RunInfo
 
 MANIFEST = "manifest.json"
@@ -50,6 +50,12 @@ def corpus_sha256(cases) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ write
+def statuses(results: list[Result], info: RunInfo, corpus: str | None = None) -> dict[str, str]:
+    """Each claimed profile's status for a run (what ``write`` records, for the summary written before)."""
+    return certificate.profile_statuses(results, load_cases(corpus), info.adapter.get("profiles", []),
+                                        certificate.is_full_selection(info.selection))
+
+
 def write(directory: str | pathlib.Path, results: list[Result], info: RunInfo, waivers: list[dict],
           corpus: str | None = None) -> dict:
     """Write ``manifest.json`` for the report already in ``directory`` and return it."""
@@ -67,7 +73,7 @@ def write(directory: str | pathlib.Path, results: list[Result], info: RunInfo, w
         "selection": {**selection, "full": full},
         "adapter": info.adapter,
         "machine": certificate.machine_record(),
-        "profiles": certificate.profile_statuses(results, all_cases, info.adapter.get("profiles", []), full),
+        "profiles": statuses(results, info, corpus),
         "waivers": waivers,
         "totals": _totals(results),
         "cases": [{"id": r.id, "sha256": cases[r.id].sha256(), "level": r.level, "profile": r.profile,
@@ -88,7 +94,8 @@ def _totals(entries) -> dict:
     waived = [bool(e["expected_failure"] if isinstance(e, dict) else e.expected_failure) for e in entries]
     return {"passed": verdicts.count(PASSED), "passed_without_code": verdicts.count(PASSED_WITHOUT_CODE),
             "failed": verdicts.count(FAILED), "not_supported": verdicts.count(NOT_SUPPORTED),
-            "other": sum(v not in (PASSED, PASSED_WITHOUT_CODE, FAILED, NOT_SUPPORTED) for v in verdicts),
+            "crashed": verdicts.count(CRASHED),
+            "other": sum(v not in (PASSED, PASSED_WITHOUT_CODE, FAILED, NOT_SUPPORTED, CRASHED) for v in verdicts),
             "expected_failures": sum(waived)}
 
 

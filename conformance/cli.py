@@ -199,7 +199,7 @@ def cmd_run(args, argv: list[str]) -> int:
         problems = failure_list.apply(entries, results, [c.id for c in cases])
         waivers = [{"pattern": e.pattern, "message": e.message} for e in entries]
     failures = _print_failures(results, problems)
-    directory = reports.write_all(args.report_dir, results, info, problems)
+    directory = reports.write_all(args.report_dir, results, info, problems, bundle.statuses(results, info, args.corpus))
     manifest = bundle.write(directory, results, info, waivers, args.corpus)
     print(f"report: {directory}/ (summary.md, junit.xml, results.json, manifest.json) in {info.duration:.1f} s")
     print(certification_line(manifest))
@@ -233,9 +233,9 @@ def certification_line(manifest: dict) -> str:
 
 def _print_failures(results, problems: list[str]) -> list:
     """Print the first unexpected failures and every failure-list problem; return the failures."""
-    failures = [r for r in results if r.verdict == "failed" and not r.expected_failure]
+    failures = [r for r in results if r.verdict in ("failed", "crashed") and not r.expected_failure]
     for result in failures[:20]:
-        print(clip(f"FAILED {result.id}: {result.message}", MESSAGE_WIDTH))
+        print(clip(f"{result.verdict.upper()} {result.id}: {result.message}", MESSAGE_WIDTH))
     if len(failures) > 20:
         print(f"... and {len(failures) - 20} more failures (see the report)")
     for problem in problems:

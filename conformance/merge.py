@@ -87,7 +87,7 @@ def merge(directories: list[str | pathlib.Path], report_dir: str | pathlib.Path,
     results = _in_selection_order(shards, corpus)
     info = _merged_info(shards, len(results), bool(trusted_keys))
     failure_problems = list(dict.fromkeys(p for shard in shards for p in shard.problems))
-    directory = reports.write_all(report_dir, results, info, failure_problems)
+    directory = reports.write_all(report_dir, results, info, failure_problems, bundle.statuses(results, info, corpus))
     bundle.write(directory, results, info, shards[0].waivers, corpus)
     return results, info, failure_problems
 

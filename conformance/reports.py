@@ -63,7 +63,8 @@ def junit_xml(results: list[Result], info: RunInfo) -> bytes:
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
-def markdown(results: list[Result], info: RunInfo, problems: list[str] | None = None) -> str:
+def markdown(results: list[Result], info: RunInfo, problems: list[str] | None = None,
+             statuses: dict[str, str] | None = None) -> str:
     adapter = info.adapter
     lines = [f"## Conformance: {adapter.get('name')} ({adapter.get('version')})", "",
              f"**{summary_line(results)}** in {info.duration:.1f} s — suite {info.suite.get('version')}, "
@@ -79,6 +80,9 @@ def markdown(results: list[Result], info: RunInfo, problems: list[str] | None = 
         counts = _counts(group)
         lines.append(f"| {profile} | {counts[PASSED]} | {counts[PASSED_WITHOUT_CODE]} | {counts[FAILED]} | "
                      f"{counts[NOT_SUPPORTED]} | {counts['xfail']} |" + (f" {counts[CRASHED]} |" if crashes else ""))
+    if statuses is not None:
+        lines += _certification(results, statuses, bool(info.selection.get("full",
+                                                                          _full(info.selection))))
     crashed = [r for r in results if r.verdict == CRASHED]
     if crashed:
         lines += ["", f"### Crashed ({len(crashed)})", "",
@@ -106,6 +110,51 @@ def markdown(results: list[Result], info: RunInfo, problems: list[str] | None = 
     return "\n".join(lines) + "\n"
 
 
+def _full(selection: dict) -> bool:
+    from conformance.certificate import is_full_selection
+
+    return is_full_selection(selection)
+
+
+def _certification(results: list[Result], statuses: dict[str, str], full: bool) -> list[str]:
+    """Each claimed profile's status and what blocks it; Required cases answered "not supported" in a
+    claimed profile are listed one by one, with the checks they needed, since they silently cost it."""
+    lines = ["", "### Certification", "", "| Profile | Status | Blocking |", "| --- | --- | --- |"]
+    for profile, status in sorted(statuses.items()):
+        group = [r for r in results if r.profile == profile]
+        lines.append(f"| {profile} | {status} | {_blocking(group, status, full)} |")
+    if not full:
+        lines += ["", "A partial run (`--cases`, `--level`, `--profile` or a single `--shard`) certifies no profile."]
+    unsupported = [r for r in results if r.profile in statuses and r.level == "Required" and r.verdict == NOT_SUPPORTED]
+    if unsupported:
+        lines += ["", f"### Not supported in a claimed profile ({len(unsupported)})", "",
+                  "The runtime claims these cases' profiles but not the check each needs: each blocks its "
+                  "profile's certification.", ""]
+        lines += [f"- `{r.id}` ({r.profile}; needs {', '.join(r.clauses) or 'its operation'}) — {_md(r.message)}"
+                  for r in unsupported[:MAX_LISTED_FAILURES]]
+        if len(unsupported) > MAX_LISTED_FAILURES:
+            lines.append(f"- … and {len(unsupported) - MAX_LISTED_FAILURES} more (see results.json)")
+    return lines
+
+
+def _blocking(group: list[Result], status: str, full: bool) -> str:
+    from conformance.certificate import EARNED, NOT_RUN, PARTIAL
+
+    if status in EARNED:
+        return "—"
+    if status == NOT_RUN:
+        return "no case of the profile ran"
+    blockers = [r for r in group if r.verdict != PASSED and (r.level == "Required" or not r.expected_failure)]
+    kinds: dict[str, int] = defaultdict(int)
+    for result in blockers:
+        kinds[f"{result.level} {result.verdict}"] += 1
+    text = ", ".join(f"{count} {kind}" for kind, count in sorted(kinds.items()))
+    if status == PARTIAL:
+        text = (text + "; " if text else "") + ("the run's selection was partial" if not full
+                                                else "the run did not cover every case of the profile")
+    return text or status
+
+
 def _counts(group: list[Result]) -> dict:
     return {PASSED: sum(r.verdict == PASSED for r in group),
             PASSED_WITHOUT_CODE: sum(r.verdict == PASSED_WITHOUT_CODE for r in group),
@@ -115,15 +164,20 @@ def _counts(group: list[Result]) -> dict:
             "xfail": sum(r.verdict == FAILED and r.expected_failure for r in group)}
 
 
+#: Characters a runtime's message could use for Markdown or HTML markup in a summary.
+_MARKUP = str.maketrans({**{c: "\\" + c for c in "\\`*_[]<>|#!~"}, "\n": " ", "\r": " "})
+
+
 def _md(text: str) -> str:
-    return clip(text, 300).replace("|", "\\|")
+    """A runtime's text, inert in Markdown: every markup character escaped, one line."""
+    return clip(text, 300).translate(_MARKUP)
 
 
 def write_all(directory: str | pathlib.Path, results: list[Result], info: RunInfo,
-              problems: list[str] | None = None) -> pathlib.Path:
+              problems: list[str] | None = None, statuses: dict[str, str] | None = None) -> pathlib.Path:
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     write_json(directory, results, info, problems)
     (directory / "junit.xml").write_bytes(junit_xml(results, info))
-    (directory / "summary.md").write_text(markdown(results, info, problems))
+    (directory / "summary.md").write_text(markdown(results, info, problems, statuses))
     return directory

@@ -355,3 +355,26 @@ def test_verify_bundle_from_the_command_line_is_one_line_on_a_missing_bundle(tmp
     done = subprocess.run([sys.executable, "-m", "conformance", "verify-bundle", str(tmp_path / "none"),
                            "--integrity-only"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and not done.stdout
+
+
+# ------------------------------------------------------------------------------------------- summary
+def test_the_summary_shows_each_profiles_status_and_what_blocks_it(tmp_path):
+    pytest.importorskip("onnxruntime")
+    assert _run(tmp_path / "r", "--adapter", "onnxruntime", "--profile", "state") == 1
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert "### Certification" in summary and "| state | not certified |" in summary
+    assert "A partial run" in summary
+    listed = summary.split("### Not supported in a claimed profile", 1)[1].split("\n### ", 1)[0]
+    assert "`Required.State.Concurrency.SecondRunRejected` (state; needs STATE-NO-CONCURRENCY" in listed
+
+
+def test_runtime_messages_are_inert_in_the_summary():
+    from conformance.reports import markdown
+
+    hostile = "x | y <script>alert(1)</script> [click](javascript:alert(1)) `code`\n### injected heading"
+    result = Result("Required.Affine.Storage.Int8PerTensor", "failed", message=hostile, profile="affine",
+                    level="Required")
+    text = markdown([result], RunInfo(adapter={"name": "t", "profiles": ["affine"]}), statuses={"affine": "x"})
+    line = next(line for line in text.splitlines() if line.startswith("- `Required.Affine.Storage.Int8PerTensor`"))
+    assert "<script>" not in line and "\\[click\\]" in line and " | y" not in line
+    assert "\n### injected" not in text

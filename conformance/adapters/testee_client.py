@@ -79,6 +79,7 @@ class TesteeAdapter:
         self.max_frame = max_frame or default_max_frame()
         self.max_objects = max_objects or default_max_objects()
         self.identity = f"testee:{command}"
+        self._cwd = os.getcwd()  # a relative testee path is the user's, resolved against where they stood
         self._process: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._pending: dict[int, list] = {}
@@ -109,6 +110,8 @@ class TesteeAdapter:
     def _start(self) -> None:
         try:
             words = shlex.split(self.command)
+            if words and os.sep in words[0] and not os.path.isabs(words[0]):
+                words[0] = os.path.join(self._cwd, words[0])  # as the user named it, wherever we are now
             self._process = subprocess.Popen(words, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None,
                                              bufsize=0, start_new_session=True, preexec_fn=_die_with_parent())
         except (OSError, ValueError, subprocess.SubprocessError) as error:  # no such command, bad quoting
