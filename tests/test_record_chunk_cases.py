@@ -66,7 +66,7 @@ class RecordChunksFromStart(Fault):
 
 
 _FIELDS = "Required.Structured.Chunks.NineByteRecordFields1Mi"
-_CODEBOOK = "Required.Structured.Chunks.CodebookTwelveByteRecords128Ki"
+_CODEBOOK = "Required.Structured.Chunks.CodebookTwelveByteRecords64Ki"
 _EXTERNAL = "Required.External.Chunks.NineByteRecordFieldsAtOddOffset"
 CATCHERS = [
     (RecordTailDropped(1 << 16), (_FIELDS, _CODEBOOK, _EXTERNAL)),
