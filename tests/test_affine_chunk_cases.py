@@ -51,8 +51,9 @@ def _after_decode(change):
 
 
 class TailDropped(Fault):
-    """Decodes in chunks of ``chunk`` elements with ``for start in range(0, n - chunk + 1, chunk)``: the
-    partial last chunk is never decoded and its output stays zero."""
+    """Decodes a value larger than ``chunk`` elements in chunks, with ``for start in range(0, n - chunk + 1,
+    chunk)``: the partial last chunk is never decoded and its output stays zero (smaller values, decoded in
+    one piece, are right)."""
 
     def __init__(self, chunk: int):
         super().__init__()
@@ -60,7 +61,8 @@ class TailDropped(Fault):
 
     def patches(self):
         def change(flat):
-            flat[len(flat) - len(flat) % self.chunk:] = 0
+            if len(flat) > self.chunk:
+                flat[len(flat) - len(flat) % self.chunk:] = 0
         return [wrap(affine, "dequantize", _after_decode(change))]
 
 

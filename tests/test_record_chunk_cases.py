@@ -36,8 +36,9 @@ def _after_read(change):
 
 
 class RecordTailDropped(Fault):
-    """Reads records in chunks of ``chunk`` with ``for first in range(0, n - chunk + 1, chunk)``: the records
-    of the partial last chunk are never read and stay zero."""
+    """Reads more than ``chunk`` records in chunks, with ``for first in range(0, n - chunk + 1, chunk)``: the
+    records of the partial last chunk are never read and stay zero (fewer records, read in one piece, are
+    right)."""
 
     def __init__(self, chunk: int):
         super().__init__()
@@ -45,8 +46,9 @@ class RecordTailDropped(Fault):
 
     def patches(self):
         def change(rows):
-            rows = rows.copy()
-            rows[len(rows) - len(rows) % self.chunk:] = 0
+            if len(rows) > self.chunk:
+                rows = rows.copy()
+                rows[len(rows) - len(rows) % self.chunk:] = 0
             return rows
         return [wrap(records, "read_leaf", _after_read(change))]
 
