@@ -69,7 +69,7 @@ class RecordChunksFromStart(Fault):
 
 _FIELDS = "Required.Structured.Chunks.NineByteRecordFields1Mi"
 _CODEBOOK = "Required.Structured.Chunks.CodebookTwelveByteRecords64Ki"
-_EXTERNAL = "Required.External.Chunks.NineByteRecordFieldsAtOddOffset"
+_EXTERNAL = "Required.Structured.Chunks.NineByteRecordFieldsExternalAtOddOffset"
 CATCHERS = [
     (RecordTailDropped(1 << 16), (_FIELDS, _CODEBOOK, _EXTERNAL)),
     (RecordTailDropped(1 << 20), (_FIELDS,)),
