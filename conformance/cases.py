@@ -122,6 +122,12 @@ class Case:
             return f"state trace of {len(self.state_steps())} steps"
         if "error" in expect:
             return f"rejected with {expect['error']}"
+        if "values_digest" in expect:
+            digest = expect["values_digest"]
+            return (f"decodes {self.value!r} to {digest['dtype']}{list(digest['shape'])} values with SHA-256 "
+                    f"{digest['sha256']}")
+        if "fields_digest" in expect:
+            return f"reads fields {sorted(expect['fields_digest'])} of {self.value!r} with their expected SHA-256"
         if "values" in expect or expect.get("values_from_builder"):
             tol = f" (atol {expect.get('atol', 0)}, rtol {expect.get('rtol', 0)})"
             return f"decodes {self.value!r} to the expected values{tol}"

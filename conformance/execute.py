@@ -28,7 +28,7 @@ from conformance import values as V
 from conformance.adapters import NotSupported, SuiteError
 from conformance.adapters.testee_client import TesteeAdapter, TesteeFailure
 from conformance.cases import Case
-from conformance.judging import CaseFailure, call, compare, judge_rejection, one_line
+from conformance.judging import CaseFailure, call, compare, compare_digest, judge_rejection, one_line
 from conformance.trace import run_trace
 
 PASSED, FAILED, NOT_SUPPORTED = "passed", "failed", "not supported"
@@ -160,6 +160,10 @@ def _decode(case: Case, adapter: Any, workdir: str, require_codes: bool):
     checked = judge_rejection(outcome, case.expect, f"decoding {case.value!r}", require_codes)
     if "error" in case.expect or outcome.rejected is not None:
         return checked
+    if "values_digest" in case.expect:
+        compare_digest(case.expect["values_digest"], outcome.value, case.extras().get("samples"), case.expect,
+                       f"decoded {case.value!r}")
+        return checked
     expected = expected_values(case)
     compare(expected, outcome.value, case.expect, f"decoded {case.value!r}")
     return checked
@@ -179,6 +183,11 @@ def _fields(case: Case, adapter: Any, workdir: str, require_codes: bool):
     if "error" in case.expect or outcome.rejected is not None:
         return checked
     got = outcome.value
+    for name, spec in case.expect.get("fields_digest", {}).items():
+        if name not in got:
+            raise CaseFailure(f"field {name!r} missing; fields are {sorted(got)}", actual=str(sorted(got)))
+        samples = case.extras().get("field_samples", {}).get(name)
+        compare_digest(spec, got[name], samples, case.expect, f"field {name!r}", name)
     wanted = case.extras()["fields"] if case.expect.get("fields_from_builder") else case.expect.get("fields", {})
     for name, literal in wanted.items():
         if name not in got:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance import digests
 from conformance import values as V
 from conformance.adapters import NotSupported, Rejected
 from conformance.adapters.base import accepted_keywords
@@ -113,3 +114,13 @@ def compare(expected: Any, actual: Any, expect: dict, what: str, path: str = "va
     if reason:
         raise CaseFailure(f"{what}: {reason}", expected=V.describe(expected), actual=V.describe(actual),
                           detail=reason)
+
+
+def compare_digest(spec: dict, actual: Any, samples: dict | None, expect: dict, what: str, path: str = "value") -> None:
+    """``values_digest`` / ``fields_digest``: dtype, shape, the builder's sampled elements (within the case's
+    ``atol``/``rtol``), then the SHA-256 of the canonical bytes (conformance/digests.py)."""
+    reason = digests.mismatch(spec, actual, samples, expect.get("atol", 0.0), expect.get("rtol", 0.0), path)
+    if reason:
+        raise CaseFailure(f"{what}: {reason}", expected=f"{spec['dtype']}{list(spec['shape'])} with SHA-256 "
+                          f"{spec['sha256']}", actual=V.describe(actual) if isinstance(actual, np.ndarray)
+                          else type(actual).__name__, detail=reason)

@@ -34,7 +34,9 @@ def read_bits(buffer: np.ndarray, bit_positions: np.ndarray, width: int) -> np.n
     first = (positions >> np.uint64(3)).astype(np.intp)
     shift = (positions & np.uint64(7)).astype(np.uint64)
     window = np.zeros(positions.shape, dtype=np.uint64)
-    for k in range(8):  # assemble 8 little-endian bytes; k bounds a window, not the data
+    # assemble the little-endian bytes a field can touch (shift + width bits, at most 8 of them); k bounds
+    # a window, not the data
+    for k in range(min(8, (width + 14) // 8)):
         window |= padded[first + k].astype(np.uint64) << np.uint64(8 * k)
     low = window >> shift
     if width + 7 > 64:  # the field may spill into a ninth byte
