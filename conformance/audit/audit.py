@@ -1,6 +1,9 @@
 """Running the suite on every built-in fault: the kill matrix, the mutation score and the gate.
 
-A fault is *caught* when at least one case the reference passes fails on it. Cases run in process in
+A fault is *caught* when at least one case the reference passes fails on it *through the clause the fault
+breaks*: the case names one of the fault's clauses. A case of another clause that happens to trip over the
+fault is recorded as an incidental catch, and does not count: a runtime with that bug but without the
+incidental trigger would pass. Faults caught only by Recommended cases are listed too. Cases run in process in
 worker processes forked after every case is built (``-j``); with ``--testee`` each fault is served by
 ``python -m conformance.testee --adapter conformance.audit.<module>:<Fault>`` instead, so the audit
 proves the suite catches it across the process boundary too.
@@ -40,6 +43,7 @@ class FaultOutcome:
     pending: str
     testee_blind: str = ""
     caught_by: list[str] = field(default_factory=list)
+    incidental: list[str] = field(default_factory=list)  # failed on it, but test none of its clauses
     not_supported: list[str] = field(default_factory=list)
     messages: dict[str, str] = field(default_factory=dict)
     duration: float = 0.0
@@ -95,6 +99,15 @@ class Audit:
         return [(cid, row["caught_by"][0]) for cid, row in self.by_clause().items()
                 if row["status"] == "full" and len(row["caught_by"]) == 1]
 
+    def incidental_only(self) -> list[FaultOutcome]:
+        """Faults no case of their clauses catches, though a case of another clause fails on them."""
+        return [o for o in self.scored() if not o.caught and o.incidental]
+
+    def recommended_only(self) -> list[FaultOutcome]:
+        """Faults caught only by Recommended cases: each needs a Required catcher where the spec's words
+        force the behaviour, or a justification (docs/audit/recommended-only.md)."""
+        return [o for o in self.scored() if o.caught and not any(c.startswith("Required.") for c in o.caught_by)]
+
     def single_case_faults(self) -> list[tuple[str, str]]:
         """(fault, case) for every fault caught by exactly one case."""
         return [(o.fault_id, o.caught_by[0]) for o in self.outcomes if len(o.caught_by) == 1]
@@ -102,7 +115,8 @@ class Audit:
     def problems(self) -> list[str]:
         """Why the gate fails: anything here makes ``audit`` exit non-zero."""
         found = [f"the reference fails {cid}: {message}" for cid, message in self.reference_failures.items()]
-        found += [f"fault {o.fault_id} survives: no case fails on it ({', '.join(o.clauses)})"
+        found += [f"fault {o.fault_id} survives: no case of its clauses fails on it ({', '.join(o.clauses)})"
+                  + (f"; only {len(o.incidental)} incidental catch(es), e.g. {o.incidental[0]}" if o.incidental else "")
                   for o in self.scored() if not o.caught]
         found += [f"fault {o.fault_id} is marked {'pending' if o.pending else 'testee-blind'} but {len(o.caught_by)} "
                   f"case(s) catch it ({o.caught_by[0]}): remove that note" for o in self.outcomes
@@ -118,7 +132,8 @@ class Audit:
             "suite": SUITE_VERSION, "spec_revision": SPEC_REVISION, "mode": self.mode,
             "cases": len(self.case_ids), "score": self.score(),
             "faults": [{"id": o.fault_id, "adapter": o.adapter, "clauses": list(o.clauses), "boundary": o.boundary,
-                        "pending": o.pending, "testee_blind": o.testee_blind, "caught_by": o.caught_by}
+                        "pending": o.pending, "testee_blind": o.testee_blind, "caught_by": o.caught_by,
+                        "incidental": o.incidental}
                        for o in self.outcomes],
             "clauses_without_fault": self.clauses_without_fault(),
             "reference_failures": sorted(self.reference_failures),
@@ -215,7 +230,8 @@ def run(fault_classes: Iterable[type[Fault]], cases: list[Case], jobs: int = 1, 
             if case_id in reference_failures:
                 continue
             if verdict == FAILED:
-                outcome.caught_by.append(case_id)
+                through_clause = set(by_id[case_id].clauses) & set(cls.clauses)
+                (outcome.caught_by if through_clause else outcome.incidental).append(case_id)
                 outcome.messages[case_id] = message
             elif verdict == NOT_SUPPORTED:
                 outcome.not_supported.append(case_id)

@@ -75,6 +75,15 @@ def summary(audit: Audit, timing: dict[str, float]) -> str:
     lines += [f"- {clause}: only {case}" for clause, case in audit.single_case()] or ["- none"]
     lines += ["", "## Faults caught by a single case", ""]
     lines += [f"- `{fault}`: only {case}" for fault, case in audit.single_case_faults()] or ["- none"]
+    lines += ["", "## Faults caught only incidentally", "",
+              "A case of another clause fails on these faults, but no case of the fault's own clauses does: they "
+              "count as surviving.", ""]
+    lines += [f"- `{o.fault_id}` ({', '.join(o.clauses)}): only {_cases(o.incidental)}"
+              for o in audit.incidental_only()] or ["- none"]
+    lines += ["", "## Faults caught only by Recommended cases", "",
+              "Each is justified from the spec in docs/audit/recommended-only.md, or needs a Required catcher.", ""]
+    lines += [f"- `{o.fault_id}` ({', '.join(o.clauses)}): {_cases(o.caught_by)}"
+              for o in audit.recommended_only()] or ["- none"]
     lines += ["", "## Clauses without a fault", ""]
     lines += [f"- {cid}" for cid in audit.clauses_without_fault()] or ["- none among rules, permissions and limits"]
     lines += ["", "## Not observable through a runtime", "",

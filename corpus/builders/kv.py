@@ -24,6 +24,16 @@ def _literal(array: np.ndarray) -> dict:
     return {"dtype": str(array.dtype), "shape": list(array.shape), "data": array.reshape(-1).tolist()}
 
 
+def refusal_allowed(steps: list, error: str, also: tuple = ()) -> list:
+    """``steps`` (an open, then runs) for a model a runtime may refuse, when the state opens or at its first
+    run, with ``error`` (or a code of ``also``): a runtime that accepts it must give every expected output."""
+    opened, first, *rest = steps
+    codes = [error, *also]
+    return [{**opened, "optional": True, "error": error, "also": list(also)},
+            {**first, "optional": True, "error": "STATE_RUN_FAILED", "also": ["EXECUTION_FAILED"], "cause": codes,
+             "if_accepted": rest}]
+
+
 def attention_numpy(q, k, v):
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
     scores = scores - scores.max(axis=-1, keepdims=True)

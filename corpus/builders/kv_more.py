@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import builder
-from .kv import _literal, _tensor_vi, add_attributes, external_cache_model, paged_model
+from .kv import _literal, _tensor_vi, add_attributes, external_cache_model, paged_model, refusal_allowed
 from .kv_formats import AFFINE, _tensor, encode, pack
 from .kv_paged import DECODED_ATOL, block_literal, cache_literal
 
@@ -56,6 +56,13 @@ def _mask(rng, kind: str, shape: tuple, own: np.ndarray) -> np.ndarray:
 
 def _bias_of(mask: np.ndarray) -> np.ndarray:
     return np.where(mask, 0.0, -np.inf) if mask.dtype == bool else mask.astype(np.float64)
+
+
+def _attention_refusable(steps: list) -> list:
+    """An Attention model whose attribute a runtime may refuse as invalid (such as an explicit scale of 0,
+    which the operator's text neither allows nor forbids): if it runs the model, every call must give the
+    expected outputs."""
+    return refusal_allowed(steps, "ATTENTION_INPUT_INVALID", ("OPERATOR_UNSUPPORTED",))
 
 
 def _run(label: str, feeds: dict, outputs: dict, atol: float = 1e-5) -> dict:
@@ -103,12 +110,13 @@ def kv_more_batch_external(causal: int, q_heads: int = 2, lead: tuple = (0, 2), 
 @builder
 def kv_more_masked_past(mask: str, batch: int = 2, mask_rank: int = 4, q_heads: int = 2, heads: int = 2,
                         head_size: int = 8, plan: tuple = (3, 2, 1), causal: int = 0, seed: int = 61,
-                        scale: float | None = None):
+                        scale: float | None = None, refusable: bool = False):
     """Attention(q, k, v, attn_mask, past_key, past_value) with ``past_* <- present_*`` and ``batch`` rows.
     The mask covers every key so far (past and new, so it broadcasts in Attention-23 too): rank 4,
     (batch, q_heads, S, T) with a different mask per row and head; rank 3, (q_heads, S, T) broadcast over
     the batch, a different mask per head; or rank 2, (S, T) broadcast over the batch and heads, with a
-    different mask per query. ``scale``: the Attention attribute (None: left out, 1/sqrt(head_size))."""
+    different mask per query. ``scale``: the Attention attribute (None: left out, 1/sqrt(head_size));
+    ``refusable``: a runtime may refuse the model instead (see ``_attention_refusable``)."""
     from .common import model as new_model
 
     m = new_model("kv_more_masked_past", opset=23)
@@ -147,17 +155,18 @@ def kv_more_masked_past(mask: str, batch: int = 2, mask_rank: int = 4, q_heads: 
         y = attention_expected(q, keys, values, bias, scale).astype(np.float32)
         feeds = {"q": q, "k": k, "v": v, "attn_mask": attn_mask}
         trace.append(_run(f"r{index}", feeds, {"y": y, "present_key": keys, "present_value": values}))
-    return {"model": m, "steps": trace}
+    return {"model": m, "steps": _attention_refusable(trace) if refusable else trace}
 
 
 # ------------------------------------------------------------------------------ 3-D inputs
 @builder
 def kv_more_packed_heads(q_heads: int, heads: int, head_size: int = 4, plan: tuple = (3, 2, 1), causal: int = 1,
-                         seed: int = 67, scale: float | None = None):
+                         seed: int = 67, scale: float | None = None, refusable: bool = False):
     """Attention over 3-D inputs: Q (1, S, q_heads * head_size), K and V (1, S, heads * head_size) with
     q_num_heads/kv_num_heads; the bound past and present are 4-D (1, heads, T, head_size) and Y is 3-D
     (1, S, q_heads * head_size). Head h of a token is its h-th run of head_size values. ``scale``: the
-    Attention attribute (None: left out, 1/sqrt(head_size))."""
+    Attention attribute (None: left out, 1/sqrt(head_size)); ``refusable``: a runtime may refuse the model
+    instead (see ``_attention_refusable``)."""
     from .common import model as new_model
 
     m = new_model("kv_more_packed_heads", opset=23)
@@ -195,7 +204,7 @@ def kv_more_packed_heads(q_heads: int, heads: int, head_size: int = 4, plan: tup
         y = y4.transpose(0, 2, 1, 3).reshape(1, count, q_heads * head_size).astype(np.float32)
         trace.append(_run(f"r{index}", {"q": q, "k": k, "v": v},
                           {"y": y, "present_key": keys, "present_value": values}))
-    return {"model": m, "steps": trace}
+    return {"model": m, "steps": _attention_refusable(trace) if refusable else trace}
 
 
 # ------------------------------------------------------------------------------ paged caches

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import builder
-from .kv import _literal, external_cache_model
+from .kv import _literal, external_cache_model, refusal_allowed
 
 _CAPACITY, _HEAD = 4, 2
 
@@ -128,20 +128,31 @@ WINDOWS = {
     # no causal mask, left_window_size 0 and right_window_size 1: the query at p sees keys p and p + 1.
     "Right": ({"is_causal": 0, "left_window_size": 0, "right_window_size": 1},
               [[3, 1], [5, 3], [6, 4]], [[1, 5], [2, 2]]),  # means of (0, 1), (1, 2), then 2 alone; (3, 4), 4
+    # The rows below use _WINDOW_VALUES_3 (multiples of 3: every mean of 1 to 4 of them is exact in float32).
+    # is_causal with left_window_size 2: the query at p sees keys p - 2 .. p.
+    "LeftTwo": ({"is_causal": 1, "left_window_size": 2},
+                [[3, 0], [1.5, 1.5], [3, 2]], [[2, 4], [3, 4]]),  # (0), (0, 1), (0, 1, 2); (1, 2, 3), (2, 3, 4)
+    # no causal mask, left_window_size 1 and right_window_size 1: the query at p sees keys p - 1 .. p + 1.
+    "BothSides": ({"is_causal": 0, "left_window_size": 1, "right_window_size": 1},
+                  [[1.5, 1.5], [3, 2], [3, 3]], [[3, 4], [1.5, 4.5]]),  # (0, 1), (0, 1, 2), (1, 2); (2, 3, 4), (3, 4)
 }
+#: the values of tokens 0..4 for the rows LeftTwo and BothSides
+_WINDOW_VALUES_3 = [[3, 0], [0, 3], [6, 3], [0, 6], [3, 3]]
 
 
 @builder
-def mut_kv_window(side: str):
+def mut_kv_window(side: str, refusable: bool = False):
     """Attention-25 (opset 25) with past/present bound back, one KV head of size 2, zero queries, and a
     sliding window whose bound is inclusive ("A value of 0 allows the current position but no preceding
-    position"): a prefill of three tokens, then a chunk of two behind the past of three (positions 3, 4)."""
+    position"): a prefill of three tokens, then a chunk of two behind the past of three (positions 3, 4).
+    ``refusable``: a runtime without Attention-25 may refuse the model; one that runs it applies the window."""
     from .kv import attention_model
 
     attrs, prefill, chunk = WINDOWS[side]
     m = attention_model(1, _HEAD, name=f"mut_kv_window_{side}", opset=25, **attrs)
     keys = np.array([[t, 1] for t in range(5)], np.float32).reshape(1, 1, 5, _HEAD)
-    values = np.array(_WINDOW_VALUES, np.float32).reshape(1, 1, 5, _HEAD)
+    table = _WINDOW_VALUES_3 if side in ("LeftTwo", "BothSides") else _WINDOW_VALUES
+    values = np.array(table, np.float32).reshape(1, 1, 5, _HEAD)
     empty = np.zeros((1, 1, 0, _HEAD), np.float32)
     steps = [{"op": "open", "initial": {"past_key": _literal(empty), "past_value": _literal(empty)}}]
     for label, (lo, hi), y in (("r0", (0, 3), prefill), ("r1", (3, 5), chunk)):
@@ -150,4 +161,6 @@ def mut_kv_window(side: str):
                    "present_value": values[:, :, :hi]}
         steps.append({"op": "run", "as": label, "feeds": {name: _literal(x) for name, x in feeds.items()},
                       "outputs": {name: _literal(x) for name, x in outputs.items()}, "atol": 1e-6, "rtol": 1e-6})
+    if refusable:
+        steps = refusal_allowed(steps, "OPERATOR_UNSUPPORTED", ("ATTENTION_INPUT_INVALID",))
     return {"model": m, "steps": steps}

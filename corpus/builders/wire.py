@@ -67,6 +67,73 @@ def hand_encoded_bindings_model():
     return {"model": base.SerializeToString() + field(7, graph)}
 
 
+#: graphs whose bindings the builder below writes at GraphProto field 1001 by hand: two tensor
+#: accumulators, or a whole struct cache forwarded unchanged beside an INT64 call counter
+_BOUND_GRAPHS = {
+    "two_tensors": ("""
+      ir_version: 13 opset_import { domain: "" version: 23 }
+      graph { name: "two_bindings"
+        node { op_type: "Add" input: "a" input: "x" output: "a_next" }
+        node { op_type: "Mul" input: "b" input: "x" output: "b_next" }
+        input { name: "a" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } }
+        input { name: "b" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } }
+        input { name: "x" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } }
+        output { name: "a_next" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } }
+        output { name: "b_next" type { tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } } } } }""",
+                    [("a", "a_next"), ("b", "b_next")]),
+    "struct_and_counter": ("""
+      ir_version: 13 opset_import { domain: "" version: 23 }
+      struct_types { type_id: 7 name: "Cache" structure {
+        field { name: "keys" type { tensor_type { elem_type: 1 shape { dim { dim_param: "n" } } } } } } }
+      graph { name: "struct_and_counter"
+        node { op_type: "Identity" input: "cache" output: "next_cache" }
+        node { op_type: "Add" input: "calls" input: "one" output: "calls_next" }
+        initializer { name: "one" data_type: 7 int64_data: 1 }
+        input { name: "cache" type { struct_type { type_ref: 7 } } }
+        input { name: "calls" type { tensor_type { elem_type: 7 shape { } } } }
+        output { name: "next_cache" type { struct_type { type_ref: 7 } } }
+        output { name: "calls_next" type { tensor_type { elem_type: 7 shape { } } } } }""",
+                           [("cache", "next_cache"), ("calls", "calls_next")]),
+}
+
+
+@builder
+def hand_encoded_bindings_state(graph: str):
+    """A stateful model whose two persistent bindings are written by hand, each a PersistentBindingProto
+    (input_name = 1, output_name = 2) at GraphProto field 1001; the rest of the model is ordinary."""
+    from reference_impl import schema
+
+    text, pairs = _BOUND_GRAPHS[graph]
+    base = schema.parse_text(text)
+    bindings = b"".join(field(1001, string(1, name) + string(2, output)) for name, output in pairs)
+    encoded = base.graph.SerializeToString() + bindings
+    base.ClearField("graph")
+    return {"model": base.SerializeToString() + field(7, encoded)}
+
+
+@builder
+def hand_encoded_value_pair(layout: str):
+    """Two encoded initializers, each its own GraphProto field 1000 written by hand: two affine INT8 values
+    ("w1": codes [2, -4], scale 0.5; "w2": codes [6], scale 2.0), or two records of a two-UINT8-field struct
+    declaration 7 (ModelProto field 1000) in "v1" ([1, 2], [3, 4]) and one in "v2" ([5, 6]). The cases read
+    the first value, which a reader keeping only the last occurrence of field 1000 loses."""
+    opset = field(8, string(1, "") + field_varint(2, 23))
+    if layout == "affine":
+        def affine(name, codes, scale, count):
+            params = field_varint(2, 1) + field(4, np.array([scale], "<f4").tobytes())  # FLOAT scalar scale
+            return field(1000, field(1, field_varint(1, 3) + field(2, params)) + field(3, _float_tensor_type([count]))
+                         + field(4, bytes(codes)) + string(7, name))
+        graph = string(2, "pair") + affine("w1", [2, 0xFC], 0.5, 2) + affine("w2", [6], 2.0, 1)
+        return {"model": field_varint(1, IR_VERSION) + opset + field(7, graph),
+                "expected": np.array([1.0, -2.0], dtype=np.float32)}
+    decl = field_varint(10, 7) + field(2, field(1, string(1, "a") + field(2, _uint8_scalar_type()))
+                                       + field(1, string(1, "b") + field(2, _uint8_scalar_type())))
+    def struct_value(name, payload):
+        return field(1000, field(2, field_varint(4, 7)) + field(4, bytes(payload)) + string(7, name))
+    graph = string(2, "pair") + struct_value("v1", [1, 2, 3, 4]) + struct_value("v2", [5, 6])
+    return {"model": field_varint(1, IR_VERSION) + opset + field(7, graph) + field(1000, decl)}
+
+
 @builder
 def unknown_fields(where: str):
     """The spec example catalogue model with unknown fields spliced in at ``where``: model (field 1099),
