@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import struct
 import subprocess
 import threading
 import weakref
 from typing import Any
+
+from google.protobuf.message import DecodeError
 
 from conformance import protocol as P
 from conformance.adapters.base import NotSupported, Rejected, SuiteError
@@ -45,6 +48,30 @@ def default_max_frame() -> int:
     if not text.isdigit() or int(text) < 1:
         raise SuiteError(f"CONFORMANCE_MAX_FRAME must be a positive number of bytes, not {text!r}")
     return int(text)
+
+
+def _is_text(data: bytes) -> bool:
+    """Printable ASCII (tabs and line ends included): what a print or a log line starts with."""
+    return all(32 <= byte < 127 or byte in b"\t\n\r" for byte in data)
+
+
+def read_response(stream, max_frame: int):
+    """One Response frame (``protocol.read_frame``), except that a length prefix over the cap made of
+    printable text is named for what it is: a testee writing text on stdout, where only frames may go,
+    rather than a frame of a billion bytes."""
+    header = P.read_exact(stream, 4)
+    (length,) = struct.unpack("<I", header)
+    if length > max_frame:
+        if _is_text(header):
+            raise P.FramingError(f"testee wrote text on stdout (first bytes: {header.decode('ascii')!r}); "
+                                 "only frames may go there, logs belong on stderr")
+        raise P.FramingError(f"frame of {length} bytes exceeds the limit of {max_frame} bytes")
+    response = P.Response()
+    try:
+        response.ParseFromString(P.read_exact(stream, length))
+    except DecodeError as error:
+        raise P.FramingError(f"a {length}-byte frame is not a Response: {error}") from None
+    return response
 
 
 class TesteeAdapter:
@@ -99,7 +126,7 @@ class TesteeAdapter:
         assert stream is not None  # started with stdout=PIPE
         while True:
             try:
-                response = P.read_frame(stream, P.Response, self.max_frame)
+                response = read_response(stream, self.max_frame)
             except Exception as error:  # noqa: BLE001 - end of stream or garbage: fail whoever waits
                 if generation == self._generation:
                     self._broken = str(error)
