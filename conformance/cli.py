@@ -13,7 +13,7 @@ import shlex
 import sys
 
 from conformance import SPEC_REVISION, SUITE_VERSION
-from conformance.adapters import SuiteError
+from conformance.adapters import ADAPTER_CONTRACT_VERSION, SuiteError
 from conformance.bundle_files import BundleError
 from conformance.text import clip
 from reference_impl.broken_pipe import quiet_broken_pipe
@@ -36,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m conformance",
                                      description=f"onnx-light conformance suite {SUITE_VERSION} "
                                                  f"(spec revision {SPEC_REVISION})")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {SUITE_VERSION} spec {SPEC_REVISION}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {SUITE_VERSION} spec {SPEC_REVISION} "
+                                                               f"adapter contract {ADAPTER_CONTRACT_VERSION}")
     sub = parser.add_subparsers(dest="command")
 
     run = sub.add_parser("run", help="run cases and write a report directory")

@@ -64,11 +64,11 @@ class Session:
         return self.process.wait(timeout), rest
 
 
-def test_hello_claims_the_example_profiles_at_protocol_3(testee):
+def test_hello_claims_the_example_profiles_at_the_runners_protocol(testee):
     session = Session(testee)
     hello = session.call("hello", request_id=7)
     assert hello.id == 7 and hello.WhichOneof("result") == "hello"
-    assert hello.hello.protocol_version == 3
+    assert hello.hello.protocol_version == P.PROTOCOL_VERSION
     assert list(hello.hello.profiles) == ["affine", "external-data"]
     assert hello.hello.name == "onnx-light-example-testee"
     assert session.finish() == (0, b"")

@@ -20,6 +20,12 @@ from typing import Any, Protocol
 from conformance.adapters.base import PROFILES, NotSupported, Rejected, SuiteError
 from conformance.adapters.testee_client import TesteeAdapter
 
+#: The version of the adapter contract (the members below, the lowering base, the values and buffer
+#: identities handed to adapters, the testee protocol), apart from the suite's version, which follows the
+#: cases. Semver: a change that can fail a working adapter or testee is major, an addition it may ignore is
+#: minor. CHANGELOG.md, "Adapter contract", lists every change.
+ADAPTER_CONTRACT_VERSION = "2.2.0"
+
 
 def required(member):
     """A member every adapter (or state handle) has."""
@@ -205,6 +211,7 @@ def _is_adapter(obj: Any) -> bool:
 
 
 __all__ = [
+    "ADAPTER_CONTRACT_VERSION",
     "BUILTIN",
     "PROFILES",
     "Adapter",

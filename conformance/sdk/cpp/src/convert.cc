@@ -40,6 +40,39 @@ std::uint64_t AddressOf(const void* data, std::size_t size) {
   return size ? static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(data)) : 0;
 }
 
+// The identity a value is reported with: the runtime's buffer_id, else its data address; 0 is none.
+std::uint64_t IdentityOf(const Value& value) {
+  return value.buffer_id ? value.buffer_id : AddressOf(value.data, value.size);
+}
+
+// Sets buffer_id and has_buffer_id of a Tensor or Encoded, and records the leaf under its identity.
+template <typename Message>
+void Report(const Value& value, Message* out, Reports* reports) {
+  const std::uint64_t id = IdentityOf(value);
+  out->set_buffer_id(id);
+  out->set_has_buffer_id(id != 0);
+  if (!reports || !value.owner) return;
+  reports->owners.push_back(value.owner);
+  if (id != 0) {
+    Value leaf = value;
+    leaf.reported_id.reset();
+    reports->leaves.emplace_back(id, std::move(leaf));
+  }
+}
+
+// A request's leaf that names a buffer this testee reported: the runtime's own buffer when the SDK still
+// holds it and the copy reproduces it, else the copy; either way `reported_id` tells the id.
+template <typename Message>
+Value HandBack(Value copy, const Message& message, const HandedBack* handed_back) {
+  if (!message.has_buffer_id()) return copy;
+  copy.reported_id = message.buffer_id();
+  if (!handed_back || copy.ownerless) return copy;  // a loan is a fresh borrow, never a handed-out buffer
+  std::optional<Value> found = (*handed_back)(message.buffer_id(), copy);
+  if (!found) return copy;
+  found->reported_id = message.buffer_id();
+  return *found;
+}
+
 }  // namespace
 
 std::string EscapeInvalidUtf8(std::string_view text) {
@@ -72,7 +105,7 @@ void RequireUtf8(std::string_view text, const char* what) {
   if (!IsValidUtf8(text)) throw std::logic_error(std::string(what) + " is not valid UTF-8: " + EscapeInvalidUtf8(text));
 }
 
-Value FromProto(const pb::Value& proto, const std::shared_ptr<const void>& owner) {
+Value FromProto(const pb::Value& proto, const std::shared_ptr<const void>& owner, const HandedBack* handed_back) {
   Value value;
   switch (proto.kind_case()) {
     case pb::Value::kTensor:
@@ -83,6 +116,7 @@ Value FromProto(const pb::Value& proto, const std::shared_ptr<const void>& owner
       value.shape.assign(tensor.shape().begin(), tensor.shape().end());
       value.strides.assign(tensor.strides().begin(), tensor.strides().end());
       value.read_only = tensor.read_only();
+      value.ownerless = tensor.ownerless();
       if (value.dtype == "str") {
         value.strings.assign(tensor.strings().begin(), tensor.strings().end());
       } else if (value.dtype == "bytes") {
@@ -90,7 +124,7 @@ Value FromProto(const pb::Value& proto, const std::shared_ptr<const void>& owner
       } else {
         value.data = reinterpret_cast<const std::uint8_t*>(tensor.data().data());
         value.size = tensor.data().size();
-        value.owner = owner;
+        if (!value.ownerless) value.owner = owner;  // a loan has no owner the runtime could keep
         value.buffer_id = AddressOf(value.data, value.size);
         if (std::size_t item = ItemSize(value.dtype)) {
           auto expected = ExpectedBytes(item, value.shape, value.strides);
@@ -100,18 +134,20 @@ Value FromProto(const pb::Value& proto, const std::shared_ptr<const void>& owner
           }
         }
       }
-      return value;
+      return HandBack(std::move(value), tensor, handed_back);
     }
     case pb::Value::kStruct:
       value.kind = Value::Kind::kStruct;
       for (const pb::StructField& field : proto.struct_().fields()) {
-        value.fields.emplace_back(field.name(), FromProto(field.value(), owner));
+        value.fields.emplace_back(field.name(), FromProto(field.value(), owner, handed_back));
       }
       if (proto.struct_().has_type_id()) value.type_id = proto.struct_().type_id();
       return value;
     case pb::Value::kSequence:
       value.kind = Value::Kind::kSequence;
-      for (const pb::Value& item : proto.sequence().items()) value.items.push_back(FromProto(item, owner));
+      for (const pb::Value& item : proto.sequence().items()) {
+        value.items.push_back(FromProto(item, owner, handed_back));
+      }
       return value;
     case pb::Value::kEncoded:
       value.kind = Value::Kind::kEncoded;
@@ -120,7 +156,8 @@ Value FromProto(const pb::Value& proto, const std::shared_ptr<const void>& owner
       value.size = proto.encoded().payload().size();
       value.owner = owner;
       value.buffer_id = AddressOf(value.data, value.size);
-      return value;
+      value.read_only = proto.encoded().read_only();
+      return HandBack(std::move(value), proto.encoded(), handed_back);
     case pb::Value::kNone:
       return value;
   }
@@ -128,14 +165,16 @@ Value FromProto(const pb::Value& proto, const std::shared_ptr<const void>& owner
 }
 
 NamedValues FromProto(const google::protobuf::RepeatedPtrField<pb::NamedValue>& named,
-                      const std::shared_ptr<const void>& owner) {
+                      const std::shared_ptr<const void>& owner, const HandedBack* handed_back) {
   NamedValues values;
   values.reserve(named.size());
-  for (const pb::NamedValue& item : named) values.emplace_back(item.name(), FromProto(item.value(), owner));
+  for (const pb::NamedValue& item : named) {
+    values.emplace_back(item.name(), FromProto(item.value(), owner, handed_back));
+  }
   return values;
 }
 
-void ToProto(const Value& value, pb::Value* out, bool with_data, std::vector<std::shared_ptr<const void>>* keep) {
+void ToProto(const Value& value, pb::Value* out, bool with_data, Reports* reports) {
   switch (value.kind) {
     case Value::Kind::kNone:
       out->set_none(true);
@@ -147,6 +186,7 @@ void ToProto(const Value& value, pb::Value* out, bool with_data, std::vector<std
       for (std::int64_t dim : value.shape) tensor->add_shape(dim);
       for (std::int64_t stride : value.strides) tensor->add_strides(stride);
       tensor->set_read_only(value.read_only);
+      tensor->set_ownerless(value.ownerless);
       if (value.dtype == "str" || value.dtype == "bytes") {
         if (value.strings.size() != value.element_count()) {
           throw std::logic_error("a " + value.dtype + " tensor holds " + std::to_string(value.strings.size()) +
@@ -173,8 +213,7 @@ void ToProto(const Value& value, pb::Value* out, bool with_data, std::vector<std
         if (value.size && value.data == nullptr) throw std::logic_error("a tensor has a size but no data");
         if (with_data) tensor->set_data(reinterpret_cast<const char*>(value.data), value.size);
       }
-      tensor->set_buffer_id(value.buffer_id ? value.buffer_id : AddressOf(value.data, value.size));
-      if (keep && value.owner) keep->push_back(value.owner);
+      Report(value, tensor, reports);
       return;
     }
     case Value::Kind::kStruct: {
@@ -182,7 +221,7 @@ void ToProto(const Value& value, pb::Value* out, bool with_data, std::vector<std
       for (const auto& [name, field] : value.fields) {
         pb::StructField* added = record->add_fields();
         added->set_name(name);
-        ToProto(field, added->mutable_value(), with_data, keep);
+        ToProto(field, added->mutable_value(), with_data, reports);
       }
       if (value.type_id) {
         record->set_type_id(*value.type_id);
@@ -192,7 +231,7 @@ void ToProto(const Value& value, pb::Value* out, bool with_data, std::vector<std
     }
     case Value::Kind::kSequence: {
       pb::Sequence* sequence = out->mutable_sequence();
-      for (const Value& item : value.items) ToProto(item, sequence->add_items(), with_data, keep);
+      for (const Value& item : value.items) ToProto(item, sequence->add_items(), with_data, reports);
       return;
     }
     case Value::Kind::kEncoded: {
@@ -200,8 +239,8 @@ void ToProto(const Value& value, pb::Value* out, bool with_data, std::vector<std
       encoded->set_header(value.header);
       if (value.size && value.data == nullptr) throw std::logic_error("an encoded value has a size but no data");
       if (with_data) encoded->set_payload(reinterpret_cast<const char*>(value.data), value.size);
-      encoded->set_buffer_id(value.buffer_id ? value.buffer_id : AddressOf(value.data, value.size));
-      if (keep && value.owner) keep->push_back(value.owner);
+      encoded->set_read_only(value.read_only);
+      Report(value, encoded, reports);
       return;
     }
   }
@@ -209,11 +248,11 @@ void ToProto(const Value& value, pb::Value* out, bool with_data, std::vector<std
 }
 
 void ToProto(const NamedValues& values, google::protobuf::RepeatedPtrField<pb::NamedValue>* out, bool with_data,
-             std::vector<std::shared_ptr<const void>>* keep) {
+             Reports* reports) {
   for (const auto& [name, value] : values) {
     pb::NamedValue* added = out->Add();
     added->set_name(name);
-    ToProto(value, added->mutable_value(), with_data, keep);
+    ToProto(value, added->mutable_value(), with_data, reports);
   }
 }
 

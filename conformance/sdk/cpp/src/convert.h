@@ -1,13 +1,17 @@
 // Conversion between protocol values (testee.proto) and the SDK's plain Value view.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "onnx_light_testee/sdk.h"
+#include "reported.h"
 #include "testee.pb.h"
 
 namespace onnx_light::testee::internal {
@@ -26,17 +30,24 @@ class ProtocolError : public std::runtime_error {
 std::string EscapeInvalidUtf8(std::string_view text);
 void RequireUtf8(std::string_view text, const char* what);
 
-// A view of `proto`; tensor and payload bytes point into it and `owner` keeps them alive. Incoming
-// buffers get their data address as buffer_id (0 for empty ones), the identity echoed in `received`.
-Value FromProto(const pb::Value& proto, const std::shared_ptr<const void>& owner);
-NamedValues FromProto(const google::protobuf::RepeatedPtrField<pb::NamedValue>& named,
-                      const std::shared_ptr<const void>& owner);
+// Finds the buffer this testee reported under an id, when a copy reproduces it (Reported::Find).
+using HandedBack = std::function<std::optional<Value>(std::uint64_t id, const Value& copy)>;
 
-// Fills `out`. Without data only shapes, dtypes and buffer ids travel (the `received` echo). Owners of
-// reported buffers are appended to `keep` so their addresses cannot be reused while the state is open.
-// Throws std::logic_error when a runtime's value is inconsistent (bytes that do not match the shape).
-void ToProto(const Value& value, pb::Value* out, bool with_data, std::vector<std::shared_ptr<const void>>* keep);
+// A view of `proto`; tensor and payload bytes point into it and `owner` keeps them alive (except an
+// ownerless tensor's, lent for the call only). Incoming buffers get their data address as buffer_id (0 for
+// empty ones), the identity echoed in `received`. A leaf with has_buffer_id gets `reported_id`, and is
+// replaced by the buffer `handed_back` finds for it (not for ownerless loans).
+Value FromProto(const pb::Value& proto, const std::shared_ptr<const void>& owner,
+                const HandedBack* handed_back = nullptr);
+NamedValues FromProto(const google::protobuf::RepeatedPtrField<pb::NamedValue>& named,
+                      const std::shared_ptr<const void>& owner, const HandedBack* handed_back = nullptr);
+
+// Fills `out`. Without data only shapes, dtypes and buffer ids travel (the `received` echo). Every leaf
+// reported with an identity, and its owner, is added to `reports` so the address cannot be reused while
+// the state is open and the runner can hand the buffer back. Throws std::logic_error when a runtime's
+// value is inconsistent (bytes that do not match the shape).
+void ToProto(const Value& value, pb::Value* out, bool with_data, Reports* reports);
 void ToProto(const NamedValues& values, google::protobuf::RepeatedPtrField<pb::NamedValue>* out, bool with_data,
-             std::vector<std::shared_ptr<const void>>* keep);
+             Reports* reports);
 
 }  // namespace onnx_light::testee::internal

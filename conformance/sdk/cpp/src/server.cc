@@ -1,4 +1,4 @@
-// Serve(): the request loop, worker threads, dispatch to the Runtime, and the buffer-lifetime rule.
+// Serve(): the request loop, worker threads, dispatch to the Runtime, held runs, and the buffer-lifetime rule.
 #include <unistd.h>
 
 #include <csignal>
@@ -17,7 +17,9 @@
 
 #include "convert.h"
 #include "framing.h"
+#include "held_runs.h"
 #include "onnx_light_testee/sdk.h"
+#include "reported.h"
 #include "testee.pb.h"
 
 namespace onnx_light::testee {
@@ -27,8 +29,8 @@ namespace pb = ::onnx_light::conformance;
 using internal::EscapeInvalidUtf8;
 using internal::FromProto;
 using internal::RequireUtf8;
+using internal::Reports;
 using internal::ToProto;
-using Owners = std::vector<std::shared_ptr<const void>>;
 
 class Server {
  public:
@@ -65,8 +67,10 @@ class Server {
         shutdown = std::move(request);
         break;
       }
+      if (request->op_case() == pb::Request::kRun && request->run().hold()) held_.Begin(request->run().state());
       Enqueue(std::move(request));
     }
+    held_.ReleaseAll();  // no Hold request will come: parked runs go on, so the workers can finish
     StopWorkers();
     if (shutdown) {
       pb::Response response;
@@ -166,50 +170,83 @@ class Server {
     Send(response);
   }
 
-  // Keep what a state reported (or received) alive until it closes: a buffer_id names one buffer for the
+  // What a state reported (or received) stays alive until it closes: a buffer_id names one buffer for the
   // whole life of its state, and an address is only an identity while its memory cannot be reused.
-  void Keep(StateId state, Owners owners) {
-    std::lock_guard<std::mutex> lock(keep_mutex_);
-    Owners& kept = kept_[state];
-    for (auto& owner : owners) kept.push_back(std::move(owner));
+  void Keep(StateId state, Reports reports) { reported_.Keep(state, std::move(reports)); }
+
+  // A request's values, with every leaf the runner hands back replaced by the runtime's own buffer where
+  // the SDK still holds it unchanged.
+  NamedValues Incoming(const google::protobuf::RepeatedPtrField<pb::NamedValue>& values,
+                       const std::shared_ptr<const void>& owner) {
+    const internal::HandedBack find = [this](std::uint64_t id, const Value& copy) { return reported_.Find(id, copy); };
+    return FromProto(values, owner, &find);
   }
 
-  void Forget(StateId state) {
-    Owners released;
-    {
-      std::lock_guard<std::mutex> lock(keep_mutex_);
-      auto found = kept_.find(state);
-      if (found == kept_.end()) return;
-      released = std::move(found->second);
-      kept_.erase(found);
+  void AnswerHello(pb::HelloResult* out) {
+    Hello hello = runtime_.GetHello();
+    RequireUtf8(hello.name, "the runtime's name");
+    RequireUtf8(hello.version, "the runtime's version");
+    for (const std::string& profile : hello.profiles) RequireUtf8(profile, "a profile name");
+    for (const OperatorRole& role : hello.operators) {
+      RequireUtf8(role.role + role.domain + role.op_type, "an operator role");
     }
+    out->set_name(hello.name);
+    out->set_version(hello.version);
+    for (const std::string& profile : hello.profiles) out->add_profiles(profile);
+    out->set_protocol_version(kProtocolVersion);
+    for (const OperatorRole& role : hello.operators) {
+      pb::OperatorRole* added = out->add_operators();
+      added->set_role(role.role);
+      added->set_domain(role.domain);
+      added->set_op_type(role.op_type);
+    }
+    // The features the runtime has, and only those: a feature not listed is never used.
+    out->set_has_features(true);
+    if (runtime_.SupportsHeldRuns()) out->add_features(kHoldFeature);
+  }
+
+  void AnswerRun(const std::shared_ptr<pb::Request>& request, pb::Response* response) {
+    const pb::Run& body = request->run();
+    std::shared_ptr<internal::HeldRunImpl> held = body.hold() ? held_.Find(body.state()) : nullptr;
+    struct Finished {  // a Hold request waiting for the park is answered however the run ends
+      internal::HeldRunImpl* run;
+      ~Finished() {
+        if (run) run->Finish();
+      }
+    } finished{held.get()};
+    if (body.hold() && !runtime_.SupportsHeldRuns()) {
+      throw NotSupported("this runtime does not hold runs (its hello lists no \"hold\" feature)");
+    }
+    NamedValues feeds = Incoming(body.feeds(), request);
+    NamedValues outputs = runtime_.Run(body.state(), feeds, RunOptions{body.cancelled(), held.get()});
+    if (held) held->Finish();
+    pb::NamedValues* out = response->mutable_values();
+    Reports reports;
+    reports.owners.push_back(request);
+    ToProto(outputs, out->mutable_values(), true, &reports);
+    ToProto(feeds, out->mutable_received(), false, &reports);
+    Keep(body.state(), std::move(reports));
+  }
+
+  void AnswerHold(const pb::Hold& body, pb::Response* response) {
+    std::shared_ptr<internal::HeldRunImpl> held = held_.Find(body.state());
+    if (!held) throw Rejected("", "no held run on state " + std::to_string(body.state()));
+    if (body.release()) {
+      if (body.cancel()) held->RequestCancel();
+      held->Release();
+    } else if (!held->WaitParkedOrFinished()) {
+      throw Rejected("", "the held run ended without parking at a Hold node");
+    }
+    response->mutable_ok();
   }
 
   // ------------------------------------------------------------------------------ dispatch
   void Dispatch(const std::shared_ptr<pb::Request>& request, pb::Response* response) {
     const std::shared_ptr<const void> owner = request;  // incoming views point into the request
     switch (request->op_case()) {
-      case pb::Request::kHello: {
-        Hello hello = runtime_.GetHello();
-        RequireUtf8(hello.name, "the runtime's name");
-        RequireUtf8(hello.version, "the runtime's version");
-        for (const std::string& profile : hello.profiles) RequireUtf8(profile, "a profile name");
-        for (const OperatorRole& role : hello.operators) {
-          RequireUtf8(role.role + role.domain + role.op_type, "an operator role");
-        }
-        pb::HelloResult* out = response->mutable_hello();
-        out->set_name(hello.name);
-        out->set_version(hello.version);
-        for (const std::string& profile : hello.profiles) out->add_profiles(profile);
-        out->set_protocol_version(kProtocolVersion);
-        for (const OperatorRole& role : hello.operators) {
-          pb::OperatorRole* added = out->add_operators();
-          added->set_role(role.role);
-          added->set_domain(role.domain);
-          added->set_op_type(role.op_type);
-        }
+      case pb::Request::kHello:
+        AnswerHello(response->mutable_hello());
         return;
-      }
       case pb::Request::kVerify:
         runtime_.Verify(request->verify().model(), request->verify().base_dir());
         response->mutable_ok();
@@ -232,47 +269,45 @@ class Server {
         return;
       case pb::Request::kOpenState: {
         const pb::OpenState& body = request->open_state();
-        NamedValues initial = FromProto(body.initial(), owner);
+        NamedValues initial = Incoming(body.initial(), owner);
         StateId state = runtime_.OpenState(body.model(), initial, body.base_dir());
         pb::StateOpened* out = response->mutable_state();
         out->set_state(state);
-        Owners kept{owner};
-        ToProto(initial, out->mutable_received(), false, &kept);
-        Keep(state, std::move(kept));
+        Reports reports;
+        reports.owners.push_back(owner);
+        ToProto(initial, out->mutable_received(), false, &reports);
+        Keep(state, std::move(reports));
         return;
       }
-      case pb::Request::kRun: {
-        const pb::Run& body = request->run();
-        NamedValues feeds = FromProto(body.feeds(), owner);
-        NamedValues outputs = runtime_.Run(body.state(), feeds, body.cancelled());
-        pb::NamedValues* out = response->mutable_values();
-        Owners kept{owner};
-        ToProto(outputs, out->mutable_values(), true, &kept);
-        ToProto(feeds, out->mutable_received(), false, &kept);
-        Keep(body.state(), std::move(kept));
+      case pb::Request::kRun:
+        AnswerRun(request, response);
         return;
-      }
+      case pb::Request::kHold:
+        AnswerHold(request->hold(), response);
+        return;
       case pb::Request::kValues: {
         NamedValues current = runtime_.Values(request->values().state());
-        Owners kept;
-        ToProto(current, response->mutable_values()->mutable_values(), true, &kept);
-        Keep(request->values().state(), std::move(kept));
+        Reports reports;
+        ToProto(current, response->mutable_values()->mutable_values(), true, &reports);
+        Keep(request->values().state(), std::move(reports));
         return;
       }
       case pb::Request::kReset: {
         const pb::Reset& body = request->reset();
-        NamedValues initial = FromProto(body.initial(), owner);
+        NamedValues initial = Incoming(body.initial(), owner);
         runtime_.Reset(body.state(), initial);
         pb::StateOpened* out = response->mutable_state();
         out->set_state(body.state());
-        Owners kept{owner};
-        ToProto(initial, out->mutable_received(), false, &kept);
-        Keep(body.state(), std::move(kept));
+        Reports reports;
+        reports.owners.push_back(owner);
+        ToProto(initial, out->mutable_received(), false, &reports);
+        Keep(body.state(), std::move(reports));
         return;
       }
       case pb::Request::kClose:
         runtime_.Close(request->close().state());
-        Forget(request->close().state());
+        reported_.Forget(request->close().state());
+        held_.Forget(request->close().state());
         response->mutable_ok();
         return;
       case pb::Request::kCounters: {
@@ -309,7 +344,6 @@ class Server {
       case pb::Request::kShutdown:  // handled by the loop
         response->mutable_ok();
         return;
-      case pb::Request::kHold:  // protocol 4: held runs; this SDK speaks 3, so the runner never sends it
       case pb::Request::OP_NOT_SET:
         break;
     }
@@ -330,8 +364,8 @@ class Server {
   std::mutex write_mutex_;
   bool broken_ = false;
 
-  std::mutex keep_mutex_;
-  std::map<StateId, Owners> kept_;
+  internal::Reported reported_;
+  internal::HeldRuns held_;
 };
 
 }  // namespace

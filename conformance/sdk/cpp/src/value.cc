@@ -1,4 +1,5 @@
 // Value factories and dtype sizes.
+#include <stdexcept>
 #include <utility>
 
 #include "onnx_light_testee/sdk.h"
@@ -116,6 +117,13 @@ NamedValues Runtime::ReadFields(std::string_view, const std::string&, const std:
 }
 std::string Runtime::RoundTrip(std::string_view model, const std::string&) { return RoundTrip(model); }
 std::string Runtime::RoundTrip(std::string_view) { Unsupported("explicit load and save (roundtrip)"); }
+bool Runtime::SupportsHeldRuns() { return false; }
+NamedValues Runtime::Run(StateId state, const NamedValues& feeds, const RunOptions& options) {
+  if (options.hold) {  // the SDK sends a held run only when SupportsHeldRuns() said yes
+    throw std::logic_error("SupportsHeldRuns() is true but Run(state, feeds, RunOptions) is not overridden");
+  }
+  return Run(state, feeds, options.cancelled);
+}
 StateId Runtime::OpenState(std::string_view, const NamedValues&, const std::string&) {
   Unsupported("persistent state (open_state)");
 }

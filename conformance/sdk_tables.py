@@ -1,0 +1,180 @@
+"""The generated tables of the C++ SDK's guide (conformance/sdk/cpp/README.md): which check gives which
+error code (from reference_impl/errors.py, with the profiles whose cases expect each code) and which
+protocol requests each profile's cases send (from the case corpus). A vendor reads them instead of the
+suite's sources; ``--check`` (run by tests/test_sdk_tables.py) fails when the README is stale.
+
+``python -m conformance.sdk_tables`` prints both tables, ``--write`` rewrites them in the README between
+their markers, ``--check`` exits 1 when the README differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+
+from conformance.adapters import PROFILES
+from conformance.cases import Case, load_cases
+from reference_impl.errors import ErrorCode
+
+README = pathlib.Path(__file__).resolve().parent / "sdk" / "cpp" / "README.md"
+TABLES = ("codes", "requests")
+
+#: The request a case of each non-state operation sends (docs/testee-protocol.md, "Operations").
+OPERATION_REQUESTS = {"verify": "verify", "decode": "decode", "fields": "read_fields", "roundtrip": "roundtrip",
+                      "export": "export", "rewrite": "rewrite"}
+#: Requests in protocol order, as the table lists them.
+REQUEST_ORDER = ("verify", "decode", "read_fields", "roundtrip", "export", "rewrite", "open_state", "run",
+                 "run.cancelled", "run.hold", "hold", "values", "reset", "close", "counters")
+#: Step keys holding further steps (a held run's branches, an optional step's outcomes).
+NESTED_LISTS = ("rejected", "waited", "cancelled", "completed", "if_accepted", "if_rejected")
+
+
+def _substeps(step: dict) -> Iterator[dict]:
+    """The steps inside a step, each with its op (a held run's run and second call, a repeated step)."""
+    if step.get("op") == "held":
+        yield {**step["run"], "op": "run"}
+        if "second" in step:
+            yield {"op": "run", **step["second"]}
+    if step.get("op") == "repeat":
+        yield {"op": "run", **step["step"]}
+    for key in NESTED_LISTS:
+        for inner in step.get(key, []):
+            yield {"op": "run", **inner}
+
+
+def _walk(steps: Iterable[dict]) -> Iterator[dict]:
+    for step in steps:
+        yield step
+        yield from _walk(_substeps(step))
+
+
+def _step_requests(step: dict) -> set[str]:
+    op = step.get("op")
+    if op == "open":
+        return {"open_state"} | {key for key in ("rewrite", "export") if key in step}
+    if op == "run":
+        return {"run.cancelled" if step.get("cancel") else "run"}
+    if op == "held":
+        return {"run.hold", "hold"}
+    if op == "lowered":
+        return {"export"}
+    if op in ("values", "reset", "close", "counters"):
+        return {op}
+    return set()
+
+
+def case_requests(case: Case) -> set[str]:
+    """The protocol requests running ``case`` sends besides hello (a state trace's handles are closed at
+    its end)."""
+    if case.op != "state":
+        return {OPERATION_REQUESTS[case.op]}
+    found = {"close"}
+    for step in _walk(case.state_steps()):
+        found |= _step_requests(step)
+    return found
+
+
+def case_codes(case: Case) -> set[str]:
+    """Every error code ``case`` expects or accepts, anywhere in it."""
+    found: set[str] = set()
+
+    def add(entry: dict) -> None:
+        if isinstance(entry.get("error"), str) and entry["error"]:
+            found.add(entry["error"])
+        for key in ("also", "cause", "may_reject"):
+            value = entry.get(key) or []
+            found.update([value] if isinstance(value, str) else value)
+
+    add(case.expect)
+    for step in _walk(case.state_steps()):
+        add(step)
+    return found
+
+
+def codes_table(cases: Iterable[Case]) -> str:
+    """code | check that gives it | clause | profiles whose cases expect it."""
+    profiles: dict[str, set[str]] = defaultdict(set)
+    for case in cases:
+        for code in case_codes(case):
+            profiles[code].add(case.profile)
+    lines = ["| code | the check that gives it | clause | profiles whose cases expect it |",
+             "| --- | --- | --- | --- |"]
+    for code in ErrorCode:
+        expected = ", ".join(sorted(profiles.get(code.value, ()))) or "-"
+        lines.append(f"| `{code.value}` | {code.summary} | {code.clause} | {expected} |")
+    return "\n".join(lines) + "\n"
+
+
+def requests_table(cases: Iterable[Case]) -> str:
+    """profile | cases (Required) | requests its cases send, besides hello."""
+    requests: dict[str, set[str]] = defaultdict(set)
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for case in cases:
+        requests[case.profile] |= case_requests(case)
+        counts[case.profile][0] += 1
+        counts[case.profile][1] += case.level == "Required"
+    lines = ["| profile | cases (Required) | requests its cases send, besides `hello` |", "| --- | --- | --- |"]
+    for profile in sorted(PROFILES):
+        sent = ", ".join(f"`{name}`" for name in REQUEST_ORDER if name in requests[profile]) or "-"
+        total, required = counts[profile]
+        lines.append(f"| `{profile}` | {total} ({required}) | {sent} |")
+    return "\n".join(lines) + "\n"
+
+
+def render(cases: Iterable[Case] | None = None) -> dict[str, str]:
+    """Each generated table of the README by its marker name."""
+    found = list(load_cases() if cases is None else cases)
+    return {"codes": codes_table(found), "requests": requests_table(found)}
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return (f"<!-- generated by python -m conformance.sdk_tables: {name} -->",
+            f"<!-- end of generated {name} -->")
+
+
+def updated(text: str, tables: dict[str, str]) -> str:
+    """``text`` with every table between its markers replaced; a missing marker is a SuiteError."""
+    from conformance.adapters import SuiteError
+
+    for name, table in tables.items():
+        start, end = _markers(name)
+        if start not in text or end not in text:
+            raise SuiteError(f"{README} has no markers for the {name} table ({start!r} ... {end!r})")
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{start}\n{table}{end}{tail}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance.sdk_tables", description=__doc__.split("\n\n")[0])
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--write", action="store_true", help="rewrite the tables in conformance/sdk/cpp/README.md")
+    action.add_argument("--check", action="store_true", help="exit 1 when the README's tables are stale")
+    args = parser.parse_args(argv)
+    tables = render()
+    if not (args.write or args.check):
+        for name in TABLES:
+            sys.stdout.write(tables[name] + "\n")
+        return 0
+    from conformance.adapters import SuiteError
+
+    try:
+        text = README.read_text()
+        fresh = updated(text, tables)
+    except (OSError, SuiteError) as error:
+        print(f"conformance.sdk_tables: {error}", file=sys.stderr)
+        return 2
+    if args.write:
+        README.write_text(fresh)
+    elif fresh != text:
+        print(f"{README} is stale: python -m conformance.sdk_tables --write", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
