@@ -129,10 +129,18 @@ def run(args: argparse.Namespace) -> int:
 _PATH_ARGUMENTS = ("paths", "path", "baseline", "candidate", "budget", "markdown_out", "json_out")
 
 
+def _is_shipped_name(value: str) -> bool:
+    """A bare name of a budget shipped in size_gate/budgets (checked without importing the budget module,
+    which measuring does not need)."""
+    return "/" not in value and (Path(__file__).parent / "budgets" / f"{value}.toml").is_file()
+
+
 def _resolve_paths(args: argparse.Namespace) -> None:
     for name in _PATH_ARGUMENTS:
         value = getattr(args, name, None)
-        if isinstance(value, list):
+        if name == "budget" and value is not None and _is_shipped_name(str(value)):
+            setattr(args, name, str(value))  # a shipped budget's name, not a path
+        elif isinstance(value, list):
             setattr(args, name, [user_path(item) for item in value])
         elif value is not None:
             setattr(args, name, user_path(value))
