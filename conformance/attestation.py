@@ -75,6 +75,7 @@ def generate_key(private_path: str | os.PathLike, public_path: str | os.PathLike
 
 def _write_new(path: str | os.PathLike, data: bytes, mode: int) -> None:
     try:
+        pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
         handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as error:
         raise AttestationError(f"{path}: cannot create a new file ({error.strerror})") from None

@@ -169,3 +169,22 @@ def test_reference_impl_verify_reads_relative_paths(tmp_path):
     (tmp_path / "models" / "model.onnx").write_bytes(_valid_model())
     result = _python_m(tmp_path, "reference_impl", "verify", "models/model.onnx", "--base-dir", "models")
     assert result.returncode == 0 and result.stdout.startswith("accepted"), result.stderr
+
+
+def test_conformance_reads_and_writes_relative_paths(tmp_path):
+    """run, sign, verify-bundle and keygen take the user's relative paths; a relative testee path too."""
+    testee = tmp_path / "bin" / "testee"
+    testee.parent.mkdir()
+    testee.write_text(f"#!/bin/sh\nexec {sys.executable} -m conformance.testee \"$@\"\n")
+    testee.chmod(0o755)
+    case = "Required.Affine.Storage.Int8PerTensor"
+    run = _python_m(tmp_path, "conformance", "run", "--cases", case, "--testee", "bin/testee", "--quiet",
+                    "--report-dir", "out/report")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads((tmp_path / "out" / "report" / "results.json").read_text())["results"][0]["id"] == case
+    assert _python_m(tmp_path, "conformance", "keygen", "--out", "keys/k").returncode == 0
+    assert (tmp_path / "keys" / "k.pem").exists() and (tmp_path / "keys" / "k.pub.pem").exists()
+    assert _python_m(tmp_path, "conformance", "sign", "out/report", "--key", "keys/k.pem").returncode == 0
+    verified = _python_m(tmp_path, "conformance", "verify-bundle", "out/report", "--trusted-key", "keys/k.pub.pem")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert not (ROOT / "out").exists() and not (ROOT / "keys").exists()
