@@ -13,17 +13,23 @@ to reach it, and checks after every operation that
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from corpus.builders.kv import add_attributes
+from conformance.cases import builders_package
+from conformance.locations import corpus_dir
 from fuzz.source import Source
 from reference_impl import ContractError
 from reference_impl.errors import ErrorCode as E
 from reference_impl.kv import contiguous, paged
 from reference_impl.kv.attention import attention
 from reference_impl.kv.paged_attention import paged_attention
+
+#: The suite's corpus builders' node-attribute writer (the builders package is named differently in a
+#: checkout and in an install: ``conformance.locations``).
+add_attributes = importlib.import_module(f"{builders_package(corpus_dir()).__name__}.kv").add_attributes
 
 FORMATS = ("dense", "int8", "uint8", "int4", "uint4", "int2", "uint2", "codebook2")
 KV_CODES = frozenset({E.KV_CAPACITY_INVALID, E.KV_CAPACITY_EXCEEDED, E.KV_SHAPE_MISMATCH, E.KV_BLOCK_INVALID,
