@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, budget_help: str) -> None:
-        p.add_argument("--budget", type=Path, default=None,
+        p.add_argument("--budget", default=None,  # text as typed: ``./onnx_proto`` is a file, ``onnx_proto`` a name
                        help=f"{budget_help}: a path, or a shipped budget's name such as onnx_proto or "
                             f"protoc_lite (default: onnx_proto)")
         p.add_argument("--pattern", default=None,
@@ -132,6 +132,11 @@ _PATH_ARGUMENTS = ("paths", "path", "baseline", "candidate", "budget", "markdown
 def _resolve_paths(args: argparse.Namespace) -> None:
     for name in _PATH_ARGUMENTS:
         value = getattr(args, name, None)
+        if name == "budget" and value is not None:
+            from size_gate.budget import budget_path  # a shipped budget's bare name first (--budget onnx_proto)
+
+            user_path(value)  # an empty or NUL-holding text is refused as a usage error, as for any path
+            value = budget_path(value)
         if isinstance(value, list):
             setattr(args, name, [user_path(item) for item in value])
         elif value is not None:
