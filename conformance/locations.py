@@ -19,8 +19,11 @@ import pathlib
 #: Names of the packaged copies inside this package (see setup.py).
 PACKAGED_CORPUS = "_corpus"
 PACKAGED_DOCS = "_docs"
-#: The import names the suite's own builders package has in each layout.
-_BUILDER_PACKAGES = {PACKAGED_CORPUS: "conformance._corpus.builders", "corpus": "corpus.builders"}
+#: The import names the suite's own builders package may have, by the corpus folder's name: installed, or
+#: in a checkout (``corpus.builders`` from the repository root, ``conformance._corpus.builders`` through an
+#: editable install's mapping).
+_BUILDER_PACKAGES = {PACKAGED_CORPUS: ("conformance._corpus.builders",),
+                     "corpus": ("corpus.builders", "conformance._corpus.builders")}
 
 
 def _package() -> pathlib.Path:
@@ -59,19 +62,19 @@ def docs_file(*parts: str) -> pathlib.Path:
 @functools.lru_cache(maxsize=1)
 def builders_package() -> str | None:
     """The import name under which the corpus's ``builders`` package reaches its own files
-    (``conformance._corpus.builders`` installed, ``corpus.builders`` in a checkout), or None when no
-    name does (an editable install run from elsewhere): the caller then imports it from its path."""
-    builders = corpus_dir() / "builders"
-    name = _BUILDER_PACKAGES.get(corpus_dir().name)
-    if name is None or not (builders / "__init__.py").is_file():
+    (``conformance._corpus.builders`` installed, ``corpus.builders`` from a checkout's root), or None when
+    no name does: the caller then imports it from its path."""
+    init = (corpus_dir() / "builders" / "__init__.py").resolve()
+    if not init.is_file():
         return None
-    try:
-        spec = importlib.util.find_spec(name)
-    except ImportError:  # its parent package is not importable from here
-        return None
-    if spec is None or spec.origin is None:
-        return None
-    return name if pathlib.Path(spec.origin).resolve() == (builders / "__init__.py").resolve() else None
+    for name in _BUILDER_PACKAGES.get(corpus_dir().name, ()):
+        try:
+            spec = importlib.util.find_spec(name)
+        except ImportError:  # its parent package is not importable from here
+            continue
+        if spec is not None and spec.origin is not None and pathlib.Path(spec.origin).resolve() == init:
+            return name
+    return None
 
 
 __all__ = ["PACKAGED_CORPUS", "PACKAGED_DOCS", "builders_package", "corpus_dir", "docs_file", "source_tree"]
