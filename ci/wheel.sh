@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The suite as vendors install it: build the wheel and the sdist, check their metadata, then install each
 # into a fresh virtual environment outside the checkout and, from a scratch directory, run the documented
-# commands: the main job, a testee run, the size gate on a library with a shipped budget named, a short
-# fuzz campaign, the bundle check by rerun, and a configure of the C++ SDK's CMake project (docs/conformance.md,
+# commands: the main job, a testee run, the bundle check by rerun, the size gate with a shipped budget
+# named, a short fuzz campaign, and a configure of the C++ SDK's CMake project (docs/conformance.md,
 # "Installing from a wheel"). Dependencies come from the package index (pip's cache makes this quick).
 #
 # WHEEL_OUT (default: a temporary directory) keeps the built distributions.
@@ -14,7 +14,12 @@ started=$SECONDS
 pip_quiet=(--quiet --disable-pip-version-check)
 
 python3 -m pip install "${pip_quiet[@]}" build twine
-dist="${wheel_out:-$(mktemp -d)}"
+if [ -n "$wheel_out" ]; then
+  dist="$wheel_out"
+else
+  dist="$(mktemp -d)"
+  trap 'rm -rf "$dist"' EXIT
+fi
 mkdir -p "$dist"
 rm -f "$dist"/*.whl "$dist"/*.tar.gz
 python3 -m build --outdir "$dist" . > "$dist/build.log" 2>&1 || { cat "$dist/build.log"; exit 1; }

@@ -6,8 +6,9 @@ pip3 install ".[fuzz]"
 
 # Targets import their modules dynamically (fuzz.targets.load) and the differential targets load
 # adapters by name, so PyInstaller is told to bundle the packages whole; the case corpus an install
-# carries inside conformance (conformance._corpus) is left out, no fuzzer imports it. The harness reads a target's
-# INSTRUMENT list from its source before importing it, so the targets' sources go in as data too.
+# carries inside conformance (conformance._corpus) is left out, no fuzzer imports it. The harness reads
+# a target's INSTRUMENT list from its source before importing it, so the targets' sources go in as data
+# too.
 # Left out: what only the campaign driver, the test plugin or an optional peer subject imports (the
 # executables fuzz the reference; `python -m fuzz run --subject onnxruntime` covers that peer).
 bundle=(--collect-submodules fuzz --collect-submodules reference_impl --collect-submodules conformance
