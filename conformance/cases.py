@@ -21,6 +21,7 @@ import pathlib
 import re
 import sys
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 try:
@@ -28,7 +29,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-from conformance import case_files
+from conformance import case_files, locations
 from conformance.adapters import PROFILES, SuiteError
 from conformance.families import expand_family
 from conformance.templates import expand_template, substitute
@@ -40,11 +41,11 @@ _ID = re.compile(r"^(Required|Recommended)(\.[A-Za-z0-9_\-]+){3,}$")
 
 
 def default_corpus() -> pathlib.Path:
-    """``$CONFORMANCE_CORPUS`` or the ``corpus`` directory next to the package."""
+    """``$CONFORMANCE_CORPUS``, or the suite's own corpus (installed or in a checkout: ``conformance.locations``)."""
     env = os.environ.get("CONFORMANCE_CORPUS")
     if env:
         return pathlib.Path(env)
-    return pathlib.Path(__file__).resolve().parents[1] / "corpus"
+    return locations.corpus_dir()
 
 
 @dataclass
@@ -304,23 +305,28 @@ def file_bytes(spec: Any, case_id: str = "") -> bytes:
 
 @functools.lru_cache(maxsize=4)
 def _load_builders(corpus: str) -> dict:
-    """The ``builders`` package of a corpus: ``corpus.builders`` for the suite's own corpus, else the
-    corpus directory's ``builders`` package imported from its path (its modules import each other
+    """The builders of a corpus's ``builders`` package (none when it has no such package)."""
+    package = builders_package(pathlib.Path(corpus))
+    return dict(package.BUILDERS) if package else {}
+
+
+def builders_package(corpus: pathlib.Path | None = None) -> ModuleType | None:
+    """The ``builders`` package of a corpus (default: the suite's own), or None when it has none. The
+    suite's own is imported by its package name where that name reaches the same files
+    (``locations.builders_package``); any other is imported from its path (its modules import each other
     relatively, so a copied corpus brings its own builders)."""
-    path = pathlib.Path(corpus).resolve() / "builders" / "__init__.py"
+    path = pathlib.Path(corpus or default_corpus()).resolve() / "builders" / "__init__.py"
     if not path.exists():
-        return {}
-    if path.parent == _OWN_BUILDERS:
-        return dict(importlib.import_module("corpus.builders").BUILDERS)
+        return None
+    own = locations.builders_package()
+    if own and path.parent == (locations.corpus_dir() / "builders").resolve():
+        return importlib.import_module(own)
     name = f"corpus_builders_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=[str(path.parent)])
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # a package must be importable by its name for its relative imports
     spec.loader.exec_module(module)
-    return dict(module.BUILDERS)
-
-
-_OWN_BUILDERS = pathlib.Path(__file__).resolve().parents[1] / "corpus" / "builders"
+    return module
 
 
 def builders(corpus: pathlib.Path | None = None) -> dict:

@@ -1,8 +1,9 @@
 """The spec's own text, for checking that clause quotes and case quotes are verbatim.
 
 A copy of ``custom-quantized-persistent-values.txt`` lives in ``docs/spec/`` so checks run on any
-machine; ``tests/test_clauses.py`` fails when it differs from the authoritative copy next to the
-project (``../shared/spec/``) where that exists.
+machine (an installed suite carries it as package data: ``conformance.locations``);
+``tests/test_clauses.py`` fails when it differs from the authoritative copy next to the project
+(``../shared/spec/``) where that exists.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import functools
 import pathlib
 import re
 
+from conformance.locations import docs_file, source_tree
 from reference_impl.clauses import SPEC_FILE
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-VENDORED = ROOT / "docs" / "spec" / SPEC_FILE
-AUTHORITATIVE = ROOT.parent / "shared" / "spec" / SPEC_FILE
+VENDORED = docs_file("spec", SPEC_FILE)
+#: The authoritative copy beside a source checkout (None when the suite is installed).
+AUTHORITATIVE: pathlib.Path | None = (source_tree().parent / "shared" / "spec" / SPEC_FILE
+                                      if source_tree() else None)
 
 
 def normalize(text: str) -> str:

@@ -25,14 +25,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from fuzz.children import PACKAGE_ROOT, child_environment, python_command, start
+from conformance.locations import corpus_dir
+from fuzz.children import child_environment, python_command, start
 from fuzz.errors import CommandError
 from fuzz.finding_env import recordable
 from fuzz.findings_io import FINDING_PREFIXES
 from fuzz.plot import write_plot
 from reference_impl.cli_paths import default_under_cwd, user_path
 
-ROOT = PACKAGE_ROOT
+#: The fuzzer scripts, run as ``python fuzz/<target>_fuzzer.py`` (they live in this package).
+FUZZERS = pathlib.Path(__file__).resolve().parent
 _STATUS = re.compile(r"^#(\d+)\s+(\w+)\s+cov: (\d+) ft: (\d+) corp: (\d+)/")
 _ARTIFACT = re.compile(r"Test unit written to (\S+)")
 _FINAL_EXECS = re.compile(r"^stat::number_of_executed_units:\s*(\d+)")
@@ -83,7 +85,7 @@ class Job:
 
 
 def _fuzzer_path(target: str) -> pathlib.Path:
-    path = ROOT / "fuzz" / f"{target}_fuzzer.py"
+    path = FUZZERS / f"{target}_fuzzer.py"
     if not path.is_file():
         raise CampaignError(f"no fuzzer for target {target!r} ({path})")
     return path
@@ -95,14 +97,15 @@ def _command(target: str, args, corpus: pathlib.Path, findings: pathlib.Path, re
 
     module = load(target)
     command = python_command(str(_fuzzer_path(target)), str(corpus))
-    seeds = ROOT / "corpus" / "seeds" / target
+    seeds = corpus_dir() / "seeds" / target
     if not args.no_seeds and seeds.is_dir():
         command.append(str(seeds))
     command += [f"-max_total_time={max(1, int(remaining))}", f"-artifact_prefix={findings}/",
                 "-print_final_stats=1", f"-seed={seed}", "-timeout=30", "-rss_limit_mb=6144",
                 f"-max_len={module.MAX_LEN}"]
-    if module.DICTIONARY and (ROOT / "corpus" / "dict" / module.DICTIONARY).is_file():
-        command.append(f"-dict={ROOT / 'corpus' / 'dict' / module.DICTIONARY}")
+    dictionary = corpus_dir() / "dict" / module.DICTIONARY if module.DICTIONARY else None
+    if dictionary and dictionary.is_file():
+        command.append(f"-dict={dictionary}")
     if args.runs:
         command.append(f"-runs={args.runs}")
     return command

@@ -157,6 +157,13 @@ def _run(args) -> int:
 
 
 def _dispatch(args) -> int:
+    if args.command in ("seeds", "dict"):
+        from conformance.locations import source_tree
+
+        if source_tree() is None:  # an installed suite's corpus is not its to rewrite
+            print(f"fuzz {args.command}: regenerates the repository's corpus/: run it in a source checkout",
+                  file=sys.stderr)
+            return 2
     if args.command == "seeds":
         from conformance.adapters import SuiteError
         from fuzz.corpus import write_seeds

@@ -13,13 +13,13 @@ import hashlib
 import pathlib
 import shutil
 
+from conformance.locations import corpus_dir
 from conformance.wire import tag, varint
 from fuzz import gen
 from reference_impl.dtypes import UINT64_MAX
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-SEEDS = ROOT / "corpus" / "seeds"
-DICTS = ROOT / "corpus" / "dict"
+SEEDS = corpus_dir() / "seeds"
+DICTS = corpus_dir() / "dict"
 
 
 def _write_dir(directory: pathlib.Path, blobs: list[bytes], max_len: int) -> int:

@@ -17,13 +17,28 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from corpus.builders.kv import add_attributes
 from fuzz.source import Source
 from reference_impl import ContractError
 from reference_impl.errors import ErrorCode as E
 from reference_impl.kv import contiguous, paged
 from reference_impl.kv.attention import attention
 from reference_impl.kv.paged_attention import paged_attention
+
+
+def add_attributes(node, attrs: dict) -> None:
+    """INT, FLOAT and STRING attributes from Python values (None: left out, the operator's default). The
+    corpus builders have the same writer; the harness does not import the corpus, which an install
+    carries as data inside ``conformance`` and the fuzzer executables do not bundle."""
+    for name, value in attrs.items():
+        if value is None:
+            continue
+        if isinstance(value, str):
+            node.attribute.add(name=name, type=3, s=value.encode())
+        elif isinstance(value, float):
+            node.attribute.add(name=name, type=1, f=value)
+        else:
+            node.attribute.add(name=name, type=2, i=int(value))
+
 
 FORMATS = ("dense", "int8", "uint8", "int4", "uint4", "int2", "uint2", "codebook2")
 KV_CODES = frozenset({E.KV_CAPACITY_INVALID, E.KV_CAPACITY_EXCEEDED, E.KV_SHAPE_MISMATCH, E.KV_BLOCK_INVALID,

@@ -25,6 +25,7 @@ import json
 import os
 import pathlib
 
+from conformance.locations import corpus_dir
 from fuzz.confined import Confined, WriteError, check_name
 from fuzz.finding_env import finding_context, replay_environment
 from fuzz.findings_io import MAX_FINDING_BYTES, MAX_RECORD_BYTES, FindingsError, read_file
@@ -32,9 +33,8 @@ from fuzz.replay import ReplayWorker
 from reference_impl.cli_paths import default_under_cwd, user_path
 from reference_impl.errors import LIMIT_CODES
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 #: The project's own regressions (what ``promote_case`` and tests/test_fuzz_regressions.py use).
-REGRESSIONS = pathlib.Path(os.environ.get("FUZZ_REGRESSIONS_DIR") or ROOT / "corpus" / "regressions")
+REGRESSIONS = pathlib.Path(os.environ.get("FUZZ_REGRESSIONS_DIR") or corpus_dir() / "regressions")
 _PROFILE_BY_PREFIX = (("AFFINE_", "affine"), ("EXTERNAL_", "external-data"), ("PAYLOAD_BOTH", "external-data"),
                       ("PAYLOAD_LOCATION", "external-data"), ("BINDING_", "bindings"),
                       ("DECODER_", "structured"), ("CONSUMER_", "structured"), ("FIELD_NOT", "structured"),

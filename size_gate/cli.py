@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser, budget_help: str) -> None:
-        p.add_argument("--budget", type=Path, default=None,
+        p.add_argument("--budget", default=None,  # text as typed: ``./onnx_proto`` is a file, ``onnx_proto`` a name
                        help=f"{budget_help}: a path, or a shipped budget's name such as onnx_proto or "
                             f"protoc_lite (default: onnx_proto)")
         p.add_argument("--pattern", default=None,

@@ -131,6 +131,19 @@ def test_check_within_packaged_budget(capsys):
     assert code == 0 and "PASS: within the PR04 budget" in out
 
 
+def test_budget_by_name_is_the_shipped_one_from_any_directory_and_dot_slash_is_a_local_file(
+        capsys, tmp_path, monkeypatch):
+    """``--budget onnx_proto`` names the shipped budget wherever the command runs (an installed suite has no
+    ``size_gate/budgets`` under the current directory); ``./onnx_proto`` is a file there."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _run(capsys, "check", DEFAULT, "--budget", "onnx_proto", "--json")
+    assert code == 0, err
+    assert Path(json.loads(out)["budget"]) == Path(load_budget().path)
+    (tmp_path / "onnx_proto").write_text(_tight_budget(tmp_path, 1).read_text())
+    code, out, err = _run(capsys, "check", DEFAULT, "--budget", "./onnx_proto", "--json")
+    assert code == 1 and Path(json.loads(out)["budget"]) == tmp_path / "onnx_proto", err
+
+
 def test_check_over_budget_names_metric_limit_actual_and_overshoot(capsys, tmp_path):
     text = measure_path(DEFAULT, "*").text_bytes
     code, out, _ = _run(capsys, "check", DEFAULT, "--budget", _tight_budget(tmp_path, text - 1))

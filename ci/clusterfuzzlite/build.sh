@@ -4,17 +4,17 @@
 cd "$SRC/onnx-light-conformance"
 pip3 install ".[fuzz]"
 
-# Targets import their modules dynamically (fuzz.targets.load), the differential targets load
-# adapters by name and the KV model builders (corpus.builders) register their modules by name, so
-# PyInstaller is told to bundle the packages whole. The harness reads a target's
-# INSTRUMENT list from its source before importing it, so the targets' sources go in as data too.
+# Targets import their modules dynamically (fuzz.targets.load) and the differential targets load
+# adapters by name, so PyInstaller is told to bundle the packages whole; the case corpus an install
+# carries inside conformance (conformance._corpus) is left out, no fuzzer imports it. The harness reads
+# a target's INSTRUMENT list from its source before importing it, so the targets' sources go in as data
+# too.
 # Left out: what only the campaign driver, the test plugin or an optional peer subject imports (the
 # executables fuzz the reference; `python -m fuzz run --subject onnxruntime` covers that peer).
 bundle=(--collect-submodules fuzz --collect-submodules reference_impl --collect-submodules conformance
-        --collect-submodules corpus
         --collect-data reference_impl --collect-data conformance --collect-data onnx --collect-data fuzz
         --add-data "fuzz/targets/*.py:fuzz/targets"
-        --exclude-module matplotlib --exclude-module onnxruntime --exclude-module torch
+        --exclude-module conformance._corpus --exclude-module matplotlib --exclude-module onnxruntime --exclude-module torch
         --exclude-module pytest --exclude-module _pytest --exclude-module tkinter)
 
 for fuzzer in fuzz/*_fuzzer.py; do

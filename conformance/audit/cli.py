@@ -66,6 +66,7 @@ def cmd_audit(args) -> int:
     complete = not args.faults and not args.sample and args.testee is None and args.corpus is None
     if (args.write or args.check) and not complete:
         raise SuiteError("--write and --check need the whole catalogue, in process, on the default corpus")
+    _refuse_write_outside_checkout(args)
     # A faulty runtime's arithmetic may overflow: that is its bug, not news (testee processes inherit this).
     warnings.simplefilter("ignore", RuntimeWarning)
     os.environ["PYTHONWARNINGS"] = "ignore::RuntimeWarning"
@@ -116,9 +117,18 @@ def cmd_audit(args) -> int:
     return 1 if problems else 0
 
 
+def _refuse_write_outside_checkout(args) -> None:
+    """``--write`` updates the repository's documents; an installed suite's copies are not its to change."""
+    from conformance.locations import source_tree
+
+    if args.write and source_tree() is None:
+        raise SuiteError("--write updates the repository's docs/: run it in a source checkout")
+
+
 def cmd_spec_coverage(args) -> int:
     from conformance.audit import coverage
 
+    _refuse_write_outside_checkout(args)
     text = coverage.render(coverage.load_matrix())
     if args.check:
         current = coverage.DOCUMENT.read_text() if coverage.DOCUMENT.exists() else ""

@@ -14,10 +14,11 @@ import pathlib
 
 from conformance import spec
 from conformance.audit.audit import clause_table
-from conformance.audit.report import COMMITTED, ROOT
+from conformance.audit.report import COMMITTED
+from conformance.locations import docs_file
 from reference_impl.clauses import CLAUSES, SPEC_REVISION
 
-DOCUMENT = ROOT / "docs" / "spec-coverage.md"
+DOCUMENT = docs_file("spec-coverage.md")
 _WHY = {"internal": "a property of the runtime's internals", "native": "a native (C++) interface",
         "size": "a binary-size requirement, checked by size_gate on a built library",
         "process": "how the project is developed or measured"}

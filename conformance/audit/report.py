@@ -6,11 +6,14 @@ import json
 import pathlib
 
 from conformance.audit.audit import Audit
+from conformance.locations import docs_file
 from reference_impl.clauses import CLAUSES
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-#: the committed kill matrix of a full in-process audit; docs/spec-coverage.md is rendered from it
-COMMITTED = ROOT / "docs" / "audit" / "kill-matrix.json"
+#: the committed kill matrix of a full in-process audit; docs/spec-coverage.md is rendered from it (an
+#: installed suite carries a copy: ``conformance.locations``)
+COMMITTED = docs_file("audit", "kill-matrix.json")
+#: the folder holding ``docs/`` (messages name the documents relative to it)
+ROOT = COMMITTED.parents[2]
 
 
 def matrix_text(audit: Audit) -> str:

@@ -13,7 +13,9 @@ import pathlib
 import re
 from dataclasses import dataclass
 
-DOCUMENT = pathlib.Path(__file__).resolve().parents[2] / "docs" / "peer-deviations.md"
+from conformance.locations import docs_file
+
+DOCUMENT = docs_file("peer-deviations.md")
 #: Section title prefix in the document -> the adapter name its runs record.
 SECTIONS = {"onnxruntime": "onnxruntime", "onnx reference evaluator": "onnx-reference", "OpenVINO": "openvino",
             "tract": "tract"}
@@ -95,7 +97,7 @@ def parse(text: str) -> Deviations:
 
 @functools.lru_cache(maxsize=2)
 def load(path: str | None = None) -> Deviations:
-    """The document at ``path`` (default: the repository's), or no classification when it is missing."""
+    """The document at ``path`` (default: the suite's own), or no classification when it is missing."""
     document = pathlib.Path(path) if path else DOCUMENT
     if not document.is_file():
         return Deviations({}, {})
