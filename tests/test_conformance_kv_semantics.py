@@ -20,7 +20,7 @@ from reference_impl.kv.paged_attention import OnlineSoftmax, _scaled
 pytestmark = pytest.mark.clause("KV-ATTENTION")
 
 PATTERNS = ["Required.KV.Attention", "Required.KV.PagedAttention", "Recommended.KV.PagedAttention"]
-CASES = {case.id: case for case in select(load_cases(), PATTERNS)}
+CASES = {case.id: case for case in select(load_cases(), PATTERNS) if case.builder == "kv_attention_semantics"}
 SCENARIOS = sorted({case_id.rsplit(".", 1)[1] for case_id in CASES})
 #: Scenarios whose model needs a suite extension of the paged_attention role (scale, softcap, attn_mask)
 EXTENSIONS = {"ExplicitScale", "ExplicitScaleCausal", "Softcap", "SoftcapWithMask", "FloatMask", "BoolMask",
