@@ -87,27 +87,26 @@ def load_private_key(path: str | os.PathLike) -> Any:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    data = _read_key_file(path)
-    try:
-        key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError) as error:
-        raise AttestationError(f"{path}: not an unencrypted PEM private key ({error})") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise AttestationError(f"{path}: not an Ed25519 key")
-    return key
+    return _load_key(path, lambda data: serialization.load_pem_private_key(data, password=None),
+                     Ed25519PrivateKey, "an unencrypted PEM private key", "an Ed25519 key")
 
 
 def load_public_key(path: str | os.PathLike) -> Any:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-    data = _read_key_file(path)
+    return _load_key(path, serialization.load_pem_public_key, Ed25519PublicKey, "a PEM public key",
+                     "an Ed25519 public key")
+
+
+def _load_key(path: str | os.PathLike, parse: Any, kind: type, format_name: str, kind_name: str) -> Any:
+    """The key at ``path`` parsed by ``parse``; an ``AttestationError`` unless it is a ``kind``."""
     try:
-        key = serialization.load_pem_public_key(data)
+        key = parse(_read_key_file(path))
     except (ValueError, TypeError) as error:
-        raise AttestationError(f"{path}: not a PEM public key ({error})") from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise AttestationError(f"{path}: not an Ed25519 public key")
+        raise AttestationError(f"{path}: not {format_name} ({error})") from None
+    if not isinstance(key, kind):
+        raise AttestationError(f"{path}: not {kind_name}")
     return key
 
 
