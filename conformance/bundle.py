@@ -24,7 +24,7 @@ import pathlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance import SPEC_REVISION, SUITE_VERSION, attestation, certificate
+from conformance import SPEC_REVISION, SUITE_VERSION, attestation, certificate, renames
 from conformance.bundle_files import BundleError, check_name, expect, read_bytes, read_json
 from conformance.bundle_files import field as required_field
 from conformance.cases import default_corpus, load_cases
@@ -236,13 +236,21 @@ def _check_corpus(manifest: dict, all_cases, corpus: str | None) -> list[str]:
     for key, what in (("sha256", "cases"), ("files_sha256", "case definitions and builders")):
         if recorded.get(key) != local[key]:
             problems.append(f"corpus: the run's {what} digest {recorded.get(key)} is not this corpus's {local[key]}")
+    renamed = renames.table(corpus)
+    old_ids = [entry["id"] for entry in manifest["cases"] if entry["id"] not in cases and entry["id"] in renamed]
+    if old_ids:
+        problems.insert(0, f"corpus: the bundle names {len(old_ids)} case(s) by IDs from before the suite renamed "
+                           f"them ({renames.FILE}: {old_ids[0]} is now {renamed[old_ids[0]]}): it was made by an "
+                           "older suite on another corpus and cannot certify against this one; rerun this suite")
     seen = set()
     for entry in manifest["cases"]:
         case = cases.get(entry["id"])
         if entry["id"] in seen:
             problems.append(f"{entry['id']} is listed more than once")
         seen.add(entry["id"])
-        if case is None:
+        if case is None and entry["id"] in renamed:
+            problems.append(f"{entry['id']} is now {renamed[entry['id']]} (renamed; see the first problem)")
+        elif case is None:
             problems.append(f"{entry['id']} is not a case of this suite")
         elif case.sha256() != entry["sha256"]:
             problems.append(f"{entry['id']}: the case differs from the one certified (SHA-256 mismatch)")

@@ -336,20 +336,51 @@ def builders(corpus: pathlib.Path | None = None) -> dict:
 
 def select(cases, patterns: list[str] | None = None, level: str | None = None, profiles: set[str] | None = None,
            shard: tuple[int, int] | None = None) -> list[Case]:
-    """Filter by glob-ish patterns (``*`` wildcards, prefix match), level, profiles, then shard i/n."""
-    import fnmatch
+    """Filter by glob-ish patterns (``*`` wildcards, prefix match), level, profiles, then shard i/n. A
+    pattern naming cases only by their IDs before a rename selects their current IDs (``renames``)."""
+    from conformance import renames
 
+    cases = list(cases)
+    if patterns:
+        patterns = upgrade_patterns(patterns, cases)
     chosen = []
     for case in cases:
         if level and case.level != level:
             continue
         if profiles and case.profile not in profiles:
             continue
-        if patterns and not any(fnmatch.fnmatchcase(case.id, p) or case.id.startswith(p + ".") or case.id == p
-                                for p in patterns):
+        if patterns and not any(renames.pattern_matches(p, case.id) for p in patterns):
             continue
         chosen.append(case)
     if shard:
         index, count = shard
         chosen = [case for n, case in enumerate(chosen) if n % count == index - 1]
     return chosen
+
+
+def upgrade_patterns(patterns: list[str], cases) -> list[str]:
+    """``patterns`` with each one that names cases only by old IDs replaced by their current IDs."""
+    from conformance import renames
+
+    table = renames.table_of(cases)
+    if not table:
+        return list(patterns)
+    ids = [case.id for case in cases]
+    upgraded: list[str] = []
+    for pattern in patterns:
+        upgraded += renames.renamed_targets(pattern, table, ids) or [pattern]
+    return upgraded
+
+
+def rename_notes(patterns: list[str] | None, cases) -> list[str]:
+    """One note per ``--cases`` pattern that names cases by their IDs before a rename."""
+    from conformance import renames
+
+    table = renames.table_of(cases)
+    ids = [case.id for case in cases]
+    notes = []
+    for pattern in patterns or []:
+        targets = renames.renamed_targets(pattern, table, ids) if table else []
+        if targets:
+            notes.append(renames.note("--cases", pattern, targets))
+    return notes

@@ -162,11 +162,19 @@ def _select(args):
             raise SuiteError("--shard is i/n with 1 <= i <= n")
     cases = load_cases(args.corpus)
     chosen = select(cases, args.cases, args.level, set(args.profile) if args.profile else None, shard)
+    _print_rename_notes(args.cases, cases)
     return cases, chosen
 
 
+def _print_rename_notes(patterns, cases) -> None:
+    from conformance.cases import rename_notes
+
+    for line in rename_notes(patterns, cases):
+        print(clip(line, MESSAGE_WIDTH), file=sys.stderr)
+
+
 def cmd_run(args, argv: list[str]) -> int:
-    from conformance import bundle, failure_list, reports
+    from conformance import bundle, failure_list, renames, reports
     from conformance.adapters.testee_client import TesteeUnavailable
     from conformance.clause_table import uncovered
     from conformance.execute import PASSED_WITHOUT_CODE
@@ -196,7 +204,10 @@ def cmd_run(args, argv: list[str]) -> int:
                                      f"{info.adapter['name']} (suite {SUITE_VERSION})")
         print(f"wrote {written} entries to {args.failure_list}")
     if args.failure_list:
-        entries = failure_list.read(args.failure_list)
+        entries, notes = failure_list.upgrade(failure_list.read(args.failure_list), [c.id for c in cases],
+                                              renames.table_of(cases))
+        for line in notes:
+            print(clip(f"{args.failure_list}: {line}", MESSAGE_WIDTH))
         problems = failure_list.apply(entries, results, [c.id for c in cases])
         waivers = [{"pattern": e.pattern, "message": e.message} for e in entries]
     failures = _print_failures(results, problems)
@@ -256,7 +267,9 @@ def _update_command(argv: list[str], args) -> str:
 def cmd_list(args) -> int:
     from conformance.cases import load_cases, select
 
-    chosen = select(load_cases(args.corpus), args.cases, args.level, set(args.profile) if args.profile else None)
+    cases = load_cases(args.corpus)
+    chosen = select(cases, args.cases, args.level, set(args.profile) if args.profile else None)
+    _print_rename_notes(args.cases, cases)
     for case in chosen:
         if args.long:
             print(f"{case.id}  [{case.profile}; {case.op}; {', '.join(case.clauses)}]")
@@ -267,10 +280,15 @@ def cmd_list(args) -> int:
 
 
 def _find(case_id: str, corpus: str | None):
+    from conformance import renames
     from conformance.cases import load_cases
 
-    for case in load_cases(corpus):
-        if case.id == case_id:
+    cases = load_cases(corpus)
+    current = renames.resolve(case_id, renames.table_of(cases))
+    for case in cases:
+        if case.id == current:
+            if current != case_id:
+                print(renames.note("case", case_id, [current]), file=sys.stderr)
             return case
     raise SuiteError(f"no case {case_id!r} (try: python -m conformance list --cases {case_id.split('.')[0]})")
 

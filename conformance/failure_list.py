@@ -46,6 +46,28 @@ def read(path: str | pathlib.Path) -> list[Entry]:
     return entries
 
 
+def upgrade(entries: list[Entry], all_ids: list[str], renames: dict[str, str]) -> tuple[list[Entry], list[str]]:
+    """The entries with each one that names cases only by their IDs before a rename replaced by one entry
+    per current ID (same message and line), and a one-line note per such entry."""
+    from conformance.renames import note, renamed_targets
+
+    upgraded: list[Entry] = []
+    notes: list[str] = []
+    for entry in entries:
+        targets = renamed_targets(entry.pattern, renames, all_ids, _glob) if renames else []
+        if not targets:
+            upgraded.append(entry)
+            continue
+        upgraded += [Entry(target, entry.message, entry.line) for target in targets]
+        notes.append(f"line {entry.line}: {note('entry', entry.pattern, targets)} (--update-failure-list "
+                     "rewrites the list)")
+    return upgraded, notes
+
+
+def _glob(pattern: str, case_id: str) -> bool:
+    return fnmatch.fnmatchcase(case_id, pattern)
+
+
 def apply(entries: list[Entry], results: list[Result], all_ids: list[str]) -> list[str]:
     """Mark listed failures as expected; return the hygiene problems (empty when the list is clean)."""
     problems = []

@@ -1,4 +1,4 @@
-"""Sizes past any internal chunk, affine values (corpus/cases/affine_chunks.toml and the affine rows of
+"""Sizes past any internal chunk, affine values (corpus/cases/affine/chunks.toml and the affine rows of
 external_chunks.toml): the digests the cases state are the builder's NumPy formulas, the reference passes
 every case, and each case fails at least one runtime that chunks its work with one realistic bug: the
 partial last chunk dropped or decoded from the previous chunk's start, parameter indices restarting in
@@ -23,7 +23,7 @@ from reference_impl import affine, dtypes, payload
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
-SOURCES = ("cases/affine_chunks.toml", "cases/external_chunks.toml")
+SOURCES = ("cases/affine/chunks.toml", "cases/external/chunks.toml")
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""Soundness of the Required cases of corpus/cases/affine_more.toml, edges.toml and
+"""Soundness of the Required cases of corpus/cases/affine/axes_and_tails.toml, edges.toml and
 second_representation.toml: toy runtimes, each the reference taking one choice the spec allows, pass
 every one of them (and the forbidden behaviour each case is written against is still caught)."""
 

@@ -86,8 +86,8 @@ class BlockDecoderCheckedOutputs(ReferenceAdapter):
         return ReferenceState(make_state(executor, {k: to_runtime(v) for k, v in initial.items()}), slot)
 
 
-ENCODED_STATE = ["Required.ZeroCopy.More.EncodedViewsSurviveClose", "Required.ZeroCopy.More.EncodedStateCopiesNothing",
-                 "Required.ZeroCopy.More.EncodedResetCopiesNothing"]
+ENCODED_STATE = ["Required.ZeroCopy.Lifetime.EncodedViewsSurviveClose", "Required.ZeroCopy.Lifetime.EncodedStateCopiesNothing",
+                 "Required.ZeroCopy.Lifetime.EncodedResetCopiesNothing"]
 
 
 @pytest.mark.clause("ENC-LOGICAL-OPTIONAL", "ZC-OUTSTANDING", "ZC-NO-PAYLOAD-COPY")
@@ -97,8 +97,8 @@ def test_decoder_dimensions_of_a_value_without_logical_type_pass_the_encoded_sta
     from conformance.audit.faults_zc_more import EncodedScrubbedOnClose
     from conformance.audit.faults_zero_copy import DecodeScratchesInput
 
-    _fails(DecodeScratchesInput(), "Required.ZeroCopy.More.EncodedViewsSurviveClose")
-    _fails(EncodedScrubbedOnClose(), "Required.ZeroCopy.More.EncodedViewsSurviveClose")
+    _fails(DecodeScratchesInput(), "Required.ZeroCopy.Lifetime.EncodedViewsSurviveClose")
+    _fails(EncodedScrubbedOnClose(), "Required.ZeroCopy.Lifetime.EncodedViewsSurviveClose")
 
 
 # ------------------------------------------------------------------ ONNX's checker on plain-ONNX models
@@ -204,7 +204,7 @@ class RefusesMisplacedCategories(ReferenceAdapter):
         return super().open_state(model_bytes, initial, base_dir)
 
 
-KINDLESS_STRINGS = "Required.MutExec.KindlessStrings"
+KINDLESS_STRINGS = "Required.Bindings.KindlessStrings"
 
 
 @pytest.mark.clause("CAT-KINDLESS", "BIND-NO-STRINGS")
@@ -316,7 +316,7 @@ def test_queueing_runs_of_different_states_passes_the_independence_cases(monkeyp
     without_waiting = "Recommended.State.Independent.TwoStatesRunWithoutWaiting"
     _passes(ReferenceAdapter(), without_waiting)  # with the whole independence timeout: load decides nothing
     _passes(SerializesRunsAcrossStates(), "Required.State.Independent", "Required.State.Concurrency",
-            "Required.ZeroCopy.More.ResetOfOtherStateDuringRun", "Required.ZeroCopy.More.CloseOfOtherStateDuringRun")
+            "Required.ZeroCopy.Lifetime.ResetOfOtherStateDuringRun", "Required.ZeroCopy.Lifetime.CloseOfOtherStateDuringRun")
     monkeypatch.setattr(trace, "INDEPENDENT_TIMEOUT", 0.5)  # the queued run would wait out the whole timeout
     assert "waited" in _fails(SerializesRunsAcrossStates(), without_waiting)
     # while refusing a call on another state, and sharing one state between requests, are still caught

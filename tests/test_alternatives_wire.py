@@ -1,4 +1,4 @@
-"""Soundness of corpus/cases/wire_more.toml and corpus/cases/structured_more.toml: toy runtimes, each the
+"""Soundness of corpus/cases/export/wire_rules.toml and corpus/cases/encoding/struct_values.toml: toy runtimes, each the
 reference adapter taking one choice the spec's words allow and the reference does not take, pass every
 Required case of both files; the forbidden behaviour next to each choice stays caught."""
 

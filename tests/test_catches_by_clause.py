@@ -24,23 +24,23 @@ from reference_impl.errors import violation
 #: fault ID -> the Required cases of its clauses that catch it
 CATCHERS = {
     "AFF-ROW-MAJOR.blocked-axis0-column-major": (
-        "Required.Affine.Block.NegativeAxisBlocksOfRows", "Required.AffineMore.Axis.MinusRankBlockedRows"),
+        "Required.Affine.Block.NegativeAxisBlocksOfRows", "Required.Affine.Axis.MinusRankBlockedRows"),
     "BIND-COMPATIBLE.symbolic-dims-by-name": (
         "Required.Bindings.Dimensions.SymbolicPastBoundToSymbolicTotal",
         "Required.Bindings.Dimensions.SymbolicInputBoundToConcreteOutput"),
     "BIND-GRAPH-LEVEL.struct-binding-on-type": (
         "Required.Export.Preserve.SaveLoadKeepsStructures", "Required.Wire.RoundTrip.BindingsAndStructIo"),
     "DEC-DEFINES-MAPPING.flat-logical-required": (
-        "Required.CatalogueMore.LogicalShape.CodebookColumn", "Required.CatalogueMore.LogicalShape.Linear3D"),
+        "Required.Encoding.LogicalShape.CodebookColumn", "Required.Encoding.LogicalShape.Linear3D"),
     "DEC-DEFINES-MAPPING.row-per-record-required": (
-        "Required.CatalogueMore.LogicalShape.Linear3D", "Required.Structured.SpecExamples.Codebook128Records"),
+        "Required.Encoding.LogicalShape.Linear3D", "Required.Structured.SpecExamples.Codebook128Records"),
     "ENC-PER-VALUE-PARAMS.first-record-parameters": (
         "Required.Structured.SpecExamples.CodebookTwoRecords", "Required.Structured.SpecExamples.Codebook128Records"),
     "ENC-STRUCT-LAYOUT.nested-ref-in-inline-refused": (
         "Required.Encoding.Nested.SameTypeTwiceInRecord", "Required.Encoding.Nested.RootArrayOfTwelveBitStructs",
         "Required.Encoding.Nested.ArrayOfTwelveBitStructs"),
     "REP-STATIC-SUBSET.graph-values-fixed-size": (
-        "Required.ThinDecl.State.UnknownDimFieldRetained", "Required.ThinDecl.State.UnknownDimFieldFedAndRead"),
+        "Required.Declarations.UnknownDims.UnknownDimFieldRetained", "Required.Declarations.UnknownDims.UnknownDimFieldFedAndRead"),
     "WIRE-BINDINGS-FIELD.binding-names-swapped": (
         "Required.Wire.FieldNumbers.TwoTensorBindingsAt1001Run",
         "Required.Wire.FieldNumbers.StructAndCounterBindingsAt1001Run"),

@@ -243,7 +243,7 @@ class InitialNamesFirst(ReferenceAdapter):
 
 @pytest.mark.clause("PAY-EXTERNAL-EXTENT", "BIND-EXACT-NAMES")
 def test_any_order_of_checks_passes():
-    _passes(FileFirst(), "Required.External", "Required.Fuzz.Verify")
+    _passes(FileFirst(), "Required.External", "Required.External.FuzzVerify")
     _passes(InitialNamesFirst(), "Required.Bindings", "Required.State")
 
 
@@ -313,7 +313,7 @@ class DeclaredConstants(ReferenceAdapter):
 @pytest.mark.clause("DEC-KEYED", "CAT-ID-CHANGE")
 def test_a_decoder_may_read_the_declared_constants_but_not_ignore_them():
     changed = ["Required.Structured.Consumers.ChangedConstantReadOrRefused",
-               "Required.Fuzz.Oracle.decoder_constant_values"]
+               "Required.Structured.FuzzOracle.decoder_constant_values"]
     _passes(ReferenceAdapter(), *changed)  # refuses the changed declaration
     _passes(DeclaredConstants(), *changed, "Required.Structured")
     for case_id in changed:
@@ -376,7 +376,7 @@ def test_a_redeclared_type_may_be_read_by_field_or_refused_as_missing():
     _fails(DeclaredFieldsBlocksReversed(), "Recommended.Structured.Consumers.ReorderedDeclarationNotMisread")
     _passes(MismatchIsMissingConsumer(), *redeclared, "Required.Structured.Consumers.OtherDeclaredDecoderRefused",
             "Required.Structured.Consumers.ChangedConstantReadOrRefused",
-            "Required.Structured.Consumers.ChangedFieldTypeNeedsNewId", "Required.Fuzz.Oracle.decoder_constant_values")
+            "Required.Structured.Consumers.ChangedFieldTypeNeedsNewId", "Required.Structured.FuzzOracle.decoder_constant_values")
     for case_id in redeclared:
         _fails(BindsOnNamesAndTypes(), case_id)
 
@@ -746,8 +746,8 @@ def test_runtimes_enforcing_onnx_typing_keeping_another_duplicate_or_writing_off
     _passes(ExplicitOffsetWriter(), *WIRE_MORE, "Required.Export", "Required.Wire", "Required.External")
 
 
-STRIDED_STRUCT = ["Required.ZeroCopy.More.StridedStructFieldInitialRetainedOrRejected",
-                  "Required.ZeroCopy.More.StridedStructFieldResetRetainedOrRejected"]
+STRIDED_STRUCT = ["Required.ZeroCopy.Lifetime.StridedStructFieldInitialRetainedOrRejected",
+                  "Required.ZeroCopy.Lifetime.StridedStructFieldResetRetainedOrRejected"]
 
 
 @pytest.mark.clause("ZC-ENTRY-POINTS", "PAY-UNSUPPORTED-OWNERSHIP", "PAY-FIELD-OWNERS")
@@ -815,7 +815,7 @@ def test_reset_or_close_of_another_state_may_wait_for_a_run_but_not_be_refused(m
     from conformance import trace
     from conformance.audit.faults_zc_more import ResetCloseGuardedPerModel
 
-    other = ["Required.ZeroCopy.More.ResetOfOtherStateDuringRun", "Required.ZeroCopy.More.CloseOfOtherStateDuringRun"]
+    other = ["Required.ZeroCopy.Lifetime.ResetOfOtherStateDuringRun", "Required.ZeroCopy.Lifetime.CloseOfOtherStateDuringRun"]
     monkeypatch.setattr(trace, "INDEPENDENT_TIMEOUT", 0.5)  # the waiting runtime waits out the whole timeout
     _passes(ReferenceAdapter(), *other)  # answers at once
     _passes(GuardsResetClosePerModel(), *other, "Required.State.Concurrency", "Required.State.Independent")
@@ -953,8 +953,8 @@ def test_a_decoder_may_fill_a_logical_shape_in_any_order_but_must_apply_it():
     from conformance.audit.faults_repr_more import DecodedValuesLeftFlat
 
     _passes(ColumnMajorLogicalShape(), "Required.CatalogueMore", "Required.Structured.Logical")
-    for case_id in ("Required.CatalogueMore.LogicalShape.Linear3D",
-                    "Required.CatalogueMore.LogicalShape.CodebookColumn", "Required.Structured.Logical.ShapeApplied"):
+    for case_id in ("Required.Encoding.LogicalShape.Linear3D",
+                    "Required.Encoding.LogicalShape.CodebookColumn", "Required.Structured.Logical.ShapeApplied"):
         _fails(DecodedValuesLeftFlat(), case_id)
 
 
@@ -1115,8 +1115,8 @@ def test_raw_data_beside_external_entries_is_the_only_fault_of_the_exclusive_cas
     """Their entries name files that exist, so a runtime checking those first still reports the pair; a
     runtime that checks exclusivity on the external branch only is still caught."""
     _passes(EntriesFileFirst(), "Required.ThinRepr")
-    for case_id in ("Required.ThinRepr.Exclusive.StructRawAndEntriesDefaultLocation",
-                    "Required.ThinRepr.Exclusive.AffineRawAndEntriesDefaultLocationDecoded"):
+    for case_id in ("Required.External.Exclusive.StructRawAndEntriesDefaultLocation",
+                    "Required.External.Exclusive.AffineRawAndEntriesDefaultLocationDecoded"):
         _fails(load_adapter("conformance.audit.faults_thin_repr:ExclusiveOnlyWhenExternal"), case_id)
 
 
@@ -1156,8 +1156,8 @@ class _ResetWithDefaults(ReferenceState):
 @pytest.mark.clause("STATE-INITIAL")
 def test_a_bound_inputs_initializer_may_serve_as_its_initial_value():
     _passes(InitializerDefaultsBoundInputs(), "Required.ThinState", "Required.State")
-    for case_id in ("Recommended.ThinState.Initial.InitializerIsNoInitialValue",
-                    "Recommended.ThinState.Initial.ResetWithoutTheDefaultedBinding"):
+    for case_id in ("Recommended.State.Initial.InitializerIsNoInitialValue",
+                    "Recommended.State.Initial.ResetWithoutTheDefaultedBinding"):
         _fails(InitializerDefaultsBoundInputs(), case_id)
 
 
@@ -1183,8 +1183,8 @@ class MinusOneMaxTokensUnlimited(Fault):
 def test_max_tokens_minus_one_may_be_a_no_limit_sentinel():
     from conformance.audit.faults_thin_state import NegativeMaxTokensUnlimited
 
-    _passes(MinusOneMaxTokensUnlimited(), "Required.ThinState.KVCapacity", "Required.KV.PagedCapacity")
-    for case_id in ("Required.ThinState.KVCapacity.MinusTwoMaxTokensUnderCallerBlocks",
+    _passes(MinusOneMaxTokensUnlimited(), "Required.KV.Capacity", "Required.KV.PagedCapacity")
+    for case_id in ("Required.KV.Capacity.MinusTwoMaxTokensUnderCallerBlocks",
                     "Required.KV.PagedCapacity.NegativeMaxTokens"):
         _fails(NegativeMaxTokensUnlimited(), case_id)
 
@@ -1274,12 +1274,12 @@ def test_thin_decl_required_cases_pass_every_order_of_checks_and_reading_of_a_re
     _passes(DeclaredConstants(), "Required.ThinDecl")
     _passes(Int4BlockReadByField(), "Required.ThinDecl")
     # what still tells them apart is the suite's choice, Recommended
-    _fails(DeclaredConstants(), "Recommended.ThinDecl.Consumers.ConstantAddedUnderRegisteredId")
-    _fails(Int4BlockReadByField(), "Recommended.ThinDecl.Consumers.FieldAddedUnderRegisteredId")
+    _fails(DeclaredConstants(), "Recommended.Structured.Consumers.ConstantAddedUnderRegisteredId")
+    _fails(Int4BlockReadByField(), "Recommended.Structured.Consumers.FieldAddedUnderRegisteredId")
     # and the forbidden behaviours stay caught
     from conformance.audit.faults_thin_decl import NestedBindingsOneLevelDeep, SingleFieldStructUnwrapped
 
-    _fails(NestedBindingsOneLevelDeep(), "Required.ThinDecl.Bindings.NestedInIfInsideIf")
-    for case_id in ("Required.ThinDecl.Consumers.OneFieldStructToAdd",
-                    "Required.ThinDecl.Consumers.NestedOneFieldStructToRelu"):
+    _fails(NestedBindingsOneLevelDeep(), "Required.Bindings.Nesting.NestedInIfInsideIf")
+    for case_id in ("Required.Structured.Consumers.OneFieldStructToAdd",
+                    "Required.Structured.Consumers.NestedOneFieldStructToRelu"):
         _fails(SingleFieldStructUnwrapped(), case_id)

@@ -56,10 +56,10 @@ from reference_impl.values import (
 decode_module = importlib.import_module("reference_impl.decode")  # the package re-exports decode()
 
 #: The manifests of this file's cases.
-MANIFESTS = ("cases/affine_scales.toml", "cases/bindings_compat.toml", "cases/consumers.toml",
-             "cases/export_semantics.toml", "cases/ownership.toml", "cases/state_counters.toml",
-             "cases/representation_more.toml", "cases/state_independent.toml", "cases/state_publication.toml",
-             "cases/state_structured.toml", "cases/transport.toml")
+MANIFESTS = ("cases/affine/scales.toml", "cases/bindings/compatibility.toml", "cases/state/consumers.toml",
+             "cases/export/semantics.toml", "cases/zero_copy/ownership.toml", "cases/state/counters.toml",
+             "cases/structured/representation.toml", "cases/state/independence.toml", "cases/state/publication.toml",
+             "cases/state/structured_state.toml", "cases/zero_copy/transport.toml")
 NEW_CASES = [case for case in load_cases() if case.source in MANIFESTS]
 
 

@@ -1,4 +1,4 @@
-"""Attention semantics cases (corpus/cases/kv_semantics.toml): their NumPy expectations agree with onnx's
+"""Attention semantics cases (corpus/cases/kv/attention_semantics.toml): their NumPy expectations agree with onnx's
 reference Attention and onnxruntime at each call's own tolerance (exactly, for the large-logit calls), the
 paged and contiguous rows expect the same Y, the paged rows that are Required use no suite extension of
 the paged_attention role, and a reference with one realistic attention bug fails them: wrong GQA head

@@ -1,4 +1,4 @@
-"""The implementation-limit cases (corpus/cases/limits.toml) catch runtimes whose limits differ from
+"""The implementation-limit cases (corpus/cases/limits/nesting.toml) catch runtimes whose limits differ from
 onnx-light's: each fault below is the reference with one realistic departure, and some case fails it
 while the unmodified reference passes them all."""
 

@@ -1,4 +1,4 @@
-"""Sizes past any internal chunk, KV caches (corpus/cases/kv_chunks.toml): the reference passes every case
+"""Sizes past any internal chunk, KV caches (corpus/cases/kv/chunks.toml): the reference passes every case
 within its tolerance by a wide margin, and each case fails a runtime that tiles or pages attention with one
 realistic bug: the partial last key tile dropped (tiles of 256 and of 2^16 tokens), the partial last block
 of a paged cache skipped."""
@@ -25,7 +25,7 @@ PREFIX = "Required.KV.Chunks."
 
 @functools.cache
 def _cases() -> dict:
-    return {case.id: case for case in load_cases() if case.source == "cases/kv_chunks.toml"}
+    return {case.id: case for case in load_cases() if case.source == "cases/kv/chunks.toml"}
 
 
 class TailTileDropped(Fault):

@@ -1,4 +1,4 @@
-"""The interaction cases (corpus/cases/kv_attention_combinations.toml): they are the covering array of
+"""The interaction cases (corpus/cases/kv/attention_combinations.toml): they are the covering array of
 corpus/builders/kv_combinations.py, their NumPy expectations agree with onnx's reference evaluator on plain
 Attention models over K/V dequantized from the cases' own payloads (and with onnxruntime where it runs the
 model), the reference passes them, and a runtime wrong only where two or three features meet fails them.
@@ -237,7 +237,7 @@ FAULTS = {
 
 
 # ------------------------------------------------------------------------------------------------- cases
-_SOURCE = "cases/kv_attention_combinations.toml"
+_SOURCE = "cases/kv/attention_combinations.toml"
 
 
 def _cases() -> dict:
@@ -441,9 +441,9 @@ def test_an_interaction_fault_fails_combination_cases_holding_its_combination_on
 
 
 #: the case files holding the KV cases written before the combination cases
-_EARLIER = ("cases/kv.toml", "cases/kv_contiguous.toml", "cases/kv_paged.toml", "cases/kv_semantics.toml",
-            "cases/kv_more.toml", "cases/mut_kv.toml", "cases/state_more.toml", "cases/thin_state.toml",
-            "cases/second_state.toml")
+_EARLIER = ("cases/kv/decode.toml", "cases/kv/contiguous.toml", "cases/kv/paged.toml", "cases/kv/attention_semantics.toml",
+            "cases/kv/batches_and_masks.toml", "cases/kv/padding.toml", "cases/kv/masks_and_bindings.toml", "cases/state/state_rules.toml",
+            "cases/kv/state_paths.toml")
 
 
 def _earlier_kv_cases() -> list[str]:

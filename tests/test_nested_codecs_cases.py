@@ -1,4 +1,4 @@
-"""The cases of corpus/cases/nested_codecs.toml: registered roots (1002, 1003, 1102) embedding subtypes whose
+"""The cases of corpus/cases/structured/nested_codecs.toml: registered roots (1002, 1003, 1102) embedding subtypes whose
 own decoders are bodies of standard operators a runtime could run. Each case passes on the reference and
 on registries that pin the whole resolved declaration (they refuse, as either code), and fails every
 runtime that runs a subtype's decoder: with different values, never by a refusal the case allows."""

@@ -200,8 +200,8 @@ def test_openvino_forgets_a_handed_out_buffer_once_it_is_gone():
 
 
 # --------------------------------------------------------------------------- inputs with a default
-DEFAULTED_CASES = ["Recommended.ThinState.Feeds.DefaultedInputMayBeOmitted",
-                   "Recommended.ThinState.Feeds.DefaultedScalarStepAfterAFedOne"]
+DEFAULTED_CASES = ["Recommended.State.Feeds.DefaultedInputMayBeOmitted",
+                   "Recommended.State.Feeds.DefaultedScalarStepAfterAFedOne"]
 
 
 class ConstantDefaultSession(EvaluatorSession):
@@ -233,7 +233,7 @@ def test_an_input_default_is_fed_by_the_caller_not_left_to_the_runtime(case_id):
 
 
 def test_a_bound_inputs_initializer_is_no_default():
-    case = CASES["Recommended.ThinState.Initial.InitializerIsNoInitialValue"]
+    case = CASES["Recommended.State.Initial.InitializerIsNoInitialValue"]
     with pytest.raises(Rejected) as refused:
         ConstantDefaultAdapter().open_state(case.model_bytes(), {})
     assert refused.value.code == "STATE_INITIAL_MISSING"

@@ -1,4 +1,4 @@
-"""Sizes past any internal chunk, byte-encoded records (corpus/cases/structured_chunks.toml): the digests the
+"""Sizes past any internal chunk, byte-encoded records (corpus/cases/structured/chunks.toml): the digests the
 cases state are the builder's NumPy formulas, the reference passes every case, and each case fails at least
 one runtime that reads records in chunks with one realistic bug: the partial last chunk of records
 dropped, every chunk read from the payload's start, an external extent read from a page boundary."""
@@ -15,7 +15,7 @@ from conformance.adapters.reference import ReferenceAdapter
 from conformance.audit.fault import Fault, wrap
 from conformance.cases import load_cases
 from conformance.execute import FAILED, PASSED, run_case
-from corpus.builders import record_chunks as formulas
+from corpus.builders import encoding_chunks as formulas
 from reference_impl import records
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -1,4 +1,4 @@
-"""The feed cases of corpus/cases/state.toml: a wrong fresh feed may be refused at once or left to the
+"""The feed cases of corpus/cases/state/lifecycle.toml: a wrong fresh feed may be refused at once or left to the
 kernels, but a feed that execution takes must never become the retained state. A runtime that checks feeds by
 name only and trusts what the graph computes (the audit's STATE-VALIDATE-METADATA.computed-outputs-trusted)
 passes the rows where Add cannot take the feed, so the rows where it can (or where the feed is itself the

@@ -11,10 +11,10 @@ import importlib
 
 BUILDERS: dict = {}
 #: The builder modules, imported (so their builders register) when the package is.
-MODULES = ("representation", "affine_sweep", "affine_scales", "wire", "kv", "kv_formats", "kv_paged",
-           "kv_contiguous", "kv_semantics", "coverage_models", "limits", "second_state", "state_more",
-           "affine_more", "kv_more", "thin_repr", "thin_state", "mut_kv", "kv_combinations", "affine_chunks",
-           "record_chunks", "kv_chunks")
+MODULES = ("structured_examples", "affine_sweep", "affine_scales", "wire", "kv", "kv_formats", "kv_paged",
+           "kv_contiguous", "kv_semantics", "wire_fields", "limits", "kv_reuse", "kv_masks",
+           "affine_layouts", "kv_batches", "limits_leaves", "kv_workspace", "kv_padding", "kv_combinations", "affine_chunks",
+           "encoding_chunks", "kv_chunks")
 
 
 def builder(fn):

@@ -366,7 +366,7 @@ FAMILIES = (
 _HEADER = """\
 # Attention over a KV cache with its features in combination. Generated: do not edit the rows by hand
 #   python -c "from corpus.builders.kv_combinations import toml_text; print(toml_text(), end='')" \\
-#     > corpus/cases/kv_attention_combinations.toml
+#     > corpus/cases/kv/attention_combinations.toml
 # (tests/test_kv_interaction_cases.py checks they are the covering array of corpus/builders/covering.py).
 # A runtime can be right about each feature alone and wrong where two meet; every pair of options of the
 # factors below meets in some row, and the triples of head ratio x prefill/decode x is_causal and x window:

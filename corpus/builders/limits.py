@@ -1,4 +1,4 @@
-"""Builders for the implementation-limit cases (corpus/cases/limits.toml): nesting measured through
+"""Builders for the implementation-limit cases (corpus/cases/limits/nesting.toml): nesting measured through
 reference chains whether or not a value uses them, inline and reference levels adding up, and bindings
 carrying the field-path tags of an earlier draft. Levels are counted by hand in each docstring:
 every TypeProto and every type_ref expansion is one level (onnx-light's kMaxStructTypeDepth = 64).
