@@ -85,11 +85,14 @@ def corpus_digest(cases: Iterable[Any]) -> str:
 
 
 def corpus_files_digest(root: str | os.PathLike) -> str:
-    """One digest of the corpus's definitions: every case manifest and builder source under ``root``
-    (``cases/``, ``builders/``, ``regressions/cases/``), by relative path. Catches a builder whose
+    """One digest of the corpus's definitions: the rename table and every case manifest and builder source
+    under ``root`` (``cases/``, ``builders/``, ``regressions/cases/``), by relative path. Catches a builder whose
     expected values changed while the models it builds did not."""
     root = pathlib.Path(root)
     digest = hashlib.sha256()
+    renames = root / "renames.toml"  # which old IDs name which cases is part of the definitions
+    if renames.is_file():
+        digest.update(b"renames.toml\0" + hashlib.sha256(renames.read_bytes()).digest())
     for part in ("cases", "builders", "regressions/cases"):
         base = root / part
         if not base.is_dir():

@@ -2,8 +2,8 @@
 
 Writes ``corpus/regressions/<target>/<id>.bin`` (the input) and ``<id>.json`` (what it hit, and whether
 the issue is still open), and appends a conformance case with the stable ID
-``Required.Fuzz.<Target>.F<id>`` to ``corpus/regressions/cases/fuzz-<target>.toml`` (same manifest
-format as ``corpus/cases``; ``Recommended`` when the expected code only reflects an implementation
+``Required.<Area>.Fuzz<Target>.F<id>`` to ``corpus/regressions/cases/<area>/fuzz-<target>.toml``, filed
+under the spec area of its clause (``conformance.areas``; same manifest format as ``corpus/cases``; ``Recommended`` when the expected code only reflects an implementation
 limit, see ``LIMIT_CODES``). ``<id>`` is the first 12 hex digits of sha256(target + input), so
 promoting the same input twice is a no-op.
 
@@ -25,6 +25,7 @@ import json
 import os
 import pathlib
 
+from conformance.areas import BY_NAME, Area, area_of_clause
 from conformance.locations import corpus_dir
 from fuzz.confined import Confined, WriteError, check_name
 from fuzz.finding_env import finding_context, replay_environment
@@ -116,6 +117,14 @@ def manifest_entry(case_id: str, case, expected: str | None, note: str, clause: 
     return "\n".join(lines) + "\n"
 
 
+def _area(expected: str | None, clause: str | None = None) -> Area:
+    """The spec area a regression is filed under: that of the clause its expected code enforces."""
+    from reference_impl.errors import ErrorCode
+
+    clause = clause or (ErrorCode(expected).clause if expected else "WIRE-FIELDS")
+    return area_of_clause(clause) or BY_NAME["Wire"]
+
+
 def promote(finding: str | os.PathLike[str], target: str | None = None,
             cases_dir: str | os.PathLike[str] | None = None, note: str = "", expect: str | None = None,
             status: str | None = None, regressions: str | os.PathLike[str] | None = None,
@@ -143,7 +152,8 @@ def promote(finding: str | os.PathLike[str], target: str | None = None,
         "detail": result.get("detail"), "known_issue": result.get("known"), "expect": expected, "note": note,
         "status": status or ("open" if not result.get("ok") else "fixed"), "environment": environment,
     }
-    case_id = f"{case_level(expected)}.Fuzz.{target.capitalize()}.F{ident}"
+    area = _area(expected)
+    case_id = f"{case_level(expected)}.{area.name}.Fuzz{target.capitalize()}.F{ident}"
     entry = None
     if case is not None and (expected or case.expected is None):
         entry = manifest_entry(case_id, case, expected, note)
@@ -156,7 +166,9 @@ def promote(finding: str | os.PathLike[str], target: str | None = None,
         record_present = folder.read(f"{ident}.json", MAX_RECORD_BYTES) is not None
         manifests = None
         if entry is not None:
-            manifests = Confined.open(user_path(cases_dir)) if cases_dir is not None else root.subdirectory("cases")
+            cases_root = Confined.open(user_path(cases_dir)) if cases_dir is not None else root.subdirectory("cases")
+            with cases_root:
+                manifests = cases_root.subdirectory(area.folder)
         with manifests or contextlib.nullcontext():
             manifest = _manifest_text(manifests, target, case_id, entry) if manifests is not None else None
             folder.create(f"{ident}.bin", data)
@@ -205,10 +217,11 @@ def promote_case(case, name: str, note: str, status: str = "open", issue: str | 
                 record["fields_hex"] = fields_hex
             folder.replace(check_name(f"{name}.json"), (json.dumps(record, indent=1) + "\n").encode())
             path = folder.path / f"{name}.json"
-        case_id = f"{case_level(case.expected)}.Fuzz.Oracle.{name.replace('-', '_')}"
+        area = _area(case.expected, clause)
+        case_id = f"{case_level(case.expected)}.{area.name}.FuzzOracle.{name.replace('-', '_')}"
         entry = None if fields_hex else manifest_entry(case_id, case, case.expected, note, clause, profile)
         if entry is not None:
-            with root.subdirectory("cases") as manifests:
+            with root.subdirectory("cases") as cases_root, cases_root.subdirectory(area.folder) as manifests:
                 text = _with_case(manifests, "fuzz-oracle.toml", "# Oracle regressions found by fuzzing, written "
                                                                  "by fuzz.promote.promote_case.\n", case_id, entry)
                 if text is not None:

@@ -136,12 +136,12 @@ def test_fuzz_promote_writes_under_the_current_directory_by_default(tmp_path):
     (record,) = (tmp_path / "corpus" / "regressions" / "verify").glob("*.json")
     assert json.loads(record.read_text())["target"] == "verify"
     assert record.with_suffix(".bin").read_bytes() == _valid_model()
-    assert (tmp_path / "cases" / "fuzz-verify.toml").is_file()
+    assert (tmp_path / "cases" / "wire" / "fuzz-verify.toml").is_file()
     relocated = _python_m(tmp_path, "fuzz", "promote", "finding.bin", "--target", "verify",
                           "--regressions-dir", "elsewhere/regressions")
     assert relocated.returncode == 0, relocated.stderr
     assert (tmp_path / "elsewhere" / "regressions" / "verify" / record.with_suffix(".bin").name).is_file()
-    assert (tmp_path / "elsewhere" / "regressions" / "cases" / "fuzz-verify.toml").is_file()
+    assert (tmp_path / "elsewhere" / "regressions" / "cases" / "wire" / "fuzz-verify.toml").is_file()
 
 
 def test_fuzz_replay_reads_relative_inputs(tmp_path):

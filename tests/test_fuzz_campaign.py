@@ -299,7 +299,7 @@ def test_promote_writes_a_regression_and_a_loadable_conformance_case(tmp_path):
     assert (regressions / "structured" / f"{meta['id']}.bin").read_bytes() == stream
     cases = load_cases(str(tmp_path / "corpus"))
     assert [c.expect for c in cases] == [{"error": "PAYLOAD_PARTIAL_RECORD"}]
-    assert cases[0].id == f"Required.Fuzz.Structured.F{meta['id']}"
+    assert cases[0].id == f"Required.Encoding.FuzzStructured.F{meta['id']}"
     from conformance.adapters.reference import ReferenceAdapter
     from conformance.execute import run_case
 

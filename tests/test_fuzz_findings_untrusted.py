@@ -167,7 +167,7 @@ def _plant(tmp_path: pathlib.Path, where: str) -> tuple[pathlib.Path, pathlib.Pa
     return finding, victim
 
 
-@pytest.mark.parametrize("where", ["verify", "verify/{id}.bin", "verify/{id}.json", "cases/fuzz-verify.toml"])
+@pytest.mark.parametrize("where", ["verify", "verify/{id}.bin", "verify/{id}.json", "cases/wire/fuzz-verify.toml"])
 def test_promote_never_writes_through_a_link(tmp_path, where):
     finding, victim = _plant(tmp_path, where)
     result = _fuzz(tmp_path, "promote", str(finding))
@@ -182,7 +182,7 @@ def test_promote_writes_a_case_once_and_a_second_promotion_changes_nothing(tmp_p
     first = _fuzz(tmp_path, "promote", str(finding))
     assert first.returncode == 0, first.stderr
     written = {p: p.read_bytes() for p in (tmp_path / "reg").rglob("*") if p.is_file()}
-    assert len(written) == 3  # <id>.bin, <id>.json, cases/fuzz-verify.toml
+    assert len(written) == 3  # <id>.bin, <id>.json, cases/wire/fuzz-verify.toml
     second = _fuzz(tmp_path, "promote", str(finding))
     assert second.returncode == 0, second.stderr
     assert {p: p.read_bytes() for p in (tmp_path / "reg").rglob("*") if p.is_file()} == written

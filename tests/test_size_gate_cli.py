@@ -17,7 +17,7 @@ from size_gate.cli import _parser, main
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "elf"
-DEFAULT, HIDDEN, EXTRA = (FIXTURES / n for n in ("default.so", "hidden.so", "extra_needed.so"))
+DEFAULT, HIDDEN, EXTRA = (FIXTURES / n for n in ("default.so", "hidden.so", "libm_needed.so"))
 NOSHDR = FIXTURES / "default-noshdr.so"
 
 

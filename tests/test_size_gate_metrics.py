@@ -116,7 +116,7 @@ def test_real_libraries_were_found():
 
 # -- libraries compiled for the test ----------------------------------------------------------------
 @needs_binutils
-@pytest.mark.parametrize("variant", ["default", "hidden", "extra_needed", "versioned", "sysv", "stripped", "i386"])
+@pytest.mark.parametrize("variant", ["default", "hidden", "libm_needed", "versioned", "sysv", "stripped", "i386"])
 def test_built_variant_matches_binutils(built, variant):
     if variant not in built:
         pytest.skip(f"{variant} could not be built here")
@@ -131,9 +131,9 @@ def test_hidden_visibility_exports_only_marked_symbols(built):
     assert hidden.defined_symbols == len(gen.API_SYMBOLS) < default.defined_symbols
 
 
-def test_extra_needed_entry_is_a_full_soname(built):
+def test_libm_needed_entry_is_a_full_soname(built):
     default = measure_path(built["default"], ANY)
-    extra = measure_path(built["extra_needed"], ANY)
+    extra = measure_path(built["libm_needed"], ANY)
     assert list((Counter(extra.needed) - Counter(default.needed)).elements()) == ["libm.so.6"]
 
 

@@ -13,7 +13,8 @@ BUILDERS: dict = {}
 #: The builder modules, imported (so their builders register) when the package is.
 MODULES = ("structured_examples", "affine_sweep", "affine_scales", "wire", "kv", "kv_formats", "kv_paged",
            "kv_contiguous", "kv_semantics", "wire_fields", "limits", "kv_reuse", "kv_masks",
-           "affine_layouts", "kv_batches", "limits_leaves", "kv_workspace", "kv_padding", "kv_combinations", "affine_chunks",
+           "affine_layouts", "kv_batches", "limits_leaves", "kv_workspace", "kv_padding", "kv_combinations",
+           "affine_chunks",
            "encoding_chunks", "kv_chunks")
 
 

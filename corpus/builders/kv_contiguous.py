@@ -218,7 +218,7 @@ def _grouped(step: dict, q_heads: int, rng) -> dict:
     k = np.asarray(step["feeds"]["k"]["data"], np.float32).reshape(step["feeds"]["k"]["shape"])
     if q_heads == k.shape[1]:
         return step
-    from .kv_semantics import attention_formula
+    from .kv_attention import attention_formula
 
     keys = np.asarray(step["outputs"]["present_key"]["data"], np.float32).reshape(
         step["outputs"]["present_key"]["shape"])

@@ -14,8 +14,9 @@ import numpy as np
 
 from . import builder
 from .kv import _literal, attention_model, paged_model
+from .kv_attention import attention_formula
 from .kv_paged import EMPTY_CACHE
-from .kv_semantics import _run, attention_formula
+from .kv_semantics import _run
 
 #: scenario -> (mask kind, calls (new tokens, mask width or None for the total), rows to mask fully)
 MASK_SCENARIOS = {

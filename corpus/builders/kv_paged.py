@@ -370,7 +370,7 @@ def kv_paged_written(heads: int = 2, q_heads: int = 4, head_size: int = 8, block
     by exactly its token's K and V bytes (no block copied or rewritten). ``block``: by at most one whole
     block's K and V bytes per call, which a blockwise append that rewrites its open block stays within
     and a copy of the whole cache exceeds. Y is checked against the attention formula throughout."""
-    from .kv_semantics import attention_formula
+    from .kv_attention import attention_formula
 
     rng = np.random.default_rng(seed)
     keys = values = np.zeros((1, heads, 0, head_size), np.float32)
@@ -398,7 +398,7 @@ def kv_paged_max_tokens(max_tokens: int = 6, heads: int = 2, head_size: int = 4,
     """``max_tokens`` bounds past plus new tokens: five one-token calls, then a two-token call that would
     hold seven fails whole (KV_CAPACITY_EXCEEDED) and the cache stays the previous one, then a one-token
     call reaches exactly ``max_tokens``, and one more fails again."""
-    from .kv_semantics import attention_formula
+    from .kv_attention import attention_formula
 
     rng = np.random.default_rng(seed)
     keys = values = np.zeros((1, heads, 0, head_size), np.float32)

@@ -12,10 +12,10 @@ import numpy as np
 
 from . import builder
 from .kv import _literal, attention_model
+from .kv_attention import attention_formula
 from .kv_contiguous import Cache, _held
 from .kv_formats import encode
 from .kv_paged import block_literal, cache_literal, paged_model, run_step
-from .kv_semantics import attention_formula
 
 
 @builder

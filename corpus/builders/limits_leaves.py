@@ -1,6 +1,6 @@
-"""Builders for corpus/cases/external/representation_rules.toml: a layout whose leaf count exceeds the suite's bound of 4096
-leaves per layout (clause RESOURCE-LIMITS) only because one wide structure is referenced twice, while no
-single structure declares more than 2049 fields."""
+"""Builders for corpus/cases/limits/representation_rules.toml: a layout whose leaf count exceeds the
+suite's bound of 4096 leaves per layout (clause RESOURCE-LIMITS) only because one wide structure is
+referenced twice, while no single structure declares more than 2049 fields."""
 
 from __future__ import annotations
 
