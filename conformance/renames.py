@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import os
 import pathlib
 import re
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+from conformance import locations
 from conformance.adapters import SuiteError
 
 FILE = "renames.toml"
@@ -28,10 +30,10 @@ _ID = re.compile(r"^(Required|Recommended)(\.[A-Za-z0-9_\-]+){3,}$")
 
 
 def table(corpus: str | pathlib.Path | None = None) -> dict[str, str]:
-    """The corpus's renames, old ID -> new ID (empty when it has no table)."""
-    from conformance.cases import default_corpus
-
-    return dict(_load(str(pathlib.Path(corpus or default_corpus()) / FILE)))
+    """The corpus's renames, old ID -> new ID (empty when it has no table). The default corpus is
+    ``conformance.cases.default_corpus``'s: ``$CONFORMANCE_CORPUS``, else the suite's own."""
+    root = corpus or os.environ.get("CONFORMANCE_CORPUS") or locations.corpus_dir()
+    return dict(_load(str(pathlib.Path(root) / FILE)))
 
 
 @functools.lru_cache(maxsize=4)

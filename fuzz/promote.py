@@ -3,9 +3,9 @@
 Writes ``corpus/regressions/<target>/<id>.bin`` (the input) and ``<id>.json`` (what it hit, and whether
 the issue is still open), and appends a conformance case with the stable ID
 ``Required.<Area>.Fuzz<Target>.F<id>`` to ``corpus/regressions/cases/<area>/fuzz-<target>.toml``, filed
-under the spec area of its clause (``conformance.areas``; same manifest format as ``corpus/cases``; ``Recommended`` when the expected code only reflects an implementation
-limit, see ``LIMIT_CODES``). ``<id>`` is the first 12 hex digits of sha256(target + input), so
-promoting the same input twice is a no-op.
+under the spec area of its clause (``conformance.areas``; same manifest format as ``corpus/cases``;
+``Recommended`` when the expected code only reflects an implementation limit, see ``LIMIT_CODES``).
+``<id>`` is the first 12 hex digits of sha256(target + input), so promoting the same input twice is a no-op.
 
 The case states what a correct implementation must do: near-valid inputs expect their rule's code;
 inputs that crashed the oracle need ``--expect CODE`` (the classified error the contract calls for).

@@ -9,7 +9,7 @@ import pathlib
 from collections import defaultdict
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("conformance", "reference_impl", "fuzz", "size_gate")
+PACKAGES = ("conformance", "reference_impl", "fuzz", "size_gate", "corpus")
 
 
 def _modules() -> dict[str, pathlib.Path]:
