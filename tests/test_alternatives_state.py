@@ -86,7 +86,8 @@ class BlockDecoderCheckedOutputs(ReferenceAdapter):
         return ReferenceState(make_state(executor, {k: to_runtime(v) for k, v in initial.items()}), slot)
 
 
-ENCODED_STATE = ["Required.ZeroCopy.Lifetime.EncodedViewsSurviveClose", "Required.ZeroCopy.Lifetime.EncodedStateCopiesNothing",
+ENCODED_STATE = ["Required.ZeroCopy.Lifetime.EncodedViewsSurviveClose",
+                 "Required.ZeroCopy.Lifetime.EncodedStateCopiesNothing",
                  "Required.ZeroCopy.Lifetime.EncodedResetCopiesNothing"]
 
 
@@ -316,7 +317,8 @@ def test_queueing_runs_of_different_states_passes_the_independence_cases(monkeyp
     without_waiting = "Recommended.State.Independent.TwoStatesRunWithoutWaiting"
     _passes(ReferenceAdapter(), without_waiting)  # with the whole independence timeout: load decides nothing
     _passes(SerializesRunsAcrossStates(), "Required.State.Independent", "Required.State.Concurrency",
-            "Required.ZeroCopy.Lifetime.ResetOfOtherStateDuringRun", "Required.ZeroCopy.Lifetime.CloseOfOtherStateDuringRun")
+            "Required.ZeroCopy.Lifetime.ResetOfOtherStateDuringRun",
+            "Required.ZeroCopy.Lifetime.CloseOfOtherStateDuringRun")
     monkeypatch.setattr(trace, "INDEPENDENT_TIMEOUT", 0.5)  # the queued run would wait out the whole timeout
     assert "waited" in _fails(SerializesRunsAcrossStates(), without_waiting)
     # while refusing a call on another state, and sharing one state between requests, are still caught

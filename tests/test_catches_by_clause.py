@@ -40,7 +40,8 @@ CATCHERS = {
         "Required.Encoding.Nested.SameTypeTwiceInRecord", "Required.Encoding.Nested.RootArrayOfTwelveBitStructs",
         "Required.Encoding.Nested.ArrayOfTwelveBitStructs"),
     "REP-STATIC-SUBSET.graph-values-fixed-size": (
-        "Required.Declarations.UnknownDims.UnknownDimFieldRetained", "Required.Declarations.UnknownDims.UnknownDimFieldFedAndRead"),
+        "Required.Declarations.UnknownDims.UnknownDimFieldRetained",
+        "Required.Declarations.UnknownDims.UnknownDimFieldFedAndRead"),
     "WIRE-BINDINGS-FIELD.binding-names-swapped": (
         "Required.Wire.FieldNumbers.TwoTensorBindingsAt1001Run",
         "Required.Wire.FieldNumbers.StructAndCounterBindingsAt1001Run"),

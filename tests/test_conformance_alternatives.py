@@ -376,7 +376,8 @@ def test_a_redeclared_type_may_be_read_by_field_or_refused_as_missing():
     _fails(DeclaredFieldsBlocksReversed(), "Recommended.Structured.Consumers.ReorderedDeclarationNotMisread")
     _passes(MismatchIsMissingConsumer(), *redeclared, "Required.Structured.Consumers.OtherDeclaredDecoderRefused",
             "Required.Structured.Consumers.ChangedConstantReadOrRefused",
-            "Required.Structured.Consumers.ChangedFieldTypeNeedsNewId", "Required.Structured.FuzzOracle.decoder_constant_values")
+            "Required.Structured.Consumers.ChangedFieldTypeNeedsNewId",
+            "Required.Structured.FuzzOracle.decoder_constant_values")
     for case_id in redeclared:
         _fails(BindsOnNamesAndTypes(), case_id)
 
@@ -614,7 +615,7 @@ class MultipliesInTheOutputPrecision(Fault):
 
 @pytest.mark.clause("AFF-DQ")
 def test_a_multiply_in_the_output_precision_passes_every_required_affine_case():
-    _passes(MultipliesInTheOutputPrecision(), "Required.Affine", "Required.AffineMore", "Required.External",
+    _passes(MultipliesInTheOutputPrecision(), "Required.Affine", "Required.External",
             "Required.KV.PagedFormatRuns")
 
 
@@ -642,9 +643,15 @@ class AttentionInFloat64(Fault):
         return [wrap(kv_kernels, "attention", _attention_in_float64)]
 
 
+#: the KV batch, mask, head and external-cache topics the float64 accumulation is run against
+_KV_BATCH_TOPICS = ("External.KVCache", "External.KVCacheOverflow", "External.KVCachePath", "External.KVCacheWide",
+                    "KV.BatchExternalCache", "KV.BatchMask", "KV.Mask2D", "KV.Mask3D", "KV.PackedHeads",
+                    "KV.PagedBlockAxes", "KV.PagedHeadScales", "KV.PagedMaxTokens", "KV.QkGrouped", "KV.ScatteredCache")
+
+
 @pytest.mark.clause("KV-ATTENTION")
-def test_attention_accumulated_in_float64_passes_the_required_kv_more_cases():
-    _passes(AttentionInFloat64(), "Required.KVMore.*")
+def test_attention_accumulated_in_float64_passes_the_required_kv_batch_cases():
+    _passes(AttentionInFloat64(), *(f"Required.{topic}." for topic in _KV_BATCH_TOPICS))
 
 
 # ----------------------------------------------------------------- ONNX's own rules around the value
@@ -815,7 +822,8 @@ def test_reset_or_close_of_another_state_may_wait_for_a_run_but_not_be_refused(m
     from conformance import trace
     from conformance.audit.faults_zc_more import ResetCloseGuardedPerModel
 
-    other = ["Required.ZeroCopy.Lifetime.ResetOfOtherStateDuringRun", "Required.ZeroCopy.Lifetime.CloseOfOtherStateDuringRun"]
+    other = ["Required.ZeroCopy.Lifetime.ResetOfOtherStateDuringRun",
+             "Required.ZeroCopy.Lifetime.CloseOfOtherStateDuringRun"]
     monkeypatch.setattr(trace, "INDEPENDENT_TIMEOUT", 0.5)  # the waiting runtime waits out the whole timeout
     _passes(ReferenceAdapter(), *other)  # answers at once
     _passes(GuardsResetClosePerModel(), *other, "Required.State.Concurrency", "Required.State.Independent")
@@ -1265,14 +1273,19 @@ class Int4BlockReadByField(ReferenceAdapter):
         return reference_impl.decode(model_bytes, value_name, base_dir=base_dir, registry=registry)
 
 
+#: the declaration topics (nesting, stateless bindings, empty fields, unknown dims, counts, consumers)
+_DECLARATION_TOPICS = ("Bindings.Nesting", "Bindings.Stateless", "Declarations.CountUnset", "Declarations.EmptyFields",
+                       "Declarations.UnknownDims", "Structured.Consumers")
+
+
 @pytest.mark.clause("BIND-ROOT-ONLY", "GRAPH-TENSOR-OPS", "CAT-ID-CHANGE", "DEC-KEYED")
-def test_thin_decl_required_cases_pass_every_order_of_checks_and_reading_of_a_redeclared_type():
-    _passes(ReferenceAdapter(), "*ThinDecl*")
+def test_declaration_required_cases_pass_every_order_of_checks_and_reading_of_a_redeclared_type():
+    _passes(ReferenceAdapter(), *(f"*.{topic}.*" for topic in _DECLARATION_TOPICS))
     # every Required case, including the older bindings and consumer cases with the same two choices
     _passes(ChecksBindingNamesFirst(), "Required")
     _passes(TypesOperatorsAtLoad(), "Required")
-    _passes(DeclaredConstants(), "Required.ThinDecl")
-    _passes(Int4BlockReadByField(), "Required.ThinDecl")
+    _passes(DeclaredConstants(), *(f"Required.{topic}." for topic in _DECLARATION_TOPICS))
+    _passes(Int4BlockReadByField(), *(f"Required.{topic}." for topic in _DECLARATION_TOPICS))
     # what still tells them apart is the suite's choice, Recommended
     _fails(DeclaredConstants(), "Recommended.Structured.Consumers.ConstantAddedUnderRegisteredId")
     _fails(Int4BlockReadByField(), "Recommended.Structured.Consumers.FieldAddedUnderRegisteredId")

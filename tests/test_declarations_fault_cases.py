@@ -1,5 +1,6 @@
 """The faults of conformance/audit/faults_mut_repr.py and faults_mut_exec.py, checks whose removal from the
-oracle no Required case used to notice, are each caught by at least two cases of corpus/cases/declarations/constant_dims.toml
+oracle no Required case used to notice, are each caught by at least two cases of
+corpus/cases/declarations/constant_dims.toml
 and mut_exec.toml, each with its own model: every listed case passes on the reference and fails on the
 fault. The whole catalogue is audited by ``python -m conformance audit`` (tests/test_audit.py)."""
 

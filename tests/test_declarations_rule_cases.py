@@ -1,6 +1,7 @@
 """Second faults for declaration, catalogue, binding and consumer rules that had one fault each
 (conformance/audit/faults_thin_decl.py) are each caught by at least two independent cases; the cases of
-corpus/cases/bindings/declaration_rules.toml were added for those no case caught. Each listed case passes on the reference
+corpus/cases/bindings/declaration_rules.toml were added for those no case caught. Each listed case passes on the
+reference
 and fails on the fault, and no two of a fault's cases share a model."""
 
 from __future__ import annotations
@@ -64,21 +65,26 @@ CATCHERS = {
     "DECL-DEPTH.one-level-over": (
         "Recommended.Limits.Depth.InlineAndReferenceLevelsAddUp", "Recommended.Limits.Depth.UnusedChainJustBeyond"),
     "DECL-DEPTH.one-level-short": (
-        "Recommended.Declarations.CountUnset.InlineAndReferenceExactlyAtLimit", "Recommended.Limits.Depth.LayoutAtTheLimit"),
+        "Recommended.Declarations.CountUnset.InlineAndReferenceExactlyAtLimit",
+        "Recommended.Limits.Depth.LayoutAtTheLimit"),
     "DECL-DYNAMIC-DIMS.unset-dim-zero": (
-        "Required.Declarations.UnknownDims.UnknownDimFieldFedAndRead", "Required.Declarations.UnknownDims.UnknownDimFieldRetained"),
+        "Required.Declarations.UnknownDims.UnknownDimFieldFedAndRead",
+        "Required.Declarations.UnknownDims.UnknownDimFieldRetained"),
     "DECL-FIELD-CONTENT.catalogue-only": (
         "Required.Declarations.EmptyFields.EmptyFieldInGraphInputType",
         "Required.Declarations.EmptyFields.EmptyFieldInNestedInlineType"),
     "GRAPH-TENSOR-OPS.single-field-unwrapped": (
-        "Required.Structured.Consumers.NestedOneFieldStructToRelu", "Required.Structured.Consumers.OneFieldStructToAdd"),
+        "Required.Structured.Consumers.NestedOneFieldStructToRelu",
+        "Required.Structured.Consumers.OneFieldStructToAdd"),
     "REP-STATIC-SUBSET.graph-values-fixed-size": (
-        "Required.Declarations.UnknownDims.UnknownDimFieldFedAndRead", "Required.Declarations.UnknownDims.UnknownDimFieldRetained"),
+        "Required.Declarations.UnknownDims.UnknownDimFieldFedAndRead",
+        "Required.Declarations.UnknownDims.UnknownDimFieldRetained"),
     "WIRE-LOCAL-EXTENSION.local-range-strict": (
         "Recommended.Wire.UnknownFields.StillDecodes_all", "Recommended.Wire.UnknownFields.StillDecodes_graph",
         "Recommended.Wire.UnknownFields.Survive_model"),
     "WIRE-LOCAL-RANGE.bindings-at-18": (
-        "Required.Bindings.Nesting.BackslashNameBoundAndRun", "Required.Declarations.UnknownDims.UnknownDimFieldRetained"),
+        "Required.Bindings.Nesting.BackslashNameBoundAndRun",
+        "Required.Declarations.UnknownDims.UnknownDimFieldRetained"),
     "WIRE-LOCAL-RANGE.struct-types-at-27": (
         "Required.Bindings.Nesting.TwoBoundInputsOfOneType",
         "Recommended.Structured.Consumers.FieldAddedUnderRegisteredId"),

@@ -441,8 +441,10 @@ def test_an_interaction_fault_fails_combination_cases_holding_its_combination_on
 
 
 #: the case files holding the KV cases written before the combination cases
-_EARLIER = ("cases/kv/decode.toml", "cases/kv/contiguous.toml", "cases/kv/paged.toml", "cases/kv/attention_semantics.toml",
-            "cases/kv/batches_and_masks.toml", "cases/kv/padding.toml", "cases/kv/masks_and_bindings.toml", "cases/state/state_rules.toml",
+_EARLIER = ("cases/kv/decode.toml", "cases/kv/contiguous.toml", "cases/kv/paged.toml",
+            "cases/kv/attention_semantics.toml",
+            "cases/kv/batches_and_masks.toml", "cases/kv/padding.toml", "cases/kv/masks_and_bindings.toml",
+            "cases/state/state_rules.toml",
             "cases/kv/state_paths.toml")
 
 

@@ -129,7 +129,8 @@ def test_mask_edges_catch_padding_that_attends_and_finite_masking():
     assert _caught(F.ShortMaskPaddedToAttend(), "*.KV.AttentionMaskBounds.*Short*") == {
         "Required.KV.AttentionMaskBounds.ShortBoolMask", "Required.KV.AttentionMaskBounds.ShortFloatMask",
         "Recommended.KV.AttentionMaskBounds.PagedShortBoolMask"}
-    assert {"Required.KV.AttentionMaskBounds.FullyMaskedBoolRow", "Required.KV.AttentionMaskBounds.FullyMaskedFloatRow"} \
+    assert {"Required.KV.AttentionMaskBounds.FullyMaskedBoolRow",
+            "Required.KV.AttentionMaskBounds.FullyMaskedFloatRow"} \
         <= _caught(F.MaskedWithFiniteMinimum(), "*.KV.AttentionMaskBounds.*FullyMasked*")
 
 
