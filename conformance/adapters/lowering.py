@@ -35,6 +35,12 @@ INT2_TYPES = {25, 26}  # UINT2, INT2
 DECODE_DOMAIN = "onnx_light"
 
 
+class ModelRefused(Exception):
+    """Raised by a ``LoweredSession`` whose runtime loads models lazily when, at a call, it cannot load or
+    compile the model at all (an operator or type it lacks). It is not a failed call: the base reports the
+    case as not supported, naming why, and never as ``STATE_RUN_FAILED``, which a case may expect."""
+
+
 class LoweredSession(Protocol):
     """One stateless model loaded in the runtime. Handles are the runtime's own value objects."""
 
@@ -45,7 +51,8 @@ class LoweredSession(Protocol):
 
     @required
     def run_handles(self, feeds: dict[str, Any]) -> dict[str, Any]:
-        """One call: input name -> handle in, every output name -> handle out."""
+        """One call: input name -> handle in, every output name -> handle out. A runtime that loads the
+        model only now raises ``ModelRefused`` when it cannot load it at all."""
 
     @required
     def to_numpy(self, handle: Any) -> np.ndarray:
@@ -72,6 +79,8 @@ class LoweredAdapter:
     def classify(self, exc: BaseException):
         if isinstance(exc, (Rejected, NotSupported)):
             return exc
+        if isinstance(exc, ModelRefused):
+            return NotSupported(f"the runtime cannot load the model: {exc}")
         return Rejected(None, f"{type(exc).__name__}: {exc}")
 
     # ---------------------------------------------------------------------------------- affine
@@ -404,6 +413,8 @@ class LoweredState:
                 outputs = self.session.run_handles(merged)
             except (Rejected, NotSupported):
                 raise
+            except ModelRefused as exc:  # the runtime cannot run this model at all: no failed call
+                raise NotSupported(f"the runtime cannot load the model: {exc}") from exc
             except Exception as exc:  # the runtime's own failure: the call failed, the state is unchanged
                 raise Rejected("STATE_RUN_FAILED", f"{type(exc).__name__}: {exc}") from exc
             raw = {name: self.session.to_numpy(handle) for name, handle in outputs.items()}
