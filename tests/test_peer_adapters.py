@@ -251,3 +251,71 @@ def test_an_input_default_on_runtimes_that_take_it_as_a_constant(case_id, runtim
     else:
         from conformance.adapters.tract_rt import TractAdapter as Adapter
     assert _verdict(case_id, Adapter()) == (PASSED, "passed")
+
+
+# ------------------------------------------------------------- what a runtime does, not the adapter
+def test_openvino_outputs_are_found_by_the_graph_output_name():
+    """OpenVINO folds a DequantizeLinear of FLOAT codes away, and the port it leaves answers to the codes'
+    name as well as ``y``: the adapter reads ``y``, so the model (invalid ONNX) is seen to be accepted
+    (docs/peer-deviations.md, OV-INVALID), not turned into a code-less rejection by a KeyError."""
+    pytest.importorskip("openvino")
+    from conformance.adapters.ov import OpenVinoAdapter
+
+    adapter = OpenVinoAdapter()
+    case = CASES["Required.Affine.Storage.Rejects_Float"]
+    (value,) = schema.parse_model(case.model_bytes()).graph.encoded_initializer
+    session = adapter.stateless(dequantize_model(value))
+    assert list(session.output_ports) == ["y"]
+    assert adapter.verify(case.model_bytes(), None) is None
+    assert _verdict(case.id, adapter)[0] == "failed"
+
+
+@pytest.mark.parametrize("case_id", ["Required.State.Feeds.WrongFeedTypeForwardedIntoState",
+                                     "Required.ZeroCopy.Retain.NextCallReceivesSameBuffer",
+                                     "Required.KV.Contiguous.FailedAppendLeavesCache"])
+def test_tract_is_given_the_declared_input_types(case_id):
+    """tract's loader drops the declared type of an input that is also an output, and cannot load Attention
+    whose K and V lengths are distinct symbols: given the declared types (concrete ones per call for the
+    latter), it runs these models."""
+    pytest.importorskip("tract")
+    from conformance.adapters.tract_rt import TractAdapter
+
+    assert _verdict(case_id, TractAdapter()) == (PASSED, "passed")
+
+
+class _RefusingSession:
+    """A runtime that loads lazily and lacks an operator of the model: refused at the call."""
+
+    def adopt(self, value):
+        return value
+
+    def run_handles(self, feeds):
+        from conformance.adapters.lowering import ModelRefused
+
+        raise ModelRefused("no TensorScatter")
+
+    def to_numpy(self, handle):
+        return handle
+
+    def buffer_id(self, value):
+        return None
+
+
+class _LazyAdapter(OnnxReferenceAdapter):
+    def stateless(self, model_bytes):
+        return _RefusingSession()
+
+
+def test_a_model_refused_at_a_call_is_not_a_failed_call():
+    """ZeroCapacityCache expects its write to fail the call (STATE_RUN_FAILED): a runtime lacking the
+    operator must not pass it for that reason."""
+    verdict, message = _verdict("Required.KV.Capacity.ZeroCapacityCache", _LazyAdapter())
+    assert verdict == "not supported" and "no TensorScatter" in message
+
+
+def test_tract_does_not_pass_the_zero_capacity_case_for_lacking_tensor_scatter():
+    pytest.importorskip("tract")
+    from conformance.adapters.tract_rt import TractAdapter
+
+    verdict, message = _verdict("Required.KV.Capacity.ZeroCapacityCache", TractAdapter())
+    assert verdict not in (PASSED, PASSED_WITHOUT_CODE) and "TensorScatter" in message
