@@ -4,8 +4,8 @@ to a temporary file first. Its Python binding copies a NumPy array into a new tr
 (``Tensor.from_numpy``); outputs are read as NumPy views over tract's own tensors (kept alive by the
 session), and retained outputs are fed back as the tract tensors themselves. Buffer identity is the
 tract tensor's data address. Outputs are matched to the ONNX graph's outputs by position: tract
-renames an output that is an optimized-away Identity after its source, and ``output_name`` gives node
-names (docs/peer-deviations.md, T-OUTPUT-NAME).
+renames an output that is an optimized-away Identity after its source, and its ``output_name`` gives node
+names, not the graph's output names.
 
 tract is given each graph input's declared type as its input fact (a symbol for a dim the model names,
 a fresh one for an unnamed dim): its ONNX loader drops the declared type of an input that is also a graph
