@@ -319,3 +319,47 @@ def test_tract_does_not_pass_the_zero_capacity_case_for_lacking_tensor_scatter()
 
     verdict, message = _verdict("Required.KV.Capacity.ZeroCapacityCache", TractAdapter())
     assert verdict not in (PASSED, PASSED_WITHOUT_CODE) and "TensorScatter" in message
+
+
+# --------------------------------------------------------------------- storage types ONNX cannot name
+UNDEFINED_STORAGE = "Required.Affine.Storage.Rejects_Undefined"
+
+
+def test_an_undefined_storage_type_reaches_the_runtime_as_it_is():
+    """storage_type 0 has no NumPy type in onnx.helper: the lowering hands it to the runtime unchanged
+    rather than failing to build the codes itself."""
+    model = schema.parse_model(CASES[UNDEFINED_STORAGE].model_bytes())
+    (value,) = model.graph.encoded_initializer
+    lowered = onnx.ModelProto()
+    lowered.ParseFromString(dequantize_model(value))
+    codes = next(tensor for tensor in lowered.graph.initializer if tensor.name == "x")
+    assert (codes.data_type, list(codes.dims), codes.raw_data) == (0, [2], value.raw_data)
+
+
+def _undefined_storage_rejection(adapter) -> str:
+    from conformance.judging import call
+
+    outcome = call(adapter, "verify", CASES[UNDEFINED_STORAGE].model_bytes(), None)
+    assert outcome.rejected is not None and outcome.rejected.code is None
+    return outcome.rejected.message
+
+
+def test_the_evaluator_itself_rejects_an_undefined_storage_type():
+    """The case passes without code because the runtime refused the codes' type, not because the lowering
+    raised KeyError: 0 before the runtime saw the model."""
+    message = _undefined_storage_rejection(OnnxReferenceAdapter())
+    assert "UNDEFINED" in message and "KeyError" not in message
+
+
+@pytest.mark.parametrize("module,adapter,says", [
+    ("openvino", "ov:OpenVinoAdapter", "Data type is Undefined"),
+    ("tract", "tract_rt:TractAdapter", "Unknown DatumType Undefined"),
+    ("onnxruntime", "ort:OnnxRuntimeAdapter", "Tensor does not have type information"),
+])
+def test_each_peer_itself_rejects_an_undefined_storage_type(module, adapter, says):
+    pytest.importorskip(module)
+    import importlib
+
+    path, name = adapter.split(":")
+    message = _undefined_storage_rejection(getattr(importlib.import_module(f"conformance.adapters.{path}"), name)())
+    assert says in message and "KeyError" not in message

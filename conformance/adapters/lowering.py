@@ -292,7 +292,7 @@ def dequantize_nodes(value, prefix: str, output: str) -> tuple[list, list]:
 
     layout = value.affine
     dims = _concrete_dims(value)
-    codes = helper.make_tensor(prefix + "x", layout.storage_type, dims, vals=value.raw_data, raw=True)
+    codes = _codes(prefix + "x", layout.storage_type, dims, value.raw_data)
     scale = schema.to_onnx(_named(layout.scale, prefix + "s"))
     zero_point = schema.to_onnx(_named(layout.zero_point, prefix + "z")) if layout.HasField("zero_point") else None
     elem = value.logical_type.tensor_type.elem_type
@@ -307,6 +307,19 @@ def dequantize_nodes(value, prefix: str, output: str) -> tuple[list, list]:
     if elem != layout.scale.data_type:
         attrs["output_dtype"] = elem  # DequantizeLinear-23 onwards
     return [helper.make_node("DequantizeLinear", [t.name for t in initializers], [output], **attrs)], initializers
+
+
+def _codes(name: str, storage_type: int, dims: list[int], raw: bytes):
+    """The codes initializer. A storage type ONNX gives no element type (UNDEFINED, or a number ONNX does
+    not define) is passed on as it is, like every other storage type, for the runtime to accept or reject:
+    ``helper.make_tensor`` cannot build it (a KeyError), and that failure is no check by the runtime."""
+    from onnx import TensorProto, helper
+
+    try:
+        helper.tensor_dtype_to_np_dtype(storage_type)
+    except KeyError:
+        return TensorProto(name=name, data_type=storage_type, dims=dims, raw_data=raw)
+    return helper.make_tensor(name, storage_type, dims, vals=raw, raw=True)
 
 
 def _concrete_dims(value) -> list[int]:
