@@ -8,6 +8,8 @@ data address (every tensor handed out is kept alive, so addresses are never reus
 bfloat16, and the binding labels bf16 memory float16: bf16 tensors are read and fed as ``ml_dtypes``
 bfloat16 views of the same bits. String tensors are not handed over: OpenVINO takes them, but freeing a
 request that ran Identity over one aborts the process (docs/peer-deviations.md, OV-STRING).
+A call reaches OpenVINO with every input set (the lowering refuses a call missing a required feed):
+``infer()`` would otherwise run over the unset input's memory as allocated (OV-UNSET-INPUT).
 
 Precision is pinned: OpenVINO's CPU plugin computes in bfloat16 or float16 by default on CPUs that
 have them (``INFERENCE_PRECISION_HINT``), which would change decoded values; the adapter compiles

@@ -5,11 +5,11 @@ to a temporary file first. Its Python binding copies a NumPy array into a new tr
 session), and retained outputs are fed back as the tract tensors themselves. Buffer identity is the
 tract tensor's data address. Outputs are matched to the ONNX graph's outputs by position: tract
 renames an output that is an optimized-away Identity after its source, and its ``output_name`` gives node
-names, not the graph's output names.
+names, not the graph's output names (docs/peer-deviations.md, T-OUTPUT-NAME).
 
 tract is given each graph input's declared type as its input fact (a symbol for a dim the model names,
 a fresh one for an unnamed dim): its ONNX loader drops the declared type of an input that is also a graph
-output. A model tract cannot load with those facts (Attention whose K and V lengths are distinct
+output (T-PASSTHROUGH). A model tract cannot load with those facts (Attention whose K and V lengths are distinct
 symbols) but with each symbol made 1 is loaded again for each call with the fed tensors' concrete
 types, one runnable per set of types; a model tract refuses either way is refused when it is loaded (an
 operator or type tract lacks). A load refused at a call for the fed types is a failed call; for an
