@@ -52,7 +52,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="rewrite --failure-list with the current failures")
     run.add_argument("--report-dir", default=DEFAULT_REPORT_DIR)
     run.add_argument("--require-codes", action="store_true", help="a rejection without an error code fails")
-    run.add_argument("--quiet", action="store_true", help="no progress output")
+    run.add_argument("--quiet", action="store_true",
+                     help="print the summary line only (failure-list problems and self-check failures go to "
+                          "stderr; everything else is in the report directory)")
     run.add_argument("--no-isolation", action="store_true",
                      help="run cases in the runner's own process, not in worker processes (for debugging: a "
                           "case that crashes the process then ends the run)")
@@ -71,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="run one case and show expected versus actual")
     explain.add_argument("case_id")
     _add_adapter_options(explain)
+    explain.add_argument("--report-dir", help="show the result a run recorded in this report directory instead "
+                                              "of running the case")
 
     scaffold = sub.add_parser("new-adapter", help="write a working adapter skeleton and its first failure list "
                                                    "(docs/adapters.md)")
@@ -199,10 +203,11 @@ def cmd_run(args, argv: list[str]) -> int:
                       "count": len(chosen), "failure_list": args.failure_list}
     problems: list[str] = []
     waivers: list[dict] = []
+    say = _quiet_print if args.quiet else print
     if args.failure_list and args.update_failure_list:
         written = failure_list.write(args.failure_list, results, header=f"Expected failures for "
                                      f"{info.adapter['name']} (suite {SUITE_VERSION})")
-        print(f"wrote {written} entries to {args.failure_list}")
+        say(f"wrote {written} entries to {args.failure_list}")
     if args.failure_list:
         entries, notes = failure_list.upgrade(failure_list.read(args.failure_list), [c.id for c in cases],
                                               renames.table_of(cases))
@@ -210,22 +215,30 @@ def cmd_run(args, argv: list[str]) -> int:
             print(clip(f"{args.failure_list}: {line}", MESSAGE_WIDTH))
         problems = failure_list.apply(entries, results, [c.id for c in cases])
         waivers = [{"pattern": e.pattern, "message": e.message} for e in entries]
-    failures = _print_failures(results, problems)
+    failures = _print_failures(results, problems, quiet=args.quiet)
     directory = reports.write_all(args.report_dir, results, info, problems, bundle.statuses(results, info, args.corpus))
     manifest = bundle.write(directory, results, info, waivers, args.corpus)
-    print(f"report: {directory}/ (summary.md, junit.xml, results.json, manifest.json) in {info.duration:.1f} s")
-    print(certification_line(manifest))
+    say(f"report: {directory}/ (summary.md, junit.xml, results.json, manifest.json) in {info.duration:.1f} s")
+    say(certification_line(manifest))
     if problems or (failures and args.failure_list):
-        print("to update the failure list, run:\n  " + _update_command(argv, args))
+        (_stderr if args.quiet else print)("to update the failure list, run:\n  " + _update_command(argv, args))
     uncoded = sum(r.verdict == PASSED_WITHOUT_CODE for r in results)
     if uncoded:
-        print(f"{uncoded} case(s) passed without an error code: they do not certify their profile "
-              "(see summary.md; --require-codes makes them failures)")
+        say(f"{uncoded} case(s) passed without an error code: they do not certify their profile "
+            "(see summary.md; --require-codes makes them failures)")
     print(summary_line(results))
     if missing:
-        print(f"SELF-CHECK FAILED: clauses without a case: {', '.join(missing)}")
+        (_stderr if args.quiet else print)(f"SELF-CHECK FAILED: clauses without a case: {', '.join(missing)}")
         return 2
     return 1 if failures or problems else 0
+
+
+def _quiet_print(*_: object) -> None:
+    """``run --quiet``: the line is in the report directory, not on the terminal."""
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr)
 
 
 def certification_line(manifest: dict) -> str:
@@ -243,15 +256,16 @@ def certification_line(manifest: dict) -> str:
     return line + " (sign with: python -m conformance sign DIR --key KEY)" * bool(earned)
 
 
-def _print_failures(results, problems: list[str]) -> list:
-    """Print the first unexpected failures and every failure-list problem; return the failures."""
+def _print_failures(results, problems: list[str], quiet: bool = False) -> list:
+    """Print the first unexpected failures and every failure-list problem; return the failures. Quiet:
+    no failure lines (the report has them), and the failure-list problems on stderr."""
     failures = [r for r in results if r.verdict in ("failed", "crashed") and not r.expected_failure]
-    for result in failures[:20]:
+    for result in [] if quiet else failures[:20]:
         print(clip(f"{result.verdict.upper()} {result.id}: {result.message}", MESSAGE_WIDTH))
-    if len(failures) > 20:
+    if len(failures) > 20 and not quiet:
         print(f"... and {len(failures) - 20} more failures (see the report)")
     for problem in problems:
-        print(f"FAILURE LIST: {problem}")
+        print(f"FAILURE LIST: {problem}", file=sys.stderr if quiet else sys.stdout)
     return failures
 
 
@@ -306,6 +320,12 @@ def cmd_explain(args) -> int:
     from conformance.explain import explain
 
     case = _find(args.case_id, args.corpus)
+    if args.report_dir:
+        from conformance.explain import explain_reported
+
+        result, text = explain_reported(case, args.report_dir)
+        print(text)
+        return 0 if result.verdict in PASSING else 1
     adapter = load_adapter(args.adapter, args.testee, args.timeout)
     try:
         result, text = explain(case, adapter, args.timeout)

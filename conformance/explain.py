@@ -8,6 +8,7 @@ state handles (``RecordingAdapter``); the trace runner tells it which step is ru
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from typing import Any
@@ -91,21 +92,97 @@ def _number(x: Any) -> str:
 # -------------------------------------------------------------------------------------- explain
 def explain(case: Case, adapter: Any, timeout: float | None = None) -> tuple[Result, str]:
     """Run ``case`` once and describe it: verdict, expected, actual, the whole message, and for a state
-    case every step with its expectation and what the adapter did."""
-    recorder = RecordingAdapter(adapter) if case.op == "state" else None
-    result = run_case(case, recorder or adapter, timeout=timeout)
-    lines = [f"{case.id}: {result.verdict}", f"  clauses:  {', '.join(case.clauses)}",
-             f"  expected: {result.expected}",
-             f"  actual:   {result.actual or ('as expected' if result.verdict in PASSING else '-')}",
-             f"  message:  {result.message}"]
+    case every step with its expectation and what the adapter did; for any other case the spec's words,
+    the model and what the adapter's call returned or raised."""
+    if case.op == "state":
+        recorder: Any = RecordingAdapter(adapter)
+    else:
+        recorder = CallRecorder(adapter)
+    result = run_case(case, recorder, timeout=timeout)
+    return result, describe_result(case, result, recorder)
+
+
+def explain_reported(case: Case, report_dir: str) -> tuple[Result, str]:
+    """Describe ``case`` as a run recorded it in ``report_dir``/results.json, without running anything."""
+    import pathlib
+
+    from conformance.adapters import SuiteError
+
+    path = pathlib.Path(report_dir) / "results.json"
+    try:
+        results = json.loads(path.read_text())["results"]
+        found = next((r for r in results if isinstance(r, dict) and r.get("id") == case.id), None)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SuiteError(f"{path}: not a run's results.json ({type(error).__name__})") from None
+    if found is None:
+        raise SuiteError(f"{path} has no result for {case.id}")
+    known = set(Result.__dataclass_fields__)
+    result = Result(**{key: value for key, value in found.items() if key in known})
+    return result, describe_result(case, result, None)
+
+
+def describe_result(case: Case, result: Result, recorder: Any) -> str:
+    """The text of ``explain``: verdict, expected versus actual, and what shows why."""
+    actual = result.actual or ('as expected' if result.verdict in PASSING else '-')
+    if isinstance(recorder, CallRecorder) and recorder.calls:
+        actual = "; ".join(recorder.calls)
+    lines = [f"{case.id}: {result.verdict}", f"  clauses:  {', '.join(case.clauses)}"]
+    lines += [f"  spec says: \"{quote}\"" for quote in case.quote]
+    lines += [f"  expected: {expected_result(case, result)}", f"  actual:   {actual}",
+              f"  message:  {result.message}"]
     if result.detail:
         lines.append("  detail:\n" + "\n".join("    " + line for line in result.detail.splitlines()))
-    if recorder is not None:
+    if isinstance(recorder, RecordingAdapter):
         lines.append("  trace:")
         lines += recorder.describe(case, result)
+    if case.op != "state":
+        lines.append("  model (text format):")
+        lines += ["    " + line for line in model_text(case)]
     if result.traceback:
         lines.append("  traceback:\n" + "\n".join("    " + line for line in result.traceback.splitlines()))
-    return result, "\n".join(lines)
+    return "\n".join(lines)
+
+
+def expected_result(case: Case, result: Result) -> str:
+    """What the case expects: the run's own words, with the expected values of a decode."""
+    from conformance.execute import expected_values
+
+    text = result.expected or case.summary()
+    if case.op == "decode" and "values" in case.expect and text == case.summary():
+        try:
+            text += f": {V.describe(expected_values(case))}"
+        except Exception:  # noqa: BLE001 - a case whose values cannot be built says so in the run
+            pass
+    return text
+
+
+class CallRecorder:
+    """The adapter under test, with what its one-shot calls (verify, decode, ...) returned or raised."""
+
+    OPERATIONS = ("verify", "decode", "read_fields", "roundtrip", "export", "rewrite")
+
+    def __init__(self, adapter: Any):
+        self._adapter = adapter
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str):
+        member = getattr(self._adapter, name)
+        if name not in self.OPERATIONS or not callable(member):
+            return member
+
+        @functools.wraps(member)
+        def recorded(*args, **keywords):
+            try:
+                value = member(*args, **keywords)
+            except BaseException as exc:
+                code = getattr(exc, "code", None)
+                self.calls.append(f"{name} raised {type(exc).__name__}" + (f" {code}" if code else "")
+                                  + f": {_message(exc)}")
+                raise
+            self.calls.append(f"{name} -> " + ("accepted" if value is None else _value_text(value)))
+            return value
+
+        return recorded
 
 
 class RecordingAdapter:

@@ -145,9 +145,25 @@ def _replay_files(args) -> int:
     return 1 if reproduced else 0
 
 
+#: What ``fuzz run`` needs beyond the suite: the ``fuzz`` extra (pyproject.toml).
+FUZZ_MODULES = ("atheris", "hypothesis")
+
+
+def missing_fuzz_modules() -> list[str]:
+    """The modules of the ``fuzz`` extra that are not installed."""
+    import importlib.util
+
+    return [name for name in FUZZ_MODULES if importlib.util.find_spec(name) is None]
+
+
 def _run(args) -> int:
     from fuzz.campaign import campaign_failure, run_campaign
 
+    missing = missing_fuzz_modules()
+    if missing:
+        print(f"fuzz run: error: {' and '.join(missing)} not installed: install the fuzz extra "
+              "(python -m pip install -e \".[fuzz]\")", file=sys.stderr)
+        return 2
     report = run_campaign(args)
     failure = campaign_failure(report)
     if failure:

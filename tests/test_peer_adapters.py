@@ -251,3 +251,115 @@ def test_an_input_default_on_runtimes_that_take_it_as_a_constant(case_id, runtim
     else:
         from conformance.adapters.tract_rt import TractAdapter as Adapter
     assert _verdict(case_id, Adapter()) == (PASSED, "passed")
+
+
+# ------------------------------------------------------------- what a runtime does, not the adapter
+def test_openvino_outputs_are_found_by_the_graph_output_name():
+    """OpenVINO folds a DequantizeLinear of FLOAT codes away, and the port it leaves answers to the codes'
+    name as well as ``y``: the adapter reads ``y``, so the model (invalid ONNX) is seen to be accepted
+    (docs/peer-deviations.md, OV-INVALID), not turned into a code-less rejection by a KeyError."""
+    pytest.importorskip("openvino")
+    from conformance.adapters.ov import OpenVinoAdapter
+
+    adapter = OpenVinoAdapter()
+    case = CASES["Required.Affine.Storage.Rejects_Float"]
+    (value,) = schema.parse_model(case.model_bytes()).graph.encoded_initializer
+    session = adapter.stateless(dequantize_model(value))
+    assert list(session.output_ports) == ["y"]
+    assert adapter.verify(case.model_bytes(), None) is None
+    assert _verdict(case.id, adapter)[0] == "failed"
+
+
+@pytest.mark.parametrize("case_id", ["Required.State.Feeds.WrongFeedTypeForwardedIntoState",
+                                     "Required.ZeroCopy.Retain.NextCallReceivesSameBuffer",
+                                     "Required.KV.Contiguous.FailedAppendLeavesCache"])
+def test_tract_is_given_the_declared_input_types(case_id):
+    """tract's loader drops the declared type of an input that is also an output, and cannot load Attention
+    whose K and V lengths are distinct symbols: given the declared types (concrete ones per call for the
+    latter), it runs these models."""
+    pytest.importorskip("tract")
+    from conformance.adapters.tract_rt import TractAdapter
+
+    assert _verdict(case_id, TractAdapter()) == (PASSED, "passed")
+
+
+class _RefusingSession:
+    """A runtime that loads lazily and lacks an operator of the model: refused at the call."""
+
+    def adopt(self, value):
+        return value
+
+    def run_handles(self, feeds):
+        from conformance.adapters.lowering import ModelRefused
+
+        raise ModelRefused("no TensorScatter")
+
+    def to_numpy(self, handle):
+        return handle
+
+    def buffer_id(self, value):
+        return None
+
+
+class _LazyAdapter(OnnxReferenceAdapter):
+    def stateless(self, model_bytes):
+        return _RefusingSession()
+
+
+def test_a_model_refused_at_a_call_is_not_a_failed_call():
+    """ZeroCapacityCache expects its write to fail the call (STATE_RUN_FAILED): a runtime lacking the
+    operator must not pass it for that reason."""
+    verdict, message = _verdict("Required.KV.Capacity.ZeroCapacityCache", _LazyAdapter())
+    assert verdict == "not supported" and "no TensorScatter" in message
+
+
+def test_tract_does_not_pass_the_zero_capacity_case_for_lacking_tensor_scatter():
+    pytest.importorskip("tract")
+    from conformance.adapters.tract_rt import TractAdapter
+
+    verdict, message = _verdict("Required.KV.Capacity.ZeroCapacityCache", TractAdapter())
+    assert verdict not in (PASSED, PASSED_WITHOUT_CODE) and "TensorScatter" in message
+
+
+# --------------------------------------------------------------------- storage types ONNX cannot name
+UNDEFINED_STORAGE = "Required.Affine.Storage.Rejects_Undefined"
+
+
+def test_an_undefined_storage_type_reaches_the_runtime_as_it_is():
+    """storage_type 0 has no NumPy type in onnx.helper: the lowering hands it to the runtime unchanged
+    rather than failing to build the codes itself."""
+    model = schema.parse_model(CASES[UNDEFINED_STORAGE].model_bytes())
+    (value,) = model.graph.encoded_initializer
+    lowered = onnx.ModelProto()
+    lowered.ParseFromString(dequantize_model(value))
+    codes = next(tensor for tensor in lowered.graph.initializer if tensor.name == "x")
+    assert (codes.data_type, list(codes.dims), codes.raw_data) == (0, [2], value.raw_data)
+
+
+def _undefined_storage_rejection(adapter) -> str:
+    from conformance.judging import call
+
+    outcome = call(adapter, "verify", CASES[UNDEFINED_STORAGE].model_bytes(), None)
+    assert outcome.rejected is not None and outcome.rejected.code is None
+    return outcome.rejected.message
+
+
+def test_the_evaluator_itself_rejects_an_undefined_storage_type():
+    """The case passes without code because the runtime refused the codes' type, not because the lowering
+    raised KeyError: 0 before the runtime saw the model."""
+    message = _undefined_storage_rejection(OnnxReferenceAdapter())
+    assert "UNDEFINED" in message and "KeyError" not in message
+
+
+@pytest.mark.parametrize("module,adapter,says", [
+    ("openvino", "ov:OpenVinoAdapter", "Data type is Undefined"),
+    ("tract", "tract_rt:TractAdapter", "Unknown DatumType Undefined"),
+    ("onnxruntime", "ort:OnnxRuntimeAdapter", "Tensor does not have type information"),
+])
+def test_each_peer_itself_rejects_an_undefined_storage_type(module, adapter, says):
+    pytest.importorskip(module)
+    import importlib
+
+    path, name = adapter.split(":")
+    message = _undefined_storage_rejection(getattr(importlib.import_module(f"conformance.adapters.{path}"), name)())
+    assert says in message and "KeyError" not in message

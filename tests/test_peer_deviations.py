@@ -88,6 +88,41 @@ def _table(results, cpu_dependent: set[str] = frozenset()) -> dict[str, str]:
             for profile, c in counts.items() if c[NOT_SUPPORTED] != sum(c.values())}
 
 
+def _findings() -> dict[str, tuple[str, str]]:
+    """finding id -> (the peer section's adapter or "shared", the finding's text up to the next heading)."""
+    found: dict[str, tuple[str, str]] = {}
+    section, current = "shared", None
+    for line in DOC.read_text().splitlines():
+        if line.startswith("## "):
+            section = next((adapter for title, (adapter, _) in PEERS.items() if line[3:].startswith(title)), "shared")
+            current = None
+        elif line.startswith("### "):
+            current = line[4:].strip()
+            found[current] = (section, "")
+        elif current:
+            found[current] = (section, found[current][1] + line + "\n")
+    return found
+
+
+def test_every_row_names_a_finding_and_every_peer_finding_has_rows_or_says_why_not():
+    """A row links a finding of the document; a runtime's own finding without rows is a deviation the adapter
+    works around, and says so ("no row") with what the adapter does instead."""
+    findings, text = _findings(), DOC.read_text()
+    linked = set(re.findall(r"\| \[([A-Z0-9-]+)\]\(#([a-z0-9-]+)\) \|", text))
+    for name, anchor in linked:
+        assert name in findings and anchor == name.lower(), name
+    for name, (section, body) in findings.items():
+        if section != "shared" and name not in {n for n, _ in linked}:
+            assert "no row" in body.strip().split("\n\n")[0], f"{name} has no row and does not say why"
+
+
+@pytest.mark.parametrize("path", ["conformance/adapters/ov.py", "conformance/adapters/tract_rt.py",
+                                  "conformance/adapters/lowering.py"])
+def test_findings_the_adapters_cite_are_in_the_document(path):
+    cited = set(re.findall(r"\b((?:OV|T|R|E|L|W)-[A-Z0-9]+(?:-[A-Z0-9]+)*)\b", (ROOT / path).read_text()))
+    assert cited - set(_findings()) == set()
+
+
 def _reproductions() -> list[str]:
     return re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
 

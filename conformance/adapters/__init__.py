@@ -24,7 +24,7 @@ from conformance.adapters.testee_client import TesteeAdapter
 #: identities handed to adapters, the testee protocol), apart from the suite's version, which follows the
 #: cases. Semver: a change that can fail a working adapter or testee is major, an addition it may ignore is
 #: minor. CHANGELOG.md, "Adapter contract", lists every change.
-ADAPTER_CONTRACT_VERSION = "2.2.0"
+ADAPTER_CONTRACT_VERSION = "2.3.0"
 
 
 def required(member):

@@ -35,6 +35,12 @@ INT2_TYPES = {25, 26}  # UINT2, INT2
 DECODE_DOMAIN = "onnx_light"
 
 
+class ModelRefused(Exception):
+    """Raised by a ``LoweredSession`` whose runtime loads models lazily when, at a call, it cannot load or
+    compile the model at all (an operator or type it lacks). It is not a failed call: the base reports the
+    case as not supported, naming why, and never as ``STATE_RUN_FAILED``, which a case may expect."""
+
+
 class LoweredSession(Protocol):
     """One stateless model loaded in the runtime. Handles are the runtime's own value objects."""
 
@@ -45,7 +51,8 @@ class LoweredSession(Protocol):
 
     @required
     def run_handles(self, feeds: dict[str, Any]) -> dict[str, Any]:
-        """One call: input name -> handle in, every output name -> handle out."""
+        """One call: input name -> handle in, every output name -> handle out. A runtime that loads the
+        model only now raises ``ModelRefused`` when it cannot load it at all."""
 
     @required
     def to_numpy(self, handle: Any) -> np.ndarray:
@@ -72,6 +79,8 @@ class LoweredAdapter:
     def classify(self, exc: BaseException):
         if isinstance(exc, (Rejected, NotSupported)):
             return exc
+        if isinstance(exc, ModelRefused):
+            return NotSupported(f"the runtime cannot load the model: {exc}")
         return Rejected(None, f"{type(exc).__name__}: {exc}")
 
     # ---------------------------------------------------------------------------------- affine
@@ -283,7 +292,7 @@ def dequantize_nodes(value, prefix: str, output: str) -> tuple[list, list]:
 
     layout = value.affine
     dims = _concrete_dims(value)
-    codes = helper.make_tensor(prefix + "x", layout.storage_type, dims, vals=value.raw_data, raw=True)
+    codes = _codes(prefix + "x", layout.storage_type, dims, value.raw_data)
     scale = schema.to_onnx(_named(layout.scale, prefix + "s"))
     zero_point = schema.to_onnx(_named(layout.zero_point, prefix + "z")) if layout.HasField("zero_point") else None
     elem = value.logical_type.tensor_type.elem_type
@@ -298,6 +307,19 @@ def dequantize_nodes(value, prefix: str, output: str) -> tuple[list, list]:
     if elem != layout.scale.data_type:
         attrs["output_dtype"] = elem  # DequantizeLinear-23 onwards
     return [helper.make_node("DequantizeLinear", [t.name for t in initializers], [output], **attrs)], initializers
+
+
+def _codes(name: str, storage_type: int, dims: list[int], raw: bytes):
+    """The codes initializer. A storage type ONNX gives no element type (UNDEFINED, or a number ONNX does
+    not define) is passed on as it is, like every other storage type, for the runtime to accept or reject:
+    ``helper.make_tensor`` cannot build it (a KeyError), and that failure is no check by the runtime."""
+    from onnx import TensorProto, helper
+
+    try:
+        helper.tensor_dtype_to_np_dtype(storage_type)
+    except KeyError:
+        return TensorProto(name=name, data_type=storage_type, dims=dims, raw_data=raw)
+    return helper.make_tensor(name, storage_type, dims, vals=raw, raw=True)
 
 
 def _concrete_dims(value) -> list[int]:
@@ -404,6 +426,8 @@ class LoweredState:
                 outputs = self.session.run_handles(merged)
             except (Rejected, NotSupported):
                 raise
+            except ModelRefused as exc:  # the runtime cannot run this model at all: no failed call
+                raise NotSupported(f"the runtime cannot load the model: {exc}") from exc
             except Exception as exc:  # the runtime's own failure: the call failed, the state is unchanged
                 raise Rejected("STATE_RUN_FAILED", f"{type(exc).__name__}: {exc}") from exc
             raw = {name: self.session.to_numpy(handle) for name, handle in outputs.items()}

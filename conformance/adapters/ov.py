@@ -8,6 +8,8 @@ data address (every tensor handed out is kept alive, so addresses are never reus
 bfloat16, and the binding labels bf16 memory float16: bf16 tensors are read and fed as ``ml_dtypes``
 bfloat16 views of the same bits. String tensors are not handed over: OpenVINO takes them, but freeing a
 request that ran Identity over one aborts the process (docs/peer-deviations.md, OV-STRING).
+A call reaches OpenVINO with every input set (the lowering refuses a call missing a required feed):
+``infer()`` would otherwise run over the unset input's memory as allocated (OV-UNSET-INPUT).
 
 Precision is pinned: OpenVINO's CPU plugin computes in bfloat16 or float16 by default on CPUs that
 have them (``INFERENCE_PRECISION_HINT``), which would change decoded values; the adapter compiles
@@ -41,7 +43,7 @@ class OpenVinoSession:
         self.handed_out = handed_out
         model = core.read_model(model_bytes, b"")
         self.compiled = core.compile_model(model, "CPU", COMPILE_CONFIG)
-        self.output_names = [output.get_any_name() for output in self.compiled.outputs]
+        self.output_ports = output_ports(model_bytes, self.compiled.outputs)
         self.ids: dict[int, int | None] = {}
         self._keep: list = []
 
@@ -74,7 +76,7 @@ class OpenVinoSession:
         for name, tensor in feeds.items():
             request.set_tensor(name, tensor)
         request.infer()
-        outputs = {name: request.get_tensor(name) for name in self.output_names}
+        outputs = {name: request.get_output_tensor(index) for name, index in self.output_ports.items()}
         self._keep.append(request)
         return outputs
 
@@ -90,6 +92,24 @@ class OpenVinoSession:
 
     def buffer_id(self, value: Any) -> int | None:
         return self.ids.get(id(value))
+
+
+def output_ports(model_bytes: bytes, ports: list) -> dict[str, int]:
+    """Each ONNX graph output's name -> the index of the compiled model's output port for it. A port has
+    several names when OpenVINO folds a node away (a DequantizeLinear of FLOAT codes answers to its input
+    ``x`` and its output ``y``), so ``get_any_name()`` may give either: a port is found by the graph output's
+    own name among its names, else by the graph output's position."""
+    import onnx
+
+    proto = onnx.ModelProto()
+    proto.ParseFromString(model_bytes)
+    names = [output.name for output in proto.graph.output]
+    if len(names) != len(ports):
+        raise Rejected(None, f"OpenVINO compiled {len(ports)} outputs for the model's {len(names)}")
+    found = {}
+    for position, name in enumerate(names):
+        found[name] = next((index for index, port in enumerate(ports) if name in port.get_names()), position)
+    return found
 
 
 def _key(array: np.ndarray) -> tuple:
