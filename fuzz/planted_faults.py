@@ -17,6 +17,19 @@ Each is the reference adapter with one realistic bug, written on the audit catal
 
 Subjects: ``python -m fuzz run statediff --subject fuzz.planted_faults:FirstBindingOnly --stop-on-finding``
 (``PLANTED`` lists them; ``benchmarks/bench_statediff_find.py --planted`` times each).
+
+Four more are for the ``differential`` target (``DIFFERENTIAL_PLANTED``; ``bench_statediff_find.py --planted 1
+--target differential`` times them), each needing one dimension of the generated models (``fuzz.gen``,
+``fuzz.twins``, ``fuzz.mutators``):
+
+* ``FirstComponentWidthOnly``: bit widths are range-checked for a bit packing's first component only (a bad
+  component placed in the middle or last);
+* ``DroppedPartialBlock``: blocked affine values with 16 or more elements along the axis are decoded whole
+  block by whole block and the partial last block is never written (a large size with a remainder);
+* ``SharedInitializerDecode``: encoded values with equal payload bytes and logical type share one decode,
+  scale, zero point, axis, type_id and field names left out of the key (a twin in the same model);
+* ``OutBufferCopied``: a strided caller buffer (``out=``) is accepted by decoding elsewhere and copying in,
+  where the contract refuses it (a caller buffer in an odd layout).
 """
 
 from __future__ import annotations
@@ -174,6 +187,95 @@ class SoftcapIgnoredForInt4Keys(Fault):
                      _softcap_off_for_int4, aliases=False)]
 
 
+class FirstComponentWidthOnly(Fault):
+    fault_id = "fuzz.first-component-width-only"
+    clauses = ("DECL-WELLFORMED",)
+
+    def transform(self, model, base_dir):
+        """The packer reads every later out-of-range width as 64, the verifier having looked at the first."""
+        from conformance.audit.fault import struct_types
+
+        for st, _ in struct_types(model):
+            if st.WhichOneof("kind") == "bit_packing":
+                for component in list(st.bit_packing.component)[1:]:
+                    if not 1 <= component.bit_width <= 64:
+                        component.bit_width = 64
+
+
+#: axes at least this long take the whole-block path of ``DroppedPartialBlock``
+WHOLE_BLOCK_PATH = 16
+
+
+def _whole_blocks_only(original):
+    def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None, out=None):
+        result = original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype, out)
+        if axis is None or not block_size or len(shape) == 0:
+            return result
+        length = shape[axis]
+        if length < WHOLE_BLOCK_PATH or length % block_size == 0 or length < block_size:
+            return result
+        tail = [slice(None)] * len(shape)
+        tail[axis] = slice(length - length % block_size, length)
+        result[tuple(tail)] = 0
+        return result
+    return dequantize
+
+
+class DroppedPartialBlock(Fault):
+    fault_id = "fuzz.dropped-partial-block"
+    clauses = ("AFF-BLOCK",)
+
+    def patches(self):
+        return [wrap(importlib.import_module("reference_impl.affine"), "dequantize", _whole_blocks_only)]
+
+
+def shared_key(value) -> tuple | None:
+    """What the faulty loader shares a decode by: payload bytes (or extent) and the logical type, nothing
+    of the layout (None: an empty payload is never shared)."""
+    extent = tuple((entry.key, entry.value) for entry in value.external_data)
+    if not value.raw_data and not extent:
+        return None
+    return value.raw_data, extent, value.logical_type.SerializeToString(deterministic=True)
+
+
+class SharedInitializerDecode(Fault):
+    fault_id = "fuzz.shared-initializer-decode"
+    clauses = ("AFF-DQ", "DEC-MISSING")
+
+    def _first_alike(self, model_bytes: bytes, name: str) -> str:
+        try:
+            values = list(schema.parse_model(model_bytes).graph.encoded_initializer)
+        except Exception:  # noqa: BLE001 - unparsable bytes are the reference's to refuse
+            return name
+        mine = next((value for value in values if value.name == name), None)
+        key = None if mine is None else shared_key(mine)
+        return next((value.name for value in values if key is not None and shared_key(value) == key), name)
+
+    def decode(self, model_bytes, value_name, base_dir):
+        return super().decode(model_bytes, self._first_alike(model_bytes, value_name), base_dir)
+
+    def read_fields(self, model_bytes, value_name, base_dir):
+        return super().read_fields(model_bytes, self._first_alike(model_bytes, value_name), base_dir)
+
+
+class OutBufferCopied(Fault):
+    fault_id = "fuzz.out-buffer-copied"
+    clauses = ("ZC-ENTRY-POINTS",)
+
+    def decode(self, model_bytes, value_name, base_dir, out=None):
+        from conformance.adapters.reference import ReferenceAdapter
+
+        if out is None or out.flags.c_contiguous or not out.flags.writeable:
+            with self.injected():
+                return ReferenceAdapter.decode(self, model_bytes, value_name, base_dir, out=out)
+        decoded = super().decode(model_bytes, value_name, base_dir)
+        if decoded.shape == out.shape and decoded.dtype == out.dtype:
+            np.copyto(out, decoded)
+            return out
+        with self.injected():
+            return ReferenceAdapter.decode(self, model_bytes, value_name, base_dir, out=out)
+
+
 #: name -> (subject spec, what the fault needs to show)
 PLANTED = {
     "first item only": ("fuzz.planted_faults:FirstBindingOnly", "a bad binding placed middle or last"),
@@ -181,4 +283,14 @@ PLANTED = {
     "stale cache": ("fuzz.planted_faults:StalePreparedModel", "a near-duplicate model in one script"),
     "odd layout copied": ("fuzz.planted_faults:OddLayoutCopied", "a misaligned or strided caller buffer"),
     "attribute x format": ("fuzz.planted_faults:SoftcapIgnoredForInt4Keys", "softcap over INT4 key blocks"),
+}
+
+#: the differential target's planted faults: name -> (subject spec, what the fault needs to show)
+DIFFERENTIAL_PLANTED = {
+    "first component only": ("fuzz.planted_faults:FirstComponentWidthOnly",
+                             "a bad bit-packing component placed middle or last"),
+    "dropped partial block": ("fuzz.planted_faults:DroppedPartialBlock",
+                              "a blocked value of 16+ elements along the axis with a partial last block"),
+    "shared decode": ("fuzz.planted_faults:SharedInitializerDecode", "a near-duplicate value in one model"),
+    "out buffer copied": ("fuzz.planted_faults:OutBufferCopied", "a strided out= buffer"),
 }
