@@ -1,6 +1,6 @@
-"""The statediff generators make each dimension of fuzz.dimensions a deliberate choice, and the planted faults
-of fuzz.planted_faults are real: each disagrees with the reference on some generated scenario, and the
-reference agrees with itself on the same scenarios.
+"""The statediff and differential generators make each dimension of fuzz.dimensions a deliberate choice, and
+the planted faults of fuzz.planted_faults are real: each disagrees with the reference on some generated
+scenario or input carrying its dimension, and the reference agrees with itself on the same inputs.
 
 Counts are over a fixed number of seeded draws (``RandomSource``), and each dimension is checked on the
 generated data itself (an array's layout read off the array, a size's remainder, a twin's one difference),
@@ -16,9 +16,13 @@ import numpy as np
 import pytest
 
 from conformance.adapters.reference import ReferenceAdapter
-from fuzz import bindscript, dimensions, kvscript, planted_faults, statediff, statescript
+from fuzz import bindscript, dimensions, gen, kvscript, mutators, planted_faults, statediff, statescript, subjects
+from fuzz.cases import scratch
 from fuzz.source import RandomSource, RecordingSource
+from fuzz.targets import differential
 from fuzz.targets.statediff import build
+from reference_impl import schema
+from reference_impl.errors import ErrorCode
 
 DRAWS = 400
 
@@ -202,3 +206,188 @@ def test_planted_fault_disagrees_with_the_reference(name):
     needs = {"first item only": "position:", "dropped remainder": "size:remainder", "stale cache": "twin:",
              "odd layout copied": "layout:", "attribute x format": "attention:"}[name]
     assert any(tag.startswith(needs) for tag in scn.tags), (scn.tags, problem)
+
+
+# ------------------------------------------------------------------------------- the differential target
+DIFFERENTIAL_DRAWS = 400
+
+
+def _stream(label: str, seed: int) -> bytes:
+    """A structure-aware differential input as the seed corpus records them: valid one time in four."""
+    recorder = RecordingSource(RandomSource(f"{label}-{seed}"))
+    mode = recorder.integer(0, 3)
+    generated = gen.gen_model(recorder, max_values=4)
+    if mode:
+        mutators.near_valid(recorder, generated)
+    return b"\x00" + bytes(recorder.recorded)
+
+
+@functools.cache
+def differential_inputs() -> list:
+    """(case, buffer layouts) of DIFFERENTIAL_DRAWS inputs as the differential target builds them."""
+    return [differential.prepared(_stream("differential", seed)) for seed in range(DIFFERENTIAL_DRAWS)]
+
+
+@functools.cache
+def valid_models() -> list:
+    return [gen.gen_model(RandomSource(f"valid-dims-{seed}"), max_values=4) for seed in range(DIFFERENTIAL_DRAWS)]
+
+
+def differential_tags() -> collections.Counter:
+    return collections.Counter(tag for case, _ in differential_inputs() for tag in set(case.tags))
+
+
+def test_differential_inputs_place_the_bad_item_first_middle_or_last():
+    counts = differential_tags()
+    assert all(counts[f"position:{where}"] >= 5 for where in dimensions.POSITIONS), counts
+
+
+def _bad_components(model) -> list[tuple[int, int]]:
+    """(index, count) of every bit-packing component whose width is outside 1..64."""
+    from conformance.audit.fault import struct_types
+
+    return [(index, len(st.bit_packing.component)) for st, _ in struct_types(model)
+            if st.WhichOneof("kind") == "bit_packing"
+            for index, component in enumerate(st.bit_packing.component) if not 1 <= component.bit_width <= 64]
+
+
+def test_a_bad_component_is_not_always_the_first():
+    where = collections.Counter()
+    for seed in range(150):
+        src = RandomSource(f"component-{seed}")
+        case = mutators.MUTATORS[ErrorCode.BIT_WIDTH_INVALID](src, gen.gen_model(src, max_values=4))
+        (index, count), = _bad_components(schema.parse_model(case.model_bytes()))
+        if count > 1:
+            where["first" if index == 0 else "last" if index == count - 1 else "middle"] += 1
+    assert where["first"] >= 5 and where["last"] >= 5 and where["middle"] >= 3, where
+
+
+def test_large_affine_values_and_records_leave_a_partial_tile():
+    kinds = collections.Counter()
+    for generated in valid_models():
+        protos = {value.name: value for value in generated.model.graph.encoded_initializer}
+        for name, expected in generated.values.items():
+            if not expected.large:
+                continue
+            if expected.affine is not None:
+                parts = expected.affine
+                along = parts["shape"][parts["axis"] if parts["axis"] is not None else -1]
+                assert along > dimensions.TILES[0] and along <= dimensions.MAX_LARGE
+                assert any(along % tile for tile in dimensions.TILES if tile < along)
+                if parts["block"]:
+                    assert along > parts["block"] and along % parts["block"], parts  # a partial last block
+                kinds[parts["granularity"]] += 1
+            else:
+                assert expected.records > dimensions.TILES[0]
+                assert expected.records * expected.record_bytes <= gen.MAX_LARGE_PAYLOAD
+                kinds["records"] += 1
+            kinds["external"] += protos[name].data_location == 1
+    assert all(kinds[kind] >= 10 for kind in ("tensor", "axis", "blocked", "records", "external")), kinds
+    tags = collections.Counter(tag for generated in valid_models() for tag in set(generated.tags))
+    assert all(tags[f"size:{kind}"] == sum(f"size:{kind}" in g.tags for g in valid_models()) for kind in kinds)
+
+
+def _twin_parts(original, twin, model) -> list[str]:
+    """The parts of identity in which a twin differs from its original, read off the protos."""
+    parts = []
+    if original.WhichOneof("layout") == "affine":
+        if original.affine.scale.SerializeToString() != twin.affine.scale.SerializeToString():
+            parts.append("constant")
+        if original.affine.axis != twin.affine.axis:
+            parts.append("axis")
+        if original.logical_type.SerializeToString() != twin.logical_type.SerializeToString():
+            parts.append("dim")
+        return parts
+    if original.struct_type.WhichOneof("kind") == "type_ref":
+        declarations = {decl.type_id: decl for decl in model.struct_types}
+        a, b = declarations[original.struct_type.type_ref], declarations[twin.struct_type.type_ref]
+        if a.type_id != b.type_id:
+            parts.append("type_id")
+        b = type(b).FromString(b.SerializeToString())
+        b.type_id = a.type_id
+        assert a == b, "the copied declaration differs beyond its type_id"
+        return parts
+    st_a, st_b = original.struct_type, twin.struct_type
+    items_a = st_a.structure.field if st_a.WhichOneof("kind") == "structure" else st_a.bit_packing.component
+    items_b = st_b.structure.field if st_b.WhichOneof("kind") == "structure" else st_b.bit_packing.component
+    parts += ["field"] * sum(x.name != y.name for x, y in zip(items_a, items_b))
+    return parts
+
+
+def test_twins_differ_from_an_earlier_value_in_exactly_one_part():
+    found = collections.Counter()
+    for generated in valid_models():
+        values = list(generated.model.graph.encoded_initializer)
+        for index, twin in enumerate(values):
+            if not twin.name.endswith("_twin"):
+                continue
+            original = next(value for value in values[:index] if value.name == twin.name[:-len("_twin")])
+            parts = _twin_parts(original, twin, generated.model)
+            assert len(parts) == 1 and f"twin:{parts[0]}" in generated.tags, (parts, generated.tags)
+            found[parts[0]] += 1
+    assert found["axis"] >= 1 and all(found[part] >= 8 for part in ("constant", "dim", "type_id", "field")), found
+
+
+def test_values_are_decoded_into_caller_buffers_of_every_layout():
+    layouts = collections.Counter()
+    for _, buffers in differential_inputs():
+        for layout in buffers.values():
+            buffer = subjects._buffer(np.arange(6, dtype=np.float32).reshape(2, 3), layout)
+            assert dimensions.layout_of(buffer) == layout
+            layouts[layout] += 1
+    assert all(layouts[layout] >= 10 for layout in dimensions.LAYOUTS), layouts
+    # the reference takes a caller buffer, and refuses the ones the contract refuses
+    oracle = ReferenceAdapter()
+    outcomes = collections.Counter()
+    for case, buffers in differential_inputs()[:120]:
+        seen = subjects.observe(oracle, case.model_bytes(), scratch().populate(case.files), buffers)
+        outcomes.update((key.rsplit(":", 1)[1], outcome.kind) for key, outcome in seen.items()
+                        if key.startswith("decode-out:"))
+    assert outcomes[("strided", "reject")] and outcomes[("plain", "ok")] and outcomes[("misaligned", "ok")], outcomes
+    assert not outcomes[("strided", "ok")] and not outcomes[("readonly", "ok")], outcomes
+
+
+def _differential_disagreement(subject, limit: int = 1500):
+    oracle = ReferenceAdapter()
+    for seed in range(limit):
+        data = _stream("planted-differential", seed)
+        case, problems = differential.disagreements(oracle, subject, data)
+        if problems:
+            return case, problems, differential.disagreements(oracle, ReferenceAdapter(), data)[1]
+    return None, None, None
+
+
+def _blocked_with_partial_tail(model) -> bool:
+    for value in model.graph.encoded_initializer:
+        if value.WhichOneof("layout") == "affine" and value.affine.HasField("block_size"):
+            dims = [d.dim_value for d in value.logical_type.tensor_type.shape.dim]
+            length = dims[value.affine.axis % len(dims)]
+            if length >= planted_faults.WHOLE_BLOCK_PATH and length % value.affine.block_size:
+                return True
+    return False
+
+
+def _shares_a_key(model) -> bool:
+    keys = [planted_faults.shared_key(value) for value in model.graph.encoded_initializer]
+    keys = [key for key in keys if key is not None]
+    return len(keys) != len(set(keys))
+
+
+@pytest.mark.parametrize("name", sorted(planted_faults.DIFFERENTIAL_PLANTED))
+def test_differential_planted_fault_disagrees_with_the_reference(name):
+    spec = planted_faults.DIFFERENTIAL_PLANTED[name][0]
+    subject = getattr(planted_faults, spec.split(":")[1])()
+    case, problems, reference = _differential_disagreement(subject)
+    assert problems is not None, f"{spec} agreed with the reference on every input"
+    assert reference == [], f"the reference disagrees with itself: {reference}"
+    model = schema.parse_model(case.model_bytes())
+    if name == "first component only":
+        assert any(index > 0 for index, _ in _bad_components(model)), problems
+        assert {"position:middle", "position:last"} & set(case.tags), case.tags
+    elif name == "dropped partial block":
+        assert _blocked_with_partial_tail(model) and "size:blocked" in case.tags, case.tags
+    elif name == "shared decode":
+        assert _shares_a_key(model) and any(tag.startswith("twin:") for tag in case.tags), case.tags
+    else:
+        assert any(key.startswith("decode-out:") and key.endswith((":strided", ":view_of_view"))
+                   for key, _, _ in problems), problems
