@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fuzz import dimensions
 from fuzz import layouts as L
 from fuzz.source import Source
 from fuzz.statescript import Op
@@ -39,6 +40,7 @@ class BindingModel:
     types: dict[str, object]  # bound input name -> its declared TypeProto
     declarations: dict[int, object] = field(default_factory=dict)
     twist: str = "none"
+    tags: tuple[str, ...] = ()  # deliberate generator choices (fuzz.dimensions)
 
 
 def gen_type(src: Source, declarations: dict, depth: int = 0) -> object:
@@ -88,13 +90,18 @@ def leaves(tp, declarations: dict, through_refs: bool = True, _seen: set | None 
                 yield from leaves(item.type, declarations, through_refs, seen)
 
 
-def _twist(src: Source, tp, declarations: dict, twist: str) -> object:
-    """A copy of ``tp`` changed in one place by ``twist``. A string may land in a referenced declaration,
-    which both sides of the binding share; the other twists change only what the copy owns."""
+def _twist(src: Source, tp, declarations: dict, twist: str, tags: list | None = None) -> object:
+    """A copy of ``tp`` changed in one place by ``twist``, the first, middle or last candidate in the type's
+    order (``dimensions.place``). A string may land in a referenced declaration, which both sides of the
+    binding share; the other twists change only what the copy owns."""
+    tags = [] if tags is None else tags
     changed = copy.deepcopy(tp)
     found = list(leaves(changed, declarations, through_refs=twist == "string"))
     if twist == "string":
-        kind, target = src.choice(found)
+        index, where = dimensions.place(src, len(found))
+        kind, target = found[index]
+        if len(found) > 1:
+            tags.append(f"position:{where}")
         if kind == "struct":
             string = schema.TensorProto(data_type=dtypes.STRING, dims=[1], string_data=[b"tag"])
             target.field.add(name="label", constant=string)
@@ -107,7 +114,10 @@ def _twist(src: Source, tp, declarations: dict, twist: str) -> object:
     if twist == "dims":  # a concrete dimension changed at the same rank, where there is one
         tensors = [t for t in tensors if any(d.WhichOneof("value") == "dim_value" for d in t.tensor_type.shape.dim)] \
             or tensors
-    target = src.choice(tensors)
+    index, where = dimensions.place(src, len(tensors))
+    target = tensors[index]
+    if len(tensors) > 1:
+        tags.append(f"position:{where}")
     tensor = target.tensor_type
     if twist == "elem":
         tensor.elem_type = dtypes.DOUBLE
@@ -130,9 +140,12 @@ def gen_binding_model(src: Source) -> BindingModel:
     declarations: dict = {}
     twist = src.choice(TWISTS)
     bound, types = {}, {}
-    for index in range(src.integer(1, 2)):
+    count = src.integer(1, 3)
+    chosen, where = dimensions.place(src, count)  # the binding the twist lands in
+    tags = [f"position:{where}"] if count > 1 and twist != "none" else []
+    for index in range(count):
         tp = gen_type(src, declarations)
-        twisted = _twist(src, tp, declarations, twist) if index == 0 and twist != "none" else tp
+        twisted = _twist(src, tp, declarations, twist, tags) if index == chosen and twist != "none" else tp
         in_type, out_type = (tp, twisted) if src.boolean() else (twisted, tp)
         if twist == "string":
             in_type = out_type = twisted
@@ -144,7 +157,7 @@ def gen_binding_model(src: Source) -> BindingModel:
         graph.persistent_bindings.add(input_name=in_name, output_name=out_name)
         bound[in_name], types[in_name] = out_name, in_type
     model.struct_types.extend(declarations.values())
-    return BindingModel(model, bound, types, declarations, twist)
+    return BindingModel(model, bound, types, declarations, twist, tuple(tags))
 
 
 # -------------------------------------------------------------------------------------------- values

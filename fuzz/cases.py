@@ -55,6 +55,7 @@ class FuzzCase:
     files: dict[str, bytes] = _field(default_factory=dict)
     expected: str | None = None  # the error code a correct implementation reports; None = valid
     rule: str = ""  # which rule a near-valid generator broke, and how
+    tags: list[str] = _field(default_factory=list)  # the generator dimensions it carries (fuzz.dimensions)
 
     def model_bytes(self) -> bytes:
         if isinstance(self.model, (bytes, bytearray)):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fuzz import dimensions
 from fuzz import layouts as L
 from fuzz.known_issues import probe_known
 from fuzz.source import Source
@@ -45,6 +46,8 @@ CODE_RANGE = {dtypes.INT8: (-128, 127), dtypes.UINT8: (0, 255), dtypes.INT4: (-8
 EXTERNAL_FILE = "weights.bin"
 #: Records larger than this get a small layout instead (fuzzing wants many shapes, not big payloads).
 MAX_RECORD_BITS = 1 << 16
+#: Largest payload a value with a large record count gets (bytes): every decode stays well under 1 ms.
+MAX_LARGE_PAYLOAD = 8192
 
 
 # ------------------------------------------------------------------------------------ expectations
@@ -60,6 +63,11 @@ class Expected:
     constants: dict = field(default_factory=dict)
     decoded: np.ndarray | None = None
     logical_count: int | None = None
+    #: an affine value's parts (codes, zero_point, scale, axis, block, shape, dtype), so a twin's
+    #: expectation is computed from the spec's formula as the value's own is
+    affine: dict | None = None
+    #: a size with a remainder on purpose (``dimensions.remainder_size``): elements or records
+    large: bool = False
 
 
 @dataclass
@@ -69,6 +77,10 @@ class Generated:
     values: dict[str, Expected] = field(default_factory=dict)
     catalogue: L.Catalogue = field(default_factory=L.Catalogue)
     bindings: list[tuple[str, str]] = field(default_factory=list)
+    #: the dimensions chosen on purpose (``fuzz.dimensions``): "size:remainder", "twin:axis", ...
+    tags: list[str] = field(default_factory=list)
+    #: value name -> the ``dimensions.LAYOUTS`` entry of the caller buffer it is decoded into (``out=``)
+    out_layouts: dict[str, str] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------ pieces
@@ -222,6 +234,10 @@ def gen_struct_value(src: Source, catalogue: L.Catalogue, name: str):
         leaves, constants = L.leaves(root, catalogue)
     record_bytes = size // 8
     records = src.choice((0, 1, 1, 2, 3))
+    large = src.chance(1, 6)
+    if large:  # past a tile of records, with a partial last tile; the payload stays within MAX_LARGE_PAYLOAD
+        records = max(1, min(dimensions.remainder_size(src), MAX_LARGE_PAYLOAD // max(record_bytes, 1)))
+        large = records > dimensions.TILES[0] and any(records % tile for tile in dimensions.TILES)
     values = []
     for leaf in leaves:
         count = records * int(np.prod(leaf.shape, dtype=np.int64)) if leaf.shape else records
@@ -238,7 +254,7 @@ def gen_struct_value(src: Source, catalogue: L.Catalogue, name: str):
     if src.chance(1, 4):
         value.doc_string = "generated"
     expected = Expected(name, "fields", record_bytes=record_bytes, records=records, leaves=values,
-                        constants=constants)
+                        constants=constants, large=large)
     return value, expected, payload
 
 
@@ -358,6 +374,10 @@ def gen_affine_value(src: Source, name: str, storage_type: int | None = None,
         axis = src.integer(0, rank - 1)
     if granularity == "blocked":
         block = src.integer(1, max(1, shape[axis]) + 1)
+    large = src.chance(1, 4)
+    if large:
+        shape, axis, block = _large_shape(src, shape, axis, block)
+        rank = len(shape)
     param_shape: tuple = ()
     if axis is not None:
         param_shape = (shape[axis],) if block is None else tuple(
@@ -384,13 +404,30 @@ def gen_affine_value(src: Source, name: str, storage_type: int | None = None,
     value.logical_type.CopyFrom(L.tensor_type(elem_type, shape))
     payload = pack_codes(codes, storage)
     decoded = expected_dequantize(codes, zp, scale, axis, block, shape, dtypes.NUMPY_DTYPE[elem_type])
-    return value, Expected(name, "affine", decoded=decoded, logical_count=count), payload
+    parts = {"codes": codes, "zero_point": zp, "scale": scale, "axis": axis, "block": block, "shape": shape,
+             "elem_type": elem_type, "storage": storage, "granularity": granularity, "large": large}
+    return value, Expected(name, "affine", decoded=decoded, logical_count=count, affine=parts,
+                           large=large), payload
+
+
+def _large_shape(src: Source, shape: tuple, axis: int | None, block: int | None):
+    """``shape`` with one axis (``axis``, or the last) of a remainder size (``dimensions.remainder_size``)
+    and every other axis 1, so the value crosses a tile with a partial last one; blocked values get a
+    block of a tile size that leaves a partial last block. Returns (shape, axis, block)."""
+    dims = list(shape) or [1]
+    along = len(dims) - 1 if axis is None else axis
+    size = dimensions.remainder_size(src)
+    dims = [size if index == along else 1 for index in range(len(dims))]
+    if block is not None:
+        block = src.choice([tile for tile in dimensions.TILES if tile < size and size % tile])
+    return tuple(dims), axis, block
 
 
 # ------------------------------------------------------------------------------------------ payloads
-def attach_payload(src: Source, value, payload: bytes, files: dict[str, bytes]) -> None:
-    """Inline raw_data, or an extent inside the shared external file (with junk around it)."""
-    if not src.chance(1, 4):
+def attach_payload(src: Source, value, payload: bytes, files: dict[str, bytes], large: bool = False) -> None:
+    """Inline raw_data, or an extent inside the shared external file (with junk around it); a large value
+    is external one time in two."""
+    if not src.chance(1, 2 if large else 4):
         if payload or src.boolean():
             value.raw_data = payload
         return
@@ -519,11 +556,18 @@ def gen_model(src: Source, max_values: int = 6) -> Generated:
             value, expected, payload = gen_spec_value(src, name)
         else:
             value, expected, payload = gen_struct_value(src, generated.catalogue, name)
-        attach_payload(src, value, payload, generated.files)
+        attach_payload(src, value, payload, generated.files, expected.large)
+        if expected.large:
+            kind = expected.affine["granularity"] if expected.affine else "records"
+            generated.tags += ["size:remainder", f"size:{kind}"] + (["size:external"] * value.data_location)
         graph.encoded_initializer.append(value)
         generated.values[name] = expected
     gen_graph_io(src, generated)
     gen_shaped_block(src, generated)
+    from fuzz import twins  # late: twins builds on this module's generators
+
+    twins.gen_twin(src, generated)
+    twins.gen_out_layouts(src, generated)
     return generated
 
 

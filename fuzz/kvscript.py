@@ -213,6 +213,16 @@ MAX_TOKENS = 16
 MASK_VALUES = np.array([0.0, 0.0, -np.inf, -1.5, 2.0], np.float32)
 DECODE_KINDS = ("decode", "decode", "decode", "prefill", "values", "branch", "reset_empty", "bad_heads",
                 "bad_mask", "run_cancelled", "close")
+#: A decode model's deliberate attribute focus: the one the generator makes sure is set (the others are drawn
+#: as before). "padding" masks the last keys of every row, as padded sequences do; "window" sets
+#: left_window_size; "mqa" has one key/value head under several query heads.
+ATTENTION_FOCUS = ("plain", "scale", "softcap", "mask_bool", "mask_float", "causal", "gqa", "mqa", "padding",
+                   "window")
+#: Block formats of a paged cache's key/value blocks: both sides one format, "unsigned" (a uint format),
+#: "mixed" (key and value differ) or "struct" (codebook2 struct blocks, 32-value rows).
+BLOCK_FORMS = ("dense", "int8", "int4", "int2", "unsigned", "mixed", "struct")
+PHASES = ("decode", "prefill")
+WINDOWS = (0, 1, 2, 3)
 HELD_DECODE_KINDS = ("held_run", "held_cancel")
 
 
@@ -230,6 +240,9 @@ class DecodeModel:
     mask: str | None
     mask_heads: int
     attrs: dict
+    padding: bool = False  # masks end with padded (masked) keys
+    phase: str = "decode"  # "prefill": chunks of several tokens dominate the calls
+    tags: tuple[str, ...] = ()
 
     @property
     def bound(self) -> dict[str, str]:
@@ -254,7 +267,7 @@ class DecodeModel:
         from conformance.adapters.reference import to_runtime
         from reference_impl.kv.attention import AttentionAttrs
 
-        settings = {name: self.attrs[name] for name in ("scale", "softcap") if name in self.attrs}
+        settings = {name: self.attrs[name] for name in ("scale", "softcap", "left_window_size") if name in self.attrs}
         cache = paged.PagedKVCache.from_struct(to_runtime(outputs["next_cache"]), self.heads, self.head_size,
                                                self.head_size, max(int(self.attrs["block_size"]), 1))
         k, v = cache.dequantized()
@@ -273,27 +286,51 @@ def _tensor_io(graph, name: str, dims, elem: int = 1, output: bool = False) -> N
     (graph.output if output else graph.input).append(info)
 
 
-def gen_decode_model(src: Source) -> DecodeModel:
-    from reference_impl import schema
-    from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
+def _formats_of(src: Source, form: str, head_size: int) -> tuple[str, str]:
+    if form == "unsigned":
+        return src.choice(("uint8", "uint4", "uint2")), src.choice(("uint8", "uint4", "uint2"))
+    if form == "mixed":
+        pool = FORMATS if head_size == 32 else FORMATS[:-1]
+        key = src.choice(pool)
+        return key, src.choice([f for f in pool if f != key])
+    if form == "struct":
+        return "codebook2", src.choice(("codebook2", "dense", "int8"))
+    return form, form
 
+
+def gen_decode_model(src: Source) -> DecodeModel:
+    """A decode model over a contiguous or paged cache. The attribute focus (``ATTENTION_FOCUS``), the block
+    form of a paged cache (``BLOCK_FORMS``) and the phase (``PHASES``) are drawn on purpose, so every
+    attribute meets every block format in prefill and decode calls."""
     paged = src.boolean()
+    focus = src.choice(ATTENTION_FOCUS)
+    form = src.choice(BLOCK_FORMS) if paged else "dense"
+    phase = src.choice(PHASES)
     heads = src.choice((1, 1, 2))
-    q_heads = heads * src.choice(GROUPS)
-    head_size = src.choice((2, 4, 8, 32) if paged else (2, 4, 8))
-    mask = src.choice(MASKS)
+    groups = src.choice(GROUPS)
+    if focus == "gqa" and groups == 1:
+        groups = src.choice((2, 4))
+    if focus == "mqa":
+        heads, groups = 1, src.choice((2, 4))
+    q_heads = heads * groups
+    head_size = 32 if form == "struct" else src.choice((2, 4, 8, 32) if paged else (2, 4, 8))
+    mask = {"mask_bool": "bool", "mask_float": "float"}.get(focus) or \
+        (src.choice(("bool", "float")) if focus == "padding" else src.choice(MASKS))
     mask_heads = src.choice((1, q_heads))
-    attrs = {"is_causal": src.integer(0, 1)}
+    attrs = {"is_causal": 1 if focus == "causal" else src.integer(0, 1)}
     scale, softcap = src.choice(SCALES), src.choice(SOFTCAPS)
+    if focus == "scale" and scale is None:
+        scale = src.choice((0.5, 0.125, 2.0))
+    if focus == "softcap" and not softcap:
+        softcap = src.choice((1.5, 30.0, 0.75))
     if scale is not None:
         attrs["scale"] = scale
     if softcap:
         attrs["softcap"] = softcap
-    model = schema.ModelProto(ir_version=10, producer_name="fuzz-decode")
-    model.opset_import.add(domain="", version=23)
-    model.opset_import.add(domain="onnx_light.conformance", version=1)
+    if focus == "window":
+        attrs["left_window_size"] = src.choice(WINDOWS)
+    model = schema_model()
     graph = model.graph
-    graph.name = "decode"
     graph.node.add(op_type="Hold", domain="onnx_light.conformance", input=["q"], output=["q_held"])
     _tensor_io(graph, "q", (1, q_heads, "s", head_size))
     _tensor_io(graph, "k", (1, heads, "s", head_size))
@@ -302,48 +339,119 @@ def gen_decode_model(src: Source) -> DecodeModel:
         _tensor_io(graph, "attn_mask", (1, mask_heads, "s", "t"), elem=9 if mask == "bool" else 1)
     _tensor_io(graph, "y", (1, q_heads, "s", head_size), output=True)
     if paged:
-        model.opset_import.add(domain="ai.rt", version=1)
-        model.struct_types.extend(kv_struct_types())
         attrs["block_size"] = src.choice(BLOCK_SIZES)
-        formats = FORMATS if head_size == 32 else FORMATS[:-1]
-        if src.chance(1, 3):
+        if form != "dense":
+            attrs["key_format"], attrs["value_format"] = _formats_of(src, form, head_size)
+        elif src.chance(1, 3):
+            formats = FORMATS if head_size == 32 else FORMATS[:-1]
             attrs["key_format"], attrs["value_format"] = src.choice(formats), src.choice(formats)
         if src.chance(1, 4):
             attrs["max_tokens"] = src.integer(1, MAX_TOKENS)
-        inputs = ["q_held", "k", "v", "cache"] + (["attn_mask"] if mask else [])
+    tags = (f"attention:{focus}*{form}", f"phase:{phase}")
+    dm = DecodeModel(model, paged, heads, q_heads, head_size, mask, mask_heads, attrs, focus == "padding", phase,
+                     tags)
+    _decode_graph(dm)
+    return dm
+
+
+def schema_model():
+    from reference_impl import schema
+
+    model = schema.ModelProto(ir_version=10, producer_name="fuzz-decode")
+    model.opset_import.add(domain="", version=23)
+    model.opset_import.add(domain="onnx_light.conformance", version=1)
+    model.graph.name = "decode"
+    return model
+
+
+def _decode_graph(dm: DecodeModel) -> None:
+    """The attention node, the cache's inputs and outputs and the persistent bindings of ``dm``."""
+    from reference_impl.kv.formats import KV_PAGED_CACHE, kv_struct_types
+
+    model, graph = dm.model, dm.model.graph
+    if dm.paged:
+        model.opset_import.add(domain="ai.rt", version=1)
+        model.struct_types.extend(kv_struct_types())
+        inputs = ["q_held", "k", "v", "cache"] + (["attn_mask"] if dm.mask else [])
         node = graph.node.add(op_type="PagedAttention", domain="ai.rt", input=inputs, output=["y", "next_cache"])
         graph.input.add(name="cache").type.struct_type.type_ref = KV_PAGED_CACHE
         graph.output.add(name="next_cache").type.struct_type.type_ref = KV_PAGED_CACHE
     else:
-        node = graph.node.add(op_type="Attention", input=["q_held", "k", "v", "attn_mask" if mask else "",
+        node = graph.node.add(op_type="Attention", input=["q_held", "k", "v", "attn_mask" if dm.mask else "",
                                                           "past_key", "past_value"],
                               output=["y", "present_key", "present_value"])
         for name in ("past_key", "past_value"):
-            _tensor_io(graph, name, (1, heads, "p", head_size))
+            _tensor_io(graph, name, (1, dm.heads, "p", dm.head_size))
         for name in ("present_key", "present_value"):
-            _tensor_io(graph, name, (1, heads, "t", head_size), output=True)
-    add_attributes(node, attrs)
-    dm = DecodeModel(model, paged, heads, q_heads, head_size, mask, mask_heads, attrs)
+            _tensor_io(graph, name, (1, dm.heads, "t", dm.head_size), output=True)
+    add_attributes(node, dm.attrs)
     for input_name, output_name in dm.bound.items():
         graph.persistent_bindings.add(input_name=input_name, output_name=output_name)
-    return dm
 
 
-def gen_decode_ops(src: Source, dm: DecodeModel, held: bool = False, max_ops: int = 10) -> list:
+#: The attributes a near-duplicate decode model changes, one at a time (block ones only for paged caches).
+TWIN_ATTRIBUTES = ("scale", "softcap", "is_causal", "left_window_size")
+TWIN_BLOCK_ATTRIBUTES = ("block_size", "key_format", "value_format")
+
+
+def twin_decode_model(src: Source, dm: DecodeModel) -> DecodeModel:
+    """A decode model that differs from ``dm`` in exactly one attribute value (the same geometry, so the
+    same empty cache opens both)."""
+    import copy
+
+    part = src.choice(TWIN_ATTRIBUTES + (TWIN_BLOCK_ATTRIBUTES if dm.paged else ()))
+    attrs = dict(dm.attrs)
+    now = attrs.get(part)
+    if part == "scale":
+        attrs[part] = src.choice([x for x in (0.5, 0.125, 1.0, 0.25) if x != now])
+    elif part == "softcap":
+        attrs[part] = src.choice([x for x in (1.5, 30.0, 0.75) if x != now])
+    elif part == "is_causal":
+        attrs[part] = 1 - int(now or 0)
+    elif part == "left_window_size":
+        attrs[part] = src.choice([x for x in WINDOWS if x != now])
+    elif part == "block_size":
+        attrs[part] = src.choice([x for x in (1, 2, 3, 4, 5) if x != now])
+    else:
+        pool = FORMATS if dm.head_size == 32 else FORMATS[:-1]
+        attrs[part] = src.choice([f for f in pool if f != (now or "dense")])
+        other = "value_format" if part == "key_format" else "key_format"
+        attrs.setdefault(other, "dense")
+    twin = copy.copy(dm)
+    twin.model = schema_model()
+    twin.attrs = attrs
+    twin.tags = (f"twin:{part}",)
+    graph = twin.model.graph
+    graph.node.add(op_type="Hold", domain="onnx_light.conformance", input=["q"], output=["q_held"])
+    for info in dm.model.graph.input:
+        if info.name in ("q", "k", "v", "attn_mask"):
+            graph.input.add().CopyFrom(info)
+    graph.output.add().CopyFrom(dm.model.graph.output[0])
+    _decode_graph(twin)
+    return twin
+
+
+def gen_decode_ops(src: Source, dm: DecodeModel, held: bool = False, max_ops: int = 10, base: int = 0,
+                   origin: int | None = None) -> list:
     """Decode calls (one token, or a chunk of prefill) that grow the cache, branches back to an earlier
     cache (``reset`` to values a run returned), resets to an empty cache, broken calls (wrong head count,
     a mask of the wrong type or length), cancelled and held runs. Token counts stay within ``MAX_TOKENS``
-    per branch, so a contiguous cache never needs to grow its allocation."""
+    per branch, so a contiguous cache never needs to grow its allocation. In the prefill phase chunks come
+    more often and run up to the room left, so they cross paged block sizes with a partial last block.
+    ``base``: the index of the first operation in the script; ``origin``: the operation whose values the
+    cache starts from (None: the scenario's initial values)."""
     from fuzz.statescript import Earlier, Op
 
-    kinds = DECODE_KINDS + (HELD_DECODE_KINDS if held else ())
+    kinds = DECODE_KINDS + (("prefill",) * 3 if dm.phase == "prefill" else ()) + (HELD_DECODE_KINDS if held else ())
     ops: list = []
     length = 0
-    lengths = {None: 0}  # op index (None: the initial values) -> cache length after it
+    lengths = {origin: 0}  # op index (None: the initial values) -> cache length after it
     for _ in range(src.integer(1, max_ops)):
         kind = src.choice(kinds)
         if kind in ("decode", "prefill", "bad_heads", "bad_mask", "run_cancelled", "held_run", "held_cancel"):
-            count = 1 if kind != "prefill" else src.integer(2, 4)
+            count = 1
+            if kind == "prefill":
+                count = src.integer(2, max(2, MAX_TOKENS - length)) if dm.phase == "prefill" else src.integer(2, 4)
             if length + count > MAX_TOKENS:
                 kind, count = "branch", 0
         if kind == "values" or kind == "close":
@@ -353,20 +461,39 @@ def gen_decode_ops(src: Source, dm: DecodeModel, held: bool = False, max_ops: in
             length = 0
         elif kind == "branch":
             index = src.choice(list(lengths))
-            ops.append(Op("reset", initial={name: Earlier(index, output if index is not None else name)
+            ops.append(Op("reset", initial={name: Earlier(index, name if index == origin else output)
                                             for name, output in dm.bound.items()}))
             length = lengths[index]
         else:
             feeds = _decode_feeds(src, dm, count, length, broken=kind[4:] if kind.startswith("bad_") else "")
+            block = int(dm.attrs.get("block_size", 0))
+            tags = ("size:remainder",) if dm.paged and block and count > block and count % block else ()
+            layout = _odd_feed(src, feeds)
             if kind == "held_run":
                 ops.append(Op(kind, feeds, second=Op("run", _decode_feeds(src, dm, 1, length)),
-                              inner=E.STATE_BUSY.value))
+                              inner=E.STATE_BUSY.value, tags=tags + layout))
             else:
-                ops.append(Op("run" if kind in ("decode", "prefill", "bad_heads", "bad_mask") else kind, feeds))
+                ops.append(Op("run" if kind in ("decode", "prefill", "bad_heads", "bad_mask") else kind, feeds,
+                              tags=tags + layout))
             if kind in ("decode", "prefill", "held_run"):
                 length += count
-                lengths[len(ops) - 1] = length
+                lengths[base + len(ops) - 1] = length
     return ops
+
+
+#: Caller buffer layouts of one attention feed (q, k or v).
+FEED_LAYOUTS = ("strided", "readonly", "misaligned", "view_of_view")
+
+
+def _odd_feed(src: Source, feeds: dict) -> tuple[str, ...]:
+    """One time in four, one of q, k, v handed over in an odd caller buffer (``dimensions.lay_out``)."""
+    from fuzz import dimensions
+
+    if not src.chance(1, 4):
+        return ()
+    name, layout = src.choice(("q", "k", "v")), src.choice(FEED_LAYOUTS)
+    feeds[name] = dimensions.lay_out(feeds[name], layout)
+    return (f"layout:{layout}",)
 
 
 def _varied(src: Source, shape: tuple) -> np.ndarray:
@@ -391,6 +518,9 @@ def _decode_feeds(src: Source, dm: DecodeModel, count: int, past: int, broken: s
             mask = src.byte_array(int(np.prod(shape))).reshape(shape) % 4 != 0
         else:
             mask = MASK_VALUES[src.byte_array(int(np.prod(shape))).reshape(shape) % len(MASK_VALUES)]
+        if dm.padding and shape[-1] > 1:  # the last keys are padding: masked for every query
+            pad = src.integer(1, shape[-1] - 1)
+            mask[..., shape[-1] - pad:] = False if dm.mask == "bool" else -np.inf
         if broken == "mask" and src.boolean():
             mask = mask.astype(np.float64 if dm.mask == "float" else np.float32)
         feeds["attn_mask"] = mask

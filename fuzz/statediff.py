@@ -72,9 +72,38 @@ class Scenario:
     #: for caches whose blocks are sealed in a quantized format (how they are quantized is the runtime's
     #: choice): (feeds, outputs) -> the approximate outputs recomputed over the subject's own cache
     recompute: Callable[[dict, dict], Any] | None = None
+    #: near-duplicate models a ``reopen`` operation opens a new state over (``feeds["twin"]`` indexes them)
+    twins: list = field(default_factory=list)
+    #: the step of the reopen from which ``twin_recompute`` replaces ``recompute``
+    twin_at: int | None = None
+    twin_recompute: Callable[[dict, dict], Any] | None = None
+    #: the generator's deliberate choices (fuzz.dimensions), for counting; not compared
+    tags: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return f"{self.family}: {', '.join(str(op) for op in self.ops)}"
+
+    def recompute_at(self, step: int) -> Callable[[dict, dict], Any] | None:
+        """The recomputation that holds at ``step`` (the twin's once its reopen has run)."""
+        if self.twin_at is not None and step >= self.twin_at:
+            return self.twin_recompute
+        return self.recompute
+
+
+#: One scenario in TWIN_CHANCE[0]/TWIN_CHANCE[1] ends by reopening on a near-duplicate of its model.
+TWIN_CHANCE = (1, 3)
+
+
+def _op_tags(ops: list[Op]) -> tuple[str, ...]:
+    return tuple(tag for op in ops for part in (op, op.second) if part is not None for tag in part.tags)
+
+
+def _twin_prefix(src: Source, ops: list[Op], reset: Op) -> tuple[list[Op], tuple[str, ...]]:
+    """The operations that lead to a reopen: sometimes a reset of the first state first (the twin then
+    follows a reset, not a fresh open)."""
+    if src.boolean():
+        return [reset], ("twin:after_reset",)
+    return [], ()
 
 
 def scenario(src: Source, held: bool) -> Scenario:
@@ -88,20 +117,47 @@ def scenario(src: Source, held: bool) -> Scenario:
         if src.chance(1, 16):  # a bound input without its initial value: the state cannot be made
             del initial[src.choice(sorted(initial))]
         kinds = statescript.ADAPTER_KINDS + (statescript.HELD_KINDS if held else ())
-        ops = [statescript.gen_op(src, sm, src.choice(kinds)) for _ in range(src.integer(1, 12))]
+        ops = [statescript.odd_layouts(src, statescript.gen_op(src, sm, src.choice(kinds)))
+               for _ in range(src.integer(1, 12))]
         bound = {f"s{i}": f"next{i}" for i in range(len(sm.updates))}
-        return Scenario(family, sm.model, bound, initial, ops, other=any(op.kind == "held_other" for op in ops))
+        tags = sm.tags
+        twins = []
+        if src.chance(*TWIN_CHANCE):
+            twin = statescript.twin_state_model(src, sm)
+            prefix, extra = _twin_prefix(src, ops, Op("reset", initial=statescript.initial_values(src, sm)))
+            ops += prefix + [Op("reopen", {"twin": 0}, statescript.initial_values(src, twin))]
+            twin_kinds = [kind for kind in kinds if kind != "held_other"]
+            ops += [statescript.odd_layouts(src, statescript.gen_op(src, twin, src.choice(twin_kinds)))
+                    for _ in range(src.integer(1, 6))]
+            twins, tags = [twin.model], tags + twin.tags + extra
+        return Scenario(family, sm.model, bound, initial, ops, other=any(op.kind == "held_other" for op in ops),
+                        twins=twins, tags=tags + _op_tags(ops))
     if family == "kv":
         dm = kvscript.gen_decode_model(src)
         ops = kvscript.gen_decode_ops(src, dm, held)
-        quantized = any(dm.attrs.get(name, "dense") != "dense" for name in ("key_format", "value_format"))
-        return Scenario("paged" if dm.paged else "contiguous", dm.model, dm.bound, dm.empty(), ops,
-                        approximate=("y",), identity="views" if dm.paged else "full",
-                        counters=COUNTERS if dm.paged else KV_COUNTERS,
-                        recompute=dm.attend_over_cache if quantized else None)
+        scn = Scenario("paged" if dm.paged else "contiguous", dm.model, dm.bound, dm.empty(), ops,
+                       approximate=("y",), identity="views" if dm.paged else "full",
+                       counters=COUNTERS if dm.paged else KV_COUNTERS, recompute=_recompute(dm), tags=dm.tags)
+        if src.chance(*TWIN_CHANCE):
+            twin = kvscript.twin_decode_model(src, dm)
+            prefix, extra = _twin_prefix(src, ops, Op("reset", initial=dm.empty()))
+            ops += prefix
+            scn.twin_at = len(ops)
+            ops.append(Op("reopen", {"twin": 0}, twin.empty()))
+            ops += kvscript.gen_decode_ops(src, twin, held, base=len(ops), origin=scn.twin_at)
+            scn.twins, scn.twin_recompute = [twin.model], _recompute(twin)
+            scn.tags += twin.tags + extra
+        scn.tags += _op_tags(ops)
+        return scn
     bm = bindscript.gen_binding_model(src)
     return Scenario(f"bindings/{bm.twist}", bm.model, bm.bound, bindscript.initial_values(src, bm),
-                    bindscript.gen_binding_ops(src, bm))
+                    bindscript.gen_binding_ops(src, bm), tags=bm.tags)
+
+
+def _recompute(dm) -> Callable[[dict, dict], Any] | None:
+    """Dense attention over the subject's own cache, where blocks are sealed in a quantized format."""
+    quantized = any(dm.attrs.get(name, "dense") != "dense" for name in ("key_format", "value_format"))
+    return dm.attend_over_cache if quantized else None
 
 
 # ------------------------------------------------------------------------------------------- playing
@@ -156,6 +212,7 @@ class Player:
         self.scn = scn
         self.by_value = by_value
         self.model = operators.bind(scn.model.SerializeToString(), operators.overrides(adapter))[0]
+        self.twins = [operators.bind(twin.SerializeToString(), operators.overrides(adapter))[0] for twin in scn.twins]
         self.handles: dict[str, Any] = {}
         self.record = Record()
         self.returned: dict[int | None, dict] = {None: scn.initial}
@@ -222,7 +279,9 @@ class Player:
         except _Unresolved:
             self.record.outcomes[label] = Outcome("skipped")
             return
-        if op.kind in ("values", "close") or op.kind.startswith("reset"):
+        if op.kind == "reopen":
+            self.reopen(index, label, op, handle, initial)
+        elif op.kind in ("values", "close") or op.kind.startswith("reset"):
             self.simple(index, label, op, handle, initial)
         elif op.kind.startswith("held"):
             self.held(index, label, op, handle, feeds)
@@ -249,6 +308,18 @@ class Player:
                 self.note_ids(f"{index}.in", initial, handle)
                 self.returned[index] = initial
                 self.sources = {name: f"{index}.in|{name}" for name in self.scn.bound}
+
+    def reopen(self, index: int, label: str, op: Op, handle, initial: dict) -> None:
+        """Close the state and open a new one over a near-duplicate model (``Scenario.twins``): a runtime
+        that caches what it prepared for a model must tell the two apart."""
+        self.record.outcomes[f"{label}:close"] = _bare(self.call(handle.close))
+        self.tracking = False  # a testee may reuse the closed state's addresses
+        outcome = self.call(self.adapter.open_state, self.twins[op.feeds["twin"]], initial, None)
+        self.record.outcomes[label] = _bare(outcome)
+        if outcome.kind == "ok":
+            self.handles["main"] = outcome.value
+            self.returned[index] = initial
+            self.sources = {name: f"{index}.in|{name}" for name in self.scn.bound}
 
     def ran(self, index: int, label: str, outcome: Outcome, feeds: dict, handle, prefix: str = "") -> None:
         self.record.outcomes[label] = outcome
@@ -401,16 +472,17 @@ def _outcome_problem(scn: Scenario, key: str, want: Outcome, got: Outcome, recor
             return key, "concurrency", f"{key}: {what}"
     if want.kind != "ok" or not isinstance(want.value, dict):
         return None
+    recompute = scn.recompute_at(_step(key))
     if not isinstance(got.value, dict) or sorted(want.value) != sorted(got.value):
         return key, "values", f"{key}: names {sorted(want.value)} versus {sorted(_names(got.value))}"
     for name in want.value:
         expected, actual = want.value[name], got.value[name]
         atol, rtol = APPROXIMATE if name in scn.approximate else (0.0, 0.0)
-        if scn.recompute is not None:
+        if recompute is not None:
             expected, actual = _layouts_only(expected), _layouts_only(actual)
             if name in scn.approximate:
                 try:
-                    expected = scn.recompute(_feeds_of(scn, key), got.value)
+                    expected = recompute(_feeds_of(scn, key), got.value)
                 except ContractError as error:
                     return key, "values", f"{key}: the subject's cache does not decode: {error}"
         reason = mismatch(expected, actual, atol=atol, rtol=rtol, path=name)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fuzz import dimensions
 from fuzz import layouts as L
 from fuzz.source import Source
 from reference_impl import ContractError, dtypes, schema
@@ -41,6 +42,9 @@ class StateModel:
     model: object
     n: int
     updates: list[tuple[str, int]]  # per retained input: (update op, partner state index for AddState)
+    bias: float = 0.0  # the constant initializer added to y
+    transport: tuple[str, str] = PROBE
+    tags: tuple[str, ...] = ()  # deliberate generator choices (fuzz.dimensions)
 
     @property
     def bound(self) -> list[str]:
@@ -49,7 +53,8 @@ class StateModel:
     def step(self, values: dict[str, np.ndarray], x: np.ndarray) -> tuple[dict, dict]:
         """NumPy outputs and next retained values of one call."""
         with np.errstate(all="ignore"):
-            outputs = {"y": (x + values["s0"]).astype(np.float32), "probe_out": values["s0"], "x_out": x}
+            y = (x + values["s0"]).astype(np.float32) + np.float32(self.bias)
+            outputs = {"y": y.astype(np.float32), "probe_out": values["s0"], "x_out": x}
             nxt = {}
             for index, (op, partner) in enumerate(self.updates):
                 s = values[f"s{index}"]
@@ -69,10 +74,19 @@ def _vi(name: str, dims) -> object:
 
 def gen_state_model(src: Source, transport: tuple[str, str] = PROBE) -> StateModel:
     """``transport`` is the identity node between ``s0`` and ``probe_out``: the in-process ``Probe`` (a
-    re-entry point) or ``HOLD`` (a park point any adapter supports)."""
-    n = src.integer(1, 4)
-    count = src.integer(1, 3)
+    re-entry point) or ``HOLD`` (a park point any adapter supports). One model in four has a large state
+    whose element count leaves a partial tile (``dimensions.remainder_size``)."""
+    large = src.chance(1, 4)
+    n = dimensions.remainder_size(src) if large else src.integer(1, 4)
+    count = src.integer(1, 4)
     updates = [(src.choice(UPDATES), src.integer(0, count - 1)) for _ in range(count)]
+    bias = src.integer(-8, 8) / 4
+    return build_state_model(n, updates, bias, transport, ("size:remainder",) if large else ("size:small",))
+
+
+def build_state_model(n: int, updates: list[tuple[str, int]], bias: float, transport: tuple[str, str] = PROBE,
+                      tags: tuple[str, ...] = ()) -> StateModel:
+    """The state model of ``n`` elements per state, one retained input per update, ``bias`` added to y."""
     model = schema.ModelProto(ir_version=10, producer_name="fuzz-state")
     model.opset_import.add(domain="", version=23)
     model.opset_import.add(domain=transport[0], version=1)
@@ -80,7 +94,9 @@ def gen_state_model(src: Source, transport: tuple[str, str] = PROBE) -> StateMod
     graph.name = "state"
     graph.input.append(_vi("x", ("n",)))
     graph.output.extend([_vi("y", ("n",)), _vi("probe_out", (n,))])
-    graph.node.add(op_type="Add", input=["x", "s0"], output=["y"])
+    graph.initializer.add(name="bias", data_type=dtypes.FLOAT, dims=[1], float_data=[bias])
+    graph.node.add(op_type="Add", input=["x", "s0"], output=["x_plus_s0"])
+    graph.node.add(op_type="Add", input=["x_plus_s0", "bias"], output=["y"])
     graph.node.add(op_type=transport[1], domain=transport[0], input=["s0"], output=["probe_out"])
     for index, (op, partner) in enumerate(updates):
         graph.input.append(_vi(f"s{index}", (n,)))
@@ -94,7 +110,29 @@ def gen_state_model(src: Source, transport: tuple[str, str] = PROBE) -> StateMod
         graph.persistent_bindings.add(input_name=f"s{index}", output_name=f"next{index}")
     graph.output.append(_vi("x_out", ("n",)))
     graph.node.add(op_type="Identity", input=["x"], output=["x_out"])  # a fresh feed passed on by reference
-    return StateModel(model, n, updates)
+    return StateModel(model, n, list(updates), bias, transport, tags)
+
+
+#: The parts of a state model's identity a near-duplicate changes, one at a time.
+TWIN_PARTS = ("dim", "constant", "update")
+
+
+def twin_state_model(src: Source, sm: StateModel) -> StateModel:
+    """A model that differs from ``sm`` in exactly one part of its identity: the declared state size, the
+    bias constant's value, or one update operator (at a position chosen by ``dimensions.place``)."""
+    part = src.choice(TWIN_PARTS)
+    n, updates, bias = sm.n, list(sm.updates), sm.bias
+    tags = [f"twin:{part}"]
+    if part == "dim":
+        n = sm.n + src.integer(1, 3) if src.boolean() or sm.n < 8 else sm.n - src.integer(1, 3)
+    elif part == "constant":
+        bias = sm.bias + src.choice((0.25, -0.25, 1.0, 2.0))
+    else:
+        index, where = dimensions.place(src, len(updates))
+        op, partner = updates[index]
+        updates[index] = (src.choice([u for u in UPDATES if u != op]), partner)
+        tags.append(f"position:{where}")
+    return build_state_model(n, updates, bias, sm.transport, tuple(tags))
 
 
 def _floats(src: Source, shape: tuple) -> np.ndarray:
@@ -110,6 +148,7 @@ class Op:
     expected: str | None = None  # the code the operation must fail with (None: it succeeds)
     inner: str | None = None  # for re-entrant and held operations: the code the inner call must get
     second: Op | None = None  # for held operations: the call made while the run is parked
+    tags: tuple[str, ...] = ()  # deliberate generator choices (fuzz.dimensions)
 
     def __str__(self) -> str:
         return f"{self.kind}({', '.join(sorted(self.feeds or self.initial))}) -> {self.expected or 'ok'}"
@@ -155,6 +194,12 @@ def gen_op(src: Source, sm: StateModel, kind: str | None = None) -> Op:
     return _GENERATORS[kind](src, sm, kind, x)
 
 
+def _pick_bound(src: Source, sm: StateModel) -> tuple[str, tuple[str, ...]]:
+    """The bound input an operation breaks, placed first, in the middle or last among the bound inputs."""
+    index, where = dimensions.place(src, len(sm.bound))
+    return sm.bound[index], (f"position:{where}",) if len(sm.bound) > 1 else ()
+
+
 def _run(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
     return Op(kind, {"x": x}, inner=E.STATE_BUSY.value if kind.startswith("reenter") else None)
 
@@ -178,7 +223,8 @@ def _run_bad_shape(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
 
 
 def _run_override(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
-    return Op(kind, {"x": x, src.choice(sm.bound): _floats(src, (sm.n,))}, expected=E.STATE_FEED_OVERRIDES.value)
+    name, tags = _pick_bound(src, sm)
+    return Op(kind, {"x": x, name: _floats(src, (sm.n,))}, expected=E.STATE_FEED_OVERRIDES.value, tags=tags)
 
 
 def _run_unknown(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
@@ -200,8 +246,9 @@ def _run_cancelled(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
 
 def _reset_missing(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
     initial = initial_values(src, sm)
-    del initial[src.choice(sm.bound)]
-    return Op(kind, initial=initial, expected=E.STATE_INITIAL_MISSING.value)
+    name, tags = _pick_bound(src, sm)
+    del initial[name]
+    return Op(kind, initial=initial, expected=E.STATE_INITIAL_MISSING.value, tags=tags)
 
 
 def _reset_unknown(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
@@ -212,26 +259,26 @@ def _reset_unknown(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
 
 def _reset_incompatible(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
     initial = initial_values(src, sm)
-    name = src.choice(sm.bound)
+    name, tags = _pick_bound(src, sm)
     initial[name] = src.choice((_floats(src, (sm.n + 1,)), initial[name].astype(np.float64),
                                 initial[name].reshape(1, sm.n)))
-    return Op(kind, initial=initial, expected=E.STATE_VALUE_INCOMPATIBLE.value)
+    return Op(kind, initial=initial, expected=E.STATE_VALUE_INCOMPATIBLE.value, tags=tags)
 
 
 def _reset_noncontiguous(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
     if sm.n == 1:  # one element is contiguous whatever its stride
         return _reset_borrow(src, sm, "reset_borrow", x)
     initial = initial_values(src, sm)
-    name = src.choice(sm.bound)
+    name, tags = _pick_bound(src, sm)
     initial[name] = _floats(src, (sm.n * 2,))[::2]
-    return Op(kind, initial=initial, expected=E.STATE_UNRETAINABLE.value)
+    return Op(kind, initial=initial, expected=E.STATE_UNRETAINABLE.value, tags=tags)
 
 
 def _reset_borrow(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
     initial = initial_values(src, sm)
-    name = src.choice(sm.bound)
+    name, tags = _pick_bound(src, sm)
     initial[name] = InvocationBorrow(initial[name])
-    return Op(kind, initial=initial, expected=E.OWNERLESS_BORROW.value)
+    return Op(kind, initial=initial, expected=E.OWNERLESS_BORROW.value, tags=tags)
 
 
 #: kind -> generator(src, state model, kind, x): each builds the operation and states its outcome (the
@@ -278,6 +325,32 @@ def gen_held_op(src: Source, sm: StateModel, kind: str, x: np.ndarray) -> Op:
               "held_reset": lambda: Op("reset", initial=initial_values(src, sm)),
               "held_close": lambda: Op("close")}[kind]()
     return Op(kind, {"x": x}, second=second, inner=None if kind == "held_other" else E.STATE_BUSY.value)
+
+
+#: Caller buffer layouts a run's fresh feed may come in (zero-size feeds fail to broadcast: both sides reject).
+RUN_LAYOUTS = ("strided", "readonly", "misaligned", "view_of_view", "zero_size")
+#: Layouts of one initial value in a reset: a runtime may refuse big-endian and strided buffers as
+#: unretainable without a copy, or retain them (statediff lets both pass); zero-size ones are incompatible.
+RESET_LAYOUTS = ("misaligned", "readonly", "strided", "view_of_view", "big_endian", "zero_size")
+
+
+def odd_layouts(src: Source, op: Op) -> Op:
+    """``op`` with, one time in three, its fresh feed ``x`` or one initial value (placed first, in the middle
+    or last) handed over in an odd caller buffer (``dimensions.lay_out``): what the protocol lets a caller
+    pass. For adapter scripts only (the local Runner's expectations assume plain buffers)."""
+    if not src.chance(1, 3):
+        return op
+    if isinstance(op.feeds.get("x"), np.ndarray) and not op.kind.startswith("reset"):
+        layout = src.choice(RUN_LAYOUTS)
+        op.feeds["x"] = dimensions.lay_out(op.feeds["x"], layout)
+        op.tags += (f"layout:{layout}",)
+    elif op.kind == "reset" and op.initial:
+        names = sorted(op.initial)
+        index, where = dimensions.place(src, len(names))
+        layout = src.choice(RESET_LAYOUTS)
+        op.initial[names[index]] = dimensions.lay_out(op.initial[names[index]], layout)
+        op.tags += (f"layout:{layout}",) + ((f"position:{where}",) if len(names) > 1 else ())
+    return op
 
 
 @dataclass

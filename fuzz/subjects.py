@@ -79,8 +79,10 @@ def value_names(model_bytes: bytes) -> list[tuple[str, bool]]:
     return names
 
 
-def observe(adapter, model_bytes: bytes, base_dir: str | None) -> dict[str, Outcome]:
-    """verify, then every encoded value decoded (or read field by field when it has no decoder)."""
+def observe(adapter, model_bytes: bytes, base_dir: str | None,
+            buffers: dict[str, str] | None = None) -> dict[str, Outcome]:
+    """verify, then every encoded value decoded (or read field by field when it has no decoder), and
+    decoded again into a caller buffer of the layout ``buffers`` names for it (``decode_into``)."""
     seen = {"verify": _call(adapter, adapter.verify, model_bytes, base_dir)}
     if seen["verify"].kind != "ok":
         return seen
@@ -92,12 +94,44 @@ def observe(adapter, model_bytes: bytes, base_dir: str | None) -> dict[str, Outc
         if decodable:
             outcome = _call(adapter, adapter.decode, model_bytes, name, base_dir)
             seen[f"decode:{name}"] = outcome
+            layout = (buffers or {}).get(name)
+            if layout is not None and outcome.kind == "ok" and takes_out(adapter):
+                seen[f"decode-out:{name}:{layout}"] = _call(adapter, decode_into, adapter, model_bytes, name,
+                                                            base_dir, _buffer(outcome.value, layout))
             if outcome.kind != "reject" or outcome.code != "CONSUMER_MISSING":
                 continue
         reader = getattr(adapter, "read_fields", None)
         if reader is not None:
             seen[f"fields:{name}"] = _call(adapter, reader, model_bytes, name, base_dir)
     return seen
+
+
+def takes_out(adapter) -> bool:
+    """The adapter's ``decode`` accepts a caller buffer (``out=``); adapters that do not are not asked."""
+    from conformance.adapters.base import accepted_keywords
+
+    return "out" in accepted_keywords(adapter.decode, out=None)
+
+
+#: what a caller buffer holds before the decode: a value no decode of the generated models produces there
+SENTINEL = 7
+
+
+def _buffer(decoded: Any, layout: str) -> np.ndarray:
+    """A fresh caller buffer of ``decoded``'s dtype and shape in ``layout`` (``fuzz.dimensions.lay_out``)."""
+    from fuzz.dimensions import lay_out
+
+    template = np.asarray(decoded)
+    return lay_out(np.full(template.shape, SENTINEL, template.dtype), layout)
+
+
+def decode_into(adapter, model_bytes: bytes, name: str, base_dir: str | None, buffer: np.ndarray) -> dict:
+    """``decode(..., out=buffer)`` observed: what it returned, what the buffer holds after, and whether it
+    returned the buffer itself (a runtime that decodes elsewhere and copies, or returns its own array,
+    differs in the last two)."""
+    returned = adapter.decode(model_bytes, name, base_dir, out=buffer)
+    return {"returned": np.array(returned), "buffer": np.array(buffer),
+            "is_buffer": np.array(returned is buffer)}
 
 
 def _values_agree(a: Any, b: Any) -> str | None:

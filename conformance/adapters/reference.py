@@ -45,8 +45,10 @@ class ReferenceAdapter:
     def verify(self, model_bytes: bytes, base_dir: str | None) -> None:
         reference_impl.verify_model(model_bytes, base_dir=base_dir)
 
-    def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> np.ndarray:
-        return reference_impl.decode(model_bytes, value_name, base_dir=base_dir)
+    def decode(self, model_bytes: bytes, value_name: str, base_dir: str | None,
+               out: np.ndarray | None = None) -> np.ndarray:
+        """The decoded value; into ``out`` (a caller's buffer, checked first) when given."""
+        return reference_impl.decode(model_bytes, value_name, base_dir=base_dir, out=out)
 
     def read_fields(self, model_bytes: bytes, value_name: str, base_dir: str | None) -> dict[str, np.ndarray]:
         verified = reference_impl.verify_model(model_bytes, base_dir=base_dir)

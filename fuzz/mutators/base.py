@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fuzz import gen
+from fuzz import dimensions, gen
 from fuzz import layouts as L
 from fuzz.cases import FuzzCase
 from fuzz.source import Source
@@ -48,9 +48,23 @@ class Work:
         self.files = dict(generated.files)
         self.catalogue = generated.catalogue
         self.code = code
+        self.tags: list[str] = list(generated.tags)
 
     def case(self, rule: str, op: str = "verify", name: str = "", field: str = "") -> FuzzCase:
-        return FuzzCase(self.model, op, name, field, self.files, self.code.value, rule)
+        return FuzzCase(self.model, op, name, field, self.files, self.code.value, rule, list(self.tags))
+
+    def placed(self, src: Source, items: list):
+        """The item to break among ``items``, first, middle or last (``dimensions.place``), tagged
+        ``position:<where>`` when there is more than one to choose from (``position:only`` otherwise)."""
+        index, where = dimensions.place(src, len(items))
+        self.tags.append(f"position:{where}" if len(items) > 1 else "position:only")
+        return items[index]
+
+    def place_index(self, src: Source, count: int) -> int:
+        """Where a new item goes among ``count`` (itself included): first, middle or last, tagged."""
+        index, where = dimensions.place(src, count)
+        self.tags.append(f"position:{where}" if count > 1 else "position:only")
+        return index
 
     @property
     def graph(self):
@@ -231,7 +245,7 @@ def kind_of(site: Site) -> str | None:
 def pick_site(src: Source, work: Work, predicate, fallback) -> Site:
     sites = [s for s in struct_sites(work.model) if predicate(s)]
     if sites and src.chance(7, 8):
-        return src.choice(sites)
+        return work.placed(src, sites)
     return fallback()
 
 
@@ -264,7 +278,7 @@ def ref_sites(work: Work) -> list[Site]:
 def ref_site(src: Source, work: Work) -> Site:
     sites = ref_sites(work)
     if sites and src.chance(7, 8):
-        return src.choice(sites)
+        return work.placed(src, sites)
     decl = fresh_declaration(src, work, "ref")
     return Site(decl.st.structure.field[0].type.struct_type, "type")
 
@@ -319,7 +333,7 @@ def explicit_affine(work, storage: int, count: int):
 def pick_affine(src, work, predicate=lambda v: True, **fresh):
     values = work.values(lambda v: v.WhichOneof("layout") == "affine" and predicate(v))
     if values and src.chance(3, 4):
-        return src.choice(values)
+        return work.placed(src, values)
     return work.add_affine(src, **fresh)
 
 

@@ -55,8 +55,7 @@ def _declaration_ref(src: Source, generated: gen.Generated) -> FuzzCase:
     decl = work.model.struct_types.add(type_id=work.fresh_id(src), type_ref=src.choice(ids))
     if src.boolean():
         decl.name = "Alias"
-    index = src.integer(0, len(work.model.struct_types) - 1)
-    move_last_to(work.model.struct_types, index)
+    move_last_to(work.model.struct_types, work.place_index(src, len(work.model.struct_types)))
     return work.case("catalogue declaration that is a type_ref")
 
 

@@ -88,20 +88,20 @@ def _field_content(src, generated) -> FuzzCase:
     work = Work(generated, E.FIELD_CONTENT_MISSING)
     fields = _structure_site(src, work).st.structure.field
     if src.boolean():
-        fld = src.choice(list(fields))
+        fld = work.placed(src, list(fields))
         fld.ClearField(fld.WhichOneof("content"))
     else:
         names = {f.name for f in fields}
         fields.add(name=next(n for n in ("empty", "empty1", "empty2", "empty3", "empty4") if n not in names),
                    doc_string="no content")
-        move_last_to(fields, src.integer(0, len(fields) - 1))
+        move_last_to(fields, work.place_index(src, len(fields)))
     return work.case("field with neither type nor constant")
 
 
 @mutator(E.BIT_WIDTH_INVALID)
 def _bit_width(src, generated) -> FuzzCase:
     work = Work(generated, E.BIT_WIDTH_INVALID)
-    component = src.choice(list(_packing_site(src, work).st.bit_packing.component))
+    component = work.placed(src, list(_packing_site(src, work).st.bit_packing.component))
     component.bit_width = src.choice((0, 65, 128, 2**31, 2**32 - 1))
     return work.case(f"bit width {component.bit_width}")
 
@@ -133,7 +133,7 @@ def _type_invalid(src, generated) -> FuzzCase:
     if not sites or src.chance(1, 8):
         decl = fresh_declaration(src, work, "structure").st
         sites = [decl.structure.field[0].type]
-    tp = src.choice(sites)
+    tp = work.placed(src, sites)
     how = src.integer(0, 6)
     if how == 0:
         tp.Clear()
@@ -196,7 +196,7 @@ def _tensor_data(src, generated) -> FuzzCase:
     work = Work(generated, E.TENSOR_DATA_INVALID)
     affine = work.values(lambda v: v.WhichOneof("layout") == "affine")
     if affine and src.chance(1, 3):
-        tensor = src.choice(affine).affine.scale
+        tensor = work.placed(src, affine).affine.scale
         where = "affine scale"
     else:
         tensor = _constant_field(src, work).constant

@@ -5,7 +5,9 @@ The subject is ``FUZZ_SUBJECT`` (an adapter spec: ``reference``, ``module:attrib
 crash is caught in its own process). Input format: the first byte's low bit selects raw model bytes
 (the rest of the input) or a structure-aware case (``fuzz.targets.structured.build``).
 
-Error codes are compared on structure-aware cases only: those break at most one rule by construction,
+Structure-aware inputs also decode values into caller buffers of odd layouts (``out=``; strided,
+read-only, misaligned, byte-swapped, empty: ``Generated.out_layouts``) on subjects whose ``decode``
+takes one. Error codes are compared on structure-aware cases only: those break at most one rule by construction,
 while mutated raw bytes often break several at once (an offset past INT64 and a length the layout does
 not need), where the spec orders no checks and every broken rule's code is a correct answer. Verdicts
 and values are compared on every input.
@@ -49,20 +51,25 @@ def is_raw(data: bytes) -> bool:
 
 
 def case_for(data: bytes) -> FuzzCase:
+    return prepared(data)[0]
+
+
+def prepared(data: bytes) -> tuple[FuzzCase, dict[str, str]]:
+    """The case (its ``tags`` the generator dimensions it carries) and, for structure-aware inputs, the
+    caller buffer layout each value it names is decoded into as well (``Generated.out_layouts``)."""
     if is_raw(data):
-        return FuzzCase(data[1:])
+        return FuzzCase(data[1:]), {}
     from fuzz.targets.structured import build
 
     generated, case = build(data[1:])
-    return case if case is not None else FuzzCase(generated.model, "all", files=generated.files)
+    if case is None:
+        case = FuzzCase(generated.model, "all", files=generated.files, tags=list(generated.tags))
+    return case, dict(generated.out_layouts)
 
 
 def one_input(data: bytes) -> None:
     oracle, subject = adapters()
-    case = guarded(lambda: case_for(data), what="generate")
-    model_bytes = case.model_bytes()
-    base_dir = scratch().populate(case.files)
-    problems = _disagreements(oracle, subject, model_bytes, base_dir, codes=not is_raw(data))
+    problems = disagreements(oracle, subject, data)[1]
     if problems:
         key, kind, _ = problems[0]
         operation = key.split(":", 1)[0]
@@ -70,15 +77,23 @@ def one_input(data: bytes) -> None:
                       f"{getattr(subject, 'name', 'subject')}:{operation}:{kind}")
 
 
+def disagreements(oracle, subject, data: bytes) -> tuple[FuzzCase, list[tuple[str, str, str]]]:
+    """The case ``data`` builds and where ``subject`` disagrees with ``oracle`` on it."""
+    case, buffers = guarded(lambda: prepared(data), what="generate")
+    model_bytes = case.model_bytes()
+    base_dir = scratch().populate(case.files)
+    return case, _disagreements(oracle, subject, model_bytes, base_dir, not is_raw(data), buffers)
+
+
 def _disagreements(oracle, subject, model_bytes: bytes, base_dir: str | None,
-                   codes: bool) -> list[tuple[str, str, str]]:
-    expected = guarded(lambda: observe(oracle, model_bytes, base_dir), what="oracle")
-    actual = guarded(lambda: observe(subject, model_bytes, base_dir), what="subject")
+                   codes: bool, buffers: dict[str, str]) -> list[tuple[str, str, str]]:
+    expected = guarded(lambda: observe(oracle, model_bytes, base_dir, buffers), what="oracle")
+    actual = guarded(lambda: observe(subject, model_bytes, base_dir, buffers), what="subject")
     problems = compare(expected, actual, codes)
     if parse_disagreement(problems):
         canonical = canonical_bytes(model_bytes)
         if canonical is not None and canonical != model_bytes:  # judge the contract, not the wire parser
-            return _disagreements(oracle, subject, canonical, base_dir, codes)
+            return _disagreements(oracle, subject, canonical, base_dir, codes, buffers)
     return problems
 
 
