@@ -176,7 +176,7 @@ class Interpreter {
     if (inputs.size() > 0 && inputs[0]) {
       std::vector<double> m = ReadNumbers(*inputs[0], where);
       if (m.size() != 1) ExecutionFailed(where, "the trip count holds one element");
-      trips = static_cast<std::int64_t>(m[0]);
+      trips = ToInt64(m[0]);
       if (trips > kMaxLoopTrips) Fail("RESOURCE_LIMIT", where, "more loop trips than this executor runs");
     }
     bool go = inputs.size() > 1 && inputs[1] ? Truth(*inputs[1], where) : true;
@@ -365,7 +365,9 @@ class Interpreter {
       for (std::size_t d = 0; d < shape.size(); ++d) {
         if (d != axis && part.shape[d] != first.shape[d]) ExecutionFailed(where, "inputs differ off the axis");
       }
-      shape[axis] += part.shape[axis];
+      if (__builtin_add_overflow(shape[axis], part.shape[axis], &shape[axis])) {
+        Fail("RESOURCE_LIMIT", where, "the concatenated dimension overflows");
+      }
       parts.push_back(ReadNumbers(part, where));
     }
     std::uint64_t outer = 1, inner = 1;
@@ -399,7 +401,7 @@ class Interpreter {
         continue;
       }
       if (shape[d] < 0) ExecutionFailed(where, "a negative dimension");
-      known *= shape[d];
+      if (__builtin_mul_overflow(known, shape[d], &known)) Fail("RESOURCE_LIMIT", where, "the new shape overflows");
     }
     if (unknown >= 0) {
       if (known == 0 || x.size() % static_cast<std::uint64_t>(known)) ExecutionFailed(where, "the -1 dimension does not divide");
@@ -455,12 +457,14 @@ class Interpreter {
       sizes = ReadIndices(*inputs[1], where);
     } else {
       const std::int64_t parts = IntAttribute(attributes, "num_outputs", node.output_size());
-      if (parts <= 0) ExecutionFailed(where, "no outputs to split into");
+      if (parts <= 0 || parts != node.output_size()) ExecutionFailed(where, "num_outputs is not the output count");
       const std::int64_t each = (length + parts - 1) / parts;
       for (std::int64_t p = 0, left = length; p < parts; ++p, left -= each) sizes.push_back(std::max<std::int64_t>(0, std::min(each, left)));
     }
     std::int64_t total = 0;
-    for (std::int64_t size : sizes) total += size;
+    for (std::int64_t size : sizes) {
+      if (size < 0 || __builtin_add_overflow(total, size, &total)) ExecutionFailed(where, "split sizes do not fit");
+    }
     if (total != length || static_cast<int>(sizes.size()) != node.output_size()) ExecutionFailed(where, "split sizes do not fit");
     std::uint64_t outer = 1, inner = 1;
     for (std::size_t d = 0; d < axis; ++d) outer *= static_cast<std::uint64_t>(data.shape[d]);

@@ -32,8 +32,14 @@ std::map<std::string, std::string> ParseFlatObject(const std::string& text) {
       const char e = text[at++];
       if (e == 'u') {
         if (at + 4 > text.size()) break;
-        const unsigned code = std::stoul(text.substr(at, 4), nullptr, 16);
-        at += 4;
+        unsigned code = 0;
+        for (int k = 0; k < 4; ++k) {
+          const char h = text[at++];
+          const int digit = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                            : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+          if (digit < 0) Unsupported("rewrite", "a malformed \\u escape");
+          code = code * 16 + static_cast<unsigned>(digit);
+        }
         if (code < 0x80) out += static_cast<char>(code);
         else if (code < 0x800) out += static_cast<char>(0xc0 | (code >> 6)), out += static_cast<char>(0x80 | (code & 0x3f));
         else out += static_cast<char>(0xe0 | (code >> 12)), out += static_cast<char>(0x80 | ((code >> 6) & 0x3f)),

@@ -76,7 +76,7 @@ void StoreAs(const std::string& dtype, std::uint8_t* at, double value) {
     return;
   }
   // Integers: a value outside the type's range has no defined conversion; keep it defined (wrap via int64).
-  const std::int64_t whole = std::isfinite(value) && std::fabs(value) < 9.2e18 ? static_cast<std::int64_t>(value) : 0;
+  const std::int64_t whole = std::isfinite(value) && std::fabs(value) < 9.2e18 ? ToInt64(value) : 0;
   if (dtype == "int64") {
     std::memcpy(at, &whole, 8);
     return;
@@ -231,12 +231,19 @@ Value TensorFromProto(const onnx::TensorProto& tensor, const std::string& path) 
   return MakeTensor(dtype, shape, values);
 }
 
+std::int64_t ToInt64(double value) {
+  if (std::isnan(value)) return 0;
+  if (value >= 9223372036854775807.0) return INT64_MAX;
+  if (value <= -9223372036854775808.0) return INT64_MIN;
+  return static_cast<std::int64_t>(value);
+}
+
 std::vector<std::int64_t> ReadIndices(const Value& tensor, const std::string& what) {
   if (tensor.kind != Value::Kind::kTensor || (tensor.dtype != "int64" && tensor.dtype != "int32")) {
     ExecutionFailed(what, "an integer tensor is required");
   }
   std::vector<std::int64_t> out;
-  for (double value : ReadNumbers(tensor, what)) out.push_back(static_cast<std::int64_t>(value));
+  for (double value : ReadNumbers(tensor, what)) out.push_back(ToInt64(value));
   return out;
 }
 

@@ -37,6 +37,9 @@ std::uint64_t BroadcastIndex(std::uint64_t index, const std::vector<std::int64_t
 // A dense initializer or Constant value (raw_data or its typed field).
 onnx_light::testee::Value TensorFromProto(const onnx::TensorProto& tensor, const std::string& path);
 
+// A double as an int64: truncated, saturated at the type's range, 0 for NaN (never an undefined cast).
+std::int64_t ToInt64(double value);
+
 // Reading an integer attribute-like input (a shape, axes, split sizes).
 std::vector<std::int64_t> ReadIndices(const onnx_light::testee::Value& tensor, const std::string& what);
 
