@@ -12,6 +12,11 @@ import sys
 
 from native_toolchain import SDK, require_toolchain
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 ROOT = SDK.parents[2]
 README = SDK / "README.md"
 
@@ -30,13 +35,21 @@ def test_the_walkthrough_has_one_cmake_file_one_main_and_its_certifying_commands
                   "testee::Value::Tensor(", "testee::Rejected("):  # generated names, a tensor, a code
         assert shown in _blocks("cpp")[0]
     setup, *steps = _blocks("sh")
-    assert 'export SUITE=' in setup and 'pip install -e "$SUITE"' in setup
+    assert 'export SUITE=' in setup and 'pip install -e "$SUITE[sign]"' in setup
     commands = "".join(steps)
     for command in ("python -m conformance run --testee build/my-testee --report-dir cert",
                     "python -m conformance keygen --out vendor",
                     "python -m conformance sign cert --key vendor.pem",
                     "python -m conformance verify-bundle cert --trusted-key vendor.pub.pem"):
         assert command in commands
+
+
+def test_the_walkthrough_installs_what_signing_imports():
+    """keygen, sign and verify-bundle --trusted-key import cryptography: the extra step 1 installs holds it."""
+    extra = re.search(r'pip install -e "\$SUITE\[(\w+)\]"', _blocks("sh")[0])
+    assert extra, "step 1 installs the suite without an extra"
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(requirement.startswith("cryptography") for requirement in declared[extra.group(1)])
 
 
 def test_the_walkthrough_runtime_is_certified_for_affine_signed_and_verified(tmp_path):
