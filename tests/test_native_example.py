@@ -46,7 +46,7 @@ def test_the_example_is_certified_for_the_profiles_it_claims(testee, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     claimed = ["affine", "external-data", "state", "bindings", "zero-copy"]
-    assert manifest["adapter"]["profiles"] == claimed
+    assert sorted(manifest["adapter"]["profiles"]) == sorted(claimed)
     assert manifest["profiles"] == dict.fromkeys(claimed, "certified")
     required = [c for c in manifest["cases"] if c["profile"] in manifest["profiles"] and c["level"] == "Required"]
     assert all(c["verdict"] == "passed" for c in required)
