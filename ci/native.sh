@@ -82,8 +82,9 @@ python3 -m conformance run --testee "$sanitized" --quiet --profile affine --prof
   --profile state --profile bindings --profile zero-copy \
   --report-dir "$out/sanitizer-cases" 2> "$logs/cases.stderr" || status=1
 # A fixed number of executions from a fixed seed, not a time budget: the campaign CI runs is the one
-# that ran here, whatever the machine's speed.
-python3 -m fuzz run differential --testee "$sanitized" --runs "${NATIVE_FUZZ_RUNS:-10000}" --jobs 1 --seed 1 \
+# that ran here, whatever the machine's speed. --time only guards against a hang (its default, 60 s, would
+# end the campaign first on a slow machine: about 4,000 executions on two busy cores).
+python3 -m fuzz run differential --testee "$sanitized" --runs "${NATIVE_FUZZ_RUNS:-10000}" --time 1800 --jobs 1 --seed 1 \
   --quiet --fail-on-finding --out "$out/fuzz" --corpus "$(mktemp -d)" || status=1
 unset ASAN_OPTIONS UBSAN_OPTIONS
 # UBSan prints to the testee's stderr even with a log_path when it shares the process with ASan: that is
