@@ -1,9 +1,10 @@
 """The generated tables of the C++ SDK's guide (conformance/sdk/cpp/README.md): which check gives which
 error code (from reference_impl/errors.py, with the profiles whose cases expect each code) and which
-protocol requests each profile's cases send (from the case corpus). A vendor reads them instead of the
-suite's sources; ``--check`` (run by tests/test_sdk_tables.py) fails when the README is stale.
+protocol requests each profile's cases send and which operators the models of each profile's state traces
+run (from the case corpus). A vendor reads them instead of the suite's sources; ``--check`` (run by
+tests/test_sdk_tables.py) fails when the README is stale.
 
-``python -m conformance.sdk_tables`` prints both tables, ``--write`` rewrites them in the README between
+``python -m conformance.sdk_tables`` prints the tables, ``--write`` rewrites them in the README between
 their markers, ``--check`` exits 1 when the README differs.
 """
 
@@ -20,7 +21,7 @@ from conformance.cases import Case, load_cases
 from reference_impl.errors import ErrorCode
 
 README = pathlib.Path(__file__).resolve().parent / "sdk" / "cpp" / "README.md"
-TABLES = ("codes", "requests")
+TABLES = ("codes", "requests", "operators")
 
 #: The request a case of each non-state operation sends (docs/testee-protocol.md, "Operations").
 OPERATION_REQUESTS = {"verify": "verify", "decode": "decode", "fields": "read_fields", "roundtrip": "roundtrip",
@@ -124,10 +125,69 @@ def requests_table(cases: Iterable[Case]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: How a call of a model-local function (a FunctionProto of the model) is listed.
+LOCAL_FUNCTION = "model-local functions"
+
+
+def _graph_nodes(nodes: Iterable) -> Iterator:
+    """Every node, with the nodes of its control-flow bodies."""
+    for node in nodes:
+        yield node
+        for attribute in node.attribute:
+            if attribute.HasField("g"):
+                yield from _graph_nodes(attribute.g.node)
+            for graph in attribute.graphs:
+                yield from _graph_nodes(graph.node)
+
+
+def case_operators(case: Case) -> set[str]:
+    """The operators running ``case``'s model needs (state traces only: other operations never run a
+    model): standard operators by op_type, others as ``domain::op_type``; calls of the model's own
+    functions are listed once as LOCAL_FUNCTION."""
+    if case.op != "state":
+        return set()
+    from reference_impl import schema
+
+    try:
+        model = schema.parse_model(case.model_bytes())
+    except Exception:  # noqa: BLE001 - an unparsable model runs no operator
+        return set()
+    local = {(function.domain, function.name) for function in model.functions}
+    found: set[str] = set()
+    for node in _graph_nodes([*model.graph.node, *(n for f in model.functions for n in f.node)]):
+        if (node.domain, node.op_type) in local:
+            found.add(LOCAL_FUNCTION)
+        else:
+            found.add(node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}")
+    return found
+
+
+def _operator_cell(name: str) -> str:
+    """An operator as the table shows it: code-formatted, with the role it plays (docs/testee-protocol.md)."""
+    from conformance.operators import ROLES
+
+    if name == LOCAL_FUNCTION:
+        return name
+    roles = {f"{role.domain}::{role.op_type}": role.name for role in ROLES.values() if role.domain}
+    return f"`{name}` (role `{roles[name]}`)" if name in roles else f"`{name}`"
+
+
+def operators_table(cases: Iterable[Case]) -> str:
+    """profile | operators its state traces' models run."""
+    operators: dict[str, set[str]] = defaultdict(set)
+    for case in cases:
+        operators[case.profile] |= case_operators(case)
+    lines = ["| profile | operators the models of its state traces run |", "| --- | --- |"]
+    for profile in sorted(PROFILES):
+        names = sorted(operators[profile], key=lambda name: ("::" in name or name == LOCAL_FUNCTION, name))
+        lines.append(f"| `{profile}` | {', '.join(_operator_cell(name) for name in names) or '-'} |")
+    return "\n".join(lines) + "\n"
+
+
 def render(cases: Iterable[Case] | None = None) -> dict[str, str]:
     """Each generated table of the README by its marker name."""
     found = list(load_cases() if cases is None else cases)
-    return {"codes": codes_table(found), "requests": requests_table(found)}
+    return {"codes": codes_table(found), "requests": requests_table(found), "operators": operators_table(found)}
 
 
 def _markers(name: str) -> tuple[str, str]:

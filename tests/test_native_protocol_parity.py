@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 from native_toolchain import EXAMPLE, ROOT, SDK, build
-from test_native_sdk import Session
+from test_native_sdk import OLD_STYLE_SOURCE, Session
 
 from conformance import protocol as P
 from conformance import protocol_schema
@@ -91,6 +91,17 @@ def example():
     return str(build("release") / EXAMPLE)
 
 
+@pytest.fixture(scope="module")
+def without_holds(tmp_path_factory):
+    """A runtime on the SDK that does not override SupportsHeldRuns (the example does)."""
+    tree = build("release")
+    binary = tmp_path_factory.mktemp("without-holds") / "without-holds-testee"
+    subprocess.run(["g++", "-std=c++17", "-Wall", "-Wextra", str(OLD_STYLE_SOURCE), f"-I{SDK / 'include'}",
+                    f"-L{tree}", "-lonnx_light_testee_sdk", "-lonnx_light_testee_protocol", "-lprotobuf-lite",
+                    "-pthread", "-o", str(binary)], check=True)
+    return str(binary)
+
+
 def _tensor(named, array: np.ndarray, **fields) -> None:
     message = named.value
     message.tensor.dtype = array.dtype.name
@@ -121,16 +132,17 @@ def _seen(response, name: bytes) -> list[int]:
     return list(struct.unpack("<4q", found[name + b"#seen"].data))
 
 
-def test_hello_speaks_protocol_5_and_lists_only_the_features_the_runtime_has(example, pass_through):
-    plain = Session(example).call("hello").hello
+def test_hello_speaks_protocol_5_and_lists_only_the_features_the_runtime_has(without_holds, pass_through, example):
+    plain = Session(without_holds).call("hello").hello
     holding = Session(pass_through).call("hello").hello
     assert plain.protocol_version == holding.protocol_version == P.PROTOCOL_VERSION
     assert plain.has_features and list(plain.features) == []
     assert holding.has_features and list(holding.features) == [protocol_schema.HOLD_FEATURE]
+    assert list(Session(example).call("hello").hello.features) == [protocol_schema.HOLD_FEATURE]
 
 
-def test_a_held_run_on_a_runtime_without_held_runs_is_not_supported(example):
-    session = Session(example)
+def test_a_held_run_on_a_runtime_without_held_runs_is_not_supported(without_holds):
+    session = Session(without_holds)
     session.send(_request("run", 4, state=1, hold=True))
     session.send(_request("hold", 5, state=1))
     answers = {r.id: r for r in (session.receive(), session.receive())}

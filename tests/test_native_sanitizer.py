@@ -19,6 +19,8 @@ from conformance import protocol as P
 FAULTY_SOURCE = ROOT / "tests" / "fixtures" / "native" / "faulty_testee.cc"
 #: docs/testee-protocol.md: lift the soft address-space limit a fuzz campaign passes on to its testee.
 WRAPPER = "sh -c 'ulimit -S -v unlimited && exec \"$0\"' {}"
+#: The example's profiles, run against its sanitizer build (the state profiles run its graph executor).
+PROFILES = ("affine", "external-data", "state", "bindings", "zero-copy")
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +78,7 @@ def test_the_sanitizer_build_passes_the_example_cases(tree, tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
     done = subprocess.run([sys.executable, "-m", "conformance", "run", "--testee", WRAPPER.format(tree / EXAMPLE),
-                           "--quiet", "--profile", "affine", "--profile", "external-data", "--report-dir",
+                           "--quiet", *(arg for name in PROFILES for arg in ("--profile", name)), "--report-dir",
                            str(tmp_path / "report")], cwd=ROOT, env=_environment(logs), capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Sanitizer" not in _reports(logs, done.stderr) and "runtime error" not in done.stderr

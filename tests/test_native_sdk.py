@@ -69,7 +69,7 @@ def test_hello_claims_the_example_profiles_at_the_runners_protocol(testee):
     hello = session.call("hello", request_id=7)
     assert hello.id == 7 and hello.WhichOneof("result") == "hello"
     assert hello.hello.protocol_version == P.PROTOCOL_VERSION
-    assert list(hello.hello.profiles) == ["affine", "external-data"]
+    assert list(hello.hello.profiles) == ["affine", "external-data", "state", "bindings", "zero-copy"]
     assert hello.hello.name == "onnx-light-example-testee"
     assert session.finish() == (0, b"")
 
@@ -105,13 +105,20 @@ def test_shutdown_answers_ok_and_exits_0(testee):
     assert session.process.wait(20) == 0
 
 
-@pytest.mark.parametrize("op", ["read_fields", "open_state", "values", "reset", "close", "counters", "export",
-                                "rewrite"])
-def test_methods_a_runtime_does_not_override_answer_not_supported(testee, op):
-    session = Session(testee)
+@pytest.mark.parametrize("op", ["read_fields", "open_state", "run", "values", "reset", "close", "counters"])
+def test_methods_a_runtime_does_not_override_answer_not_supported(old_style, op):
+    session = Session(old_style)
     response = session.call(op, request_id=11)
     assert (response.id, response.WhichOneof("result")) == (11, "not_supported")
     assert response.not_supported.reason
+    session.finish()
+
+
+@pytest.mark.parametrize("op", ["run", "values", "reset", "close", "counters"])
+def test_state_requests_on_a_state_the_example_never_opened_are_rejected_as_closed(testee, op):
+    session = Session(testee)
+    response = session.call(op, request_id=12, state=41)
+    assert (response.id, response.rejected.code) == (12, "STATE_CLOSED")
     session.finish()
 
 
@@ -167,7 +174,7 @@ def test_a_value_whose_bytes_do_not_match_its_shape_is_an_internal_error(testee)
     assert "does not match its shape" in response.error.message
     request.open_state.initial[0].value.tensor.data = b"\x00" * 8  # well formed: the runtime's own verdict
     session.send(request)
-    assert session.receive().WhichOneof("result") == "not_supported"
+    assert session.receive().rejected.code == "STATE_INITIAL_UNKNOWN"  # the empty model binds no input
     session.finish()
 
 

@@ -12,6 +12,11 @@ import sys
 
 from native_toolchain import SDK, require_toolchain
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 ROOT = SDK.parents[2]
 README = SDK / "README.md"
 
@@ -37,6 +42,13 @@ def test_the_walkthrough_has_one_cmake_file_one_main_and_its_certifying_commands
                     "python -m conformance sign cert --key vendor.pem",
                     "python -m conformance verify-bundle cert --trusted-key vendor.pub.pem"):
         assert command in commands
+
+
+def test_the_walkthrough_installs_what_signing_imports():
+    """keygen, sign and verify-bundle --trusted-key import cryptography: the plain install of step 1 holds it."""
+    assert re.search(r'pip install -e "\$SUITE"', _blocks("sh")[0]), "step 1 does not install the suite"
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(requirement.startswith("cryptography") for requirement in declared)
 
 
 def test_the_walkthrough_runtime_is_certified_for_affine_signed_and_verified(tmp_path):

@@ -106,3 +106,17 @@ def test_a_readme_without_markers_is_a_one_line_error(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "no markers" in done.stderr
+
+
+def test_the_operators_of_a_state_trace_come_from_its_model_and_subgraphs():
+    """A state case lists the operators its model runs (control-flow bodies and model-local functions
+    included, roles named); cases of other operations run no model and list none."""
+    cases = {case.id: case for case in load_cases()}
+    assert sdk_tables.case_operators(cases["Required.State.Feedback.EquivalentToManualLoop"]) >= {"Add", "Identity"}
+    assert sdk_tables.case_operators(cases["Required.Bindings.Declaration.NestedInFunctionBody"]) == {
+        "If", "Identity", sdk_tables.LOCAL_FUNCTION}
+    assert sdk_tables.case_operators(cases["Required.Affine.Storage.Int8PerTensor"]) == set()
+    table = sdk_tables.render()["operators"]
+    state_row = next(line for line in table.splitlines() if line.startswith("| `state` |"))
+    assert "`onnx_light.conformance::Hold`" in state_row and "`onnx_light::Decode` (role `decode`)" in state_row
+    assert next(line for line in table.splitlines() if line.startswith("| `affine` |")) == "| `affine` | - |"

@@ -64,6 +64,8 @@ class Verifier {
     }
   }
 
+  // One encoded value: layout, payload extent and (with a base_dir) its backing file.
+ public:
   EncodedInfo Encoded(const onnx::EncodedValueProto& value, const std::string& path) {
     EncodedInfo info;
     info.value = &value;
@@ -80,6 +82,8 @@ class Verifier {
     CheckFile(info.extent, base_dir_, path);
     return info;
   }
+
+ private:
 
   // A struct layout is a concrete, byte-encodable type of positive whole-byte size; the payload holds
   // whole records. Returns the record size.
@@ -108,6 +112,12 @@ class Verifier {
 };
 
 }  // namespace
+
+EncodedInfo VerifyEncodedValue(const Catalogue& catalogue, const onnx::EncodedValueProto& value,
+                               const std::string& base_dir, const std::string& path) {
+  Verifier verifier(catalogue, base_dir);
+  return verifier.Encoded(value, path);
+}
 
 VerifiedModel VerifyModel(std::string_view bytes, const std::string& base_dir) {
   auto model = std::make_shared<onnx::ModelProto>();

@@ -29,6 +29,10 @@ struct VerifiedModel {
   std::vector<EncodedInfo> values;  // the root graph's encoded initializers, in order
 };
 
+// One encoded value checked on its own against a model's catalogue (a value fed to a running graph).
+EncodedInfo VerifyEncodedValue(const Catalogue& catalogue, const onnx::EncodedValueProto& value,
+                               const std::string& base_dir, const std::string& path);
+
 // The first violation is thrown as a Rejected; base_dir "" skips the backing-file checks.
 VerifiedModel VerifyModel(std::string_view bytes, const std::string& base_dir);
 

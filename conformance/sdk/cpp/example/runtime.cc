@@ -1,18 +1,19 @@
-// The example runtime: a vendor's view of the contract for the affine and external-data profiles,
-// served over the testee protocol by the SDK.
+// The example runtime: a vendor's view of the contract for the affine, external-data, state, bindings and
+// zero-copy profiles, served over the testee protocol by the SDK.
 #include "runtime.h"
 
 #include "affine.h"
 #include "common.h"
 #include "model.h"
 #include "registered.h"
+#include "rewrite.h"
 
 namespace example {
 
 using onnx_light::testee::Value;
 
 onnx_light::testee::Hello ExampleRuntime::GetHello() {
-  return {"onnx-light-example-testee", ONNX_LIGHT_EXAMPLE_VERSION, {"affine", "external-data"}, {}};
+  return {"onnx-light-example-testee", ONNX_LIGHT_EXAMPLE_VERSION, {"affine", "external-data", "state", "bindings", "zero-copy"}, {}};
 }
 
 void ExampleRuntime::Verify(std::string_view model, const std::string& base_dir) { VerifyModel(model, base_dir); }
@@ -35,6 +36,34 @@ std::string ExampleRuntime::RoundTrip(std::string_view model, const std::string&
   std::string saved;
   if (!verified.model->SerializeToString(&saved)) throw std::runtime_error("the model could not be serialized");
   return saved;
+}
+
+onnx_light::testee::StateId ExampleRuntime::OpenState(std::string_view model,
+                                                     const onnx_light::testee::NamedValues& initial,
+                                                     const std::string& base_dir) {
+  return states_.Open(model, initial, base_dir);
+}
+
+onnx_light::testee::NamedValues ExampleRuntime::Run(onnx_light::testee::StateId state,
+                                                    const onnx_light::testee::NamedValues& feeds,
+                                                    const onnx_light::testee::RunOptions& options) {
+  return states_.Run(state, feeds, options);
+}
+
+onnx_light::testee::NamedValues ExampleRuntime::Values(onnx_light::testee::StateId state) { return states_.Values(state); }
+
+void ExampleRuntime::Reset(onnx_light::testee::StateId state, const onnx_light::testee::NamedValues& initial) {
+  states_.Reset(state, initial);
+}
+
+void ExampleRuntime::Close(onnx_light::testee::StateId state) { states_.Close(state); }
+
+std::map<std::string, std::int64_t> ExampleRuntime::Counters(onnx_light::testee::StateId state) {
+  return states_.Counters(state);
+}
+
+std::string ExampleRuntime::Rewrite(std::string_view model, const std::string& rewrite_json, const std::string&) {
+  return RewriteModel(model, rewrite_json);
 }
 
 }  // namespace example
