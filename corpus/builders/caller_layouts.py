@@ -129,8 +129,8 @@ def caller_layout(entry: str, layout: str, must_retain: bool = False):
 @builder
 def caller_zero_size(entry: str):
     """A state over ``present = Concat(past, x)`` (a growing cache, past FLOAT[n]) given a zero-element
-    buffer at ``entry`` (``Initial``, ``Reset`` or ``Feed``): the empty initial value (as the spec's empty KV cache), an empty reset, or an empty
-    feed forwarded into the state. An empty buffer has no address to compare; what it holds is checked
+    buffer at ``entry`` (``Initial``, ``Reset`` or ``Feed``): the empty initial value (as the spec's empty
+    KV cache), an empty reset, or an empty feed. An empty buffer has no address to compare; what it holds is checked
     through the next call."""
     model = text_model('''
 ir_version: 13
