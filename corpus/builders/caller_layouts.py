@@ -86,11 +86,15 @@ def caller_layout(entry: str, layout: str, must_retain: bool = False):
     # A byte-swapped buffer kept as it is comes back in its own byte order: the values are checked through
     # what the next call computes from them, which any correct reading gives.
     check_values = layout != "ByteSwapped"
-    refused = {} if must_retain else {"error": "STATE_UNRETAINABLE", "optional": True}
-    forwarded_refusal = {} if must_retain else {"also": ["STATE_RUN_FAILED"]}
+    # An explicit refusal: STATE_UNRETAINABLE, or the value refused as not of its declared type (a NumPy
+    # dtype in the other byte order is not the declared one's).
+    refused = {} if must_retain else {"error": "STATE_UNRETAINABLE", "also": ["STATE_VALUE_INCOMPATIBLE"],
+                                      "optional": True}
+    forwarded_refusal = {} if must_retain else {"also": ["STATE_VALUE_INCOMPATIBLE", "STATE_RUN_FAILED"]}
     if entry == "FreshFeed":
         # Never retained, so a copy would be allowed; a refusal is explicit too. Only a misreading fails.
-        either = {"error": "STATE_UNRETAINABLE", "also": ["STATE_RUN_FAILED"], "optional": True}
+        either = {"error": "STATE_UNRETAINABLE", "also": ["STATE_VALUE_INCOMPATIBLE", "STATE_RUN_FAILED"],
+                  "optional": True}
         steps = [{"op": "open", "initial": {"past": _plain(zeros)}},
                  {"op": "run", "feeds": {"x": given}, **either,
                   "outputs": {"y": _plain(data), "present": _plain([1.0] * 3)}},
