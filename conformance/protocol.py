@@ -216,6 +216,8 @@ def to_proto(value: Any, out, buffer_id=default_buffer_id, with_data: bool = Tru
                 if with_data:
                     tensor.strings.extend(str(s) for s in items)
         else:
+            if not array.dtype.isnative:  # the wire carries values in native order; byte order is a layout
+                array = array.astype(array.dtype.newbyteorder("="))
             tensor.dtype = array.dtype.name
             strided = _span(array)
             if strided is not None:

@@ -70,7 +70,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance import operators
+from conformance import measured, operators
 from conformance import values as V
 from conformance.adapters import NotSupported, SuiteError
 from conformance.hold import Hold
@@ -566,6 +566,7 @@ _STEPS = {"open": Trace.step_open, "run": Trace.step_run, "values": Trace.step_v
           "held": Trace.step_held, "readonly": Trace.step_readonly, "repeat": Trace.step_repeat,
           "counters": Trace.step_counters, "file": Trace.step_file, "forget": Trace.step_forget,
           "lowered": Trace.step_lowered}
+_STEPS.update(allocations=measured.step_allocations, addresses=measured.step_addresses)
 
 
 def run_trace(case, adapter, workdir: str, require_codes: bool) -> bool | None:

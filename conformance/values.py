@@ -13,6 +13,12 @@ A case writes a value as a small TOML table::
     {encoded = '''struct_type { type_ref: 2001 } raw_data: "..."'''}
     {ref = "s1|present"}                                        # a value seen earlier in the trace
 
+A tensor literal may ask for the layout of the caller's buffer (conformance.layouts): ``strided = n`` (every
+n-th element of a larger buffer), ``reversed = true`` (negative strides), ``byteswapped = true`` (the
+non-native byte order), ``offset = k`` (the data starts k bytes into a larger buffer: misaligned for k not a
+multiple of the item size), ``window = true`` (a contiguous view of a view of a larger buffer whose other
+elements are junk) and ``readonly = true``.
+
 A tensor literal with ``ownerless = true`` is lent like a raw pointer valid for one call only: the array
 views memory through a ctypes object that owns nothing (``borrow``), so a runtime cannot keep it alive.
 Encoded payloads are built writable, so a runtime that writes into an encoded input is seen doing it.
@@ -64,7 +70,13 @@ def build(literal: Any, refs: Callable[[str], Any] | None = None) -> Any:
         if literal.get("strided"):  # a non-contiguous view onto a larger buffer
             step = int(literal["strided"])
             base = np.repeat(array.reshape(-1), step).reshape(array.shape[:-1] + (-1,)) if array.ndim else array
-            return base[..., ::step] if array.ndim else array
+            array = base[..., ::step] if array.ndim else array
+            if not any(key in literal for key in _LAYOUTS):
+                return array
+        if any(key in literal for key in _LAYOUTS):
+            from conformance.layouts import arrange
+
+            array = arrange(array, literal)
         if literal.get("readonly"):
             array.flags.writeable = False
         if literal.get("ownerless"):
@@ -85,6 +97,10 @@ def build(literal: Any, refs: Callable[[str], Any] | None = None) -> Any:
         proto.ClearField("raw_data")
         return Encoded(proto, payload)
     raise LiteralError(f"unrecognized value literal {dict(literal)!r}")
+
+
+#: Literal keys that ask for a caller buffer layout (conformance/layouts.py).
+_LAYOUTS = ("reversed", "byteswapped", "offset", "window")
 
 
 #: The memory behind ``borrow`` views. The suite keeps it alive; the views themselves reference no owner.

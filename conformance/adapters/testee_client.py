@@ -71,6 +71,7 @@ _ADAPTERS: weakref.WeakSet[TesteeAdapter] = weakref.WeakSet()
 
 class TesteeAdapter:
     handles_timeouts = True  # every request has its own timeout and a hung process is killed
+    out_of_process = True  # allocations and buffer addresses cannot be observed from the runner
 
     def __init__(self, command: str, timeout: float = 30.0, max_frame: int | None = None,
                  max_objects: int | None = None):

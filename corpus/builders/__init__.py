@@ -15,7 +15,8 @@ MODULES = ("structured_examples", "affine_sweep", "affine_scales", "wire", "kv",
            "kv_contiguous", "kv_semantics", "wire_fields", "limits", "kv_reuse", "kv_masks",
            "affine_layouts", "kv_batches", "limits_leaves", "kv_workspace", "kv_padding", "kv_combinations",
            "affine_chunks",
-           "encoding_chunks", "kv_chunks")
+           "encoding_chunks", "kv_chunks", "zero_copy_layouts", "state_positions", "state_identity",
+           "state_cost")
 
 
 def builder(fn):
