@@ -1,4 +1,4 @@
-"""The cases of corpus/cases/bindings_positions.toml: one offending binding, initial or reset value, bound
+"""The cases of corpus/cases/bindings/positions.toml: one offending binding, initial or reset value, bound
 output or paged-cache block at the first, a middle and the last of three positions. The reference passes
 every case; a runtime that checks only the first item (or only the last) fails the cases of the other
 positions."""
@@ -20,10 +20,13 @@ from reference_impl import state as state_module
 from reference_impl.kv import paged
 from reference_impl.values import StructValue, compile_type
 
+#: the manifests the cases were filed in, one per area
+_SOURCES = ("cases/bindings/positions.toml", "cases/kv/positions.toml", "cases/state/positions.toml", "cases/zero_copy/positions.toml")
+
 
 @functools.cache
 def _cases() -> dict:
-    return {case.id: case for case in load_cases() if case.source == "cases/bindings_positions.toml"}
+    return {case.id: case for case in load_cases() if case.source in _SOURCES}
 
 
 def _ids(*parts: str, where=("First", "Middle", "Last")) -> set[str]:

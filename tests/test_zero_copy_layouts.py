@@ -1,4 +1,4 @@
-"""The cases of corpus/cases/zero_copy_layouts.toml: the reference passes every one, a runtime that keeps
+"""The cases of corpus/cases/zero_copy/layouts.toml: the reference passes every one, a runtime that keeps
 each layout as it is passes the Required ones, and each plausible wrong way of taking a caller's buffer
 fails some: normalizing it to a native, aligned, contiguous, writable copy; copying every view;
 reading a byte-swapped buffer as if it were native; and taking a zero-element buffer for a missing one."""
@@ -24,7 +24,7 @@ REC = "Recommended.ZeroCopy.CallerLayouts."
 
 @functools.cache
 def _cases() -> dict:
-    return {case.id: case for case in load_cases() if case.source == "cases/zero_copy_layouts.toml"}
+    return {case.id: case for case in load_cases() if case.source == "cases/zero_copy/layouts.toml"}
 
 
 def _map(values: dict, change) -> dict:
