@@ -21,7 +21,8 @@ from reference_impl.kv import paged
 from reference_impl.values import StructValue, compile_type
 
 #: the manifests the cases were filed in, one per area
-_SOURCES = ("cases/bindings/positions.toml", "cases/kv/positions.toml", "cases/state/positions.toml", "cases/zero_copy/positions.toml")
+_SOURCES = ("cases/bindings/positions.toml", "cases/kv/positions.toml", "cases/state/positions.toml",
+            "cases/zero_copy/positions.toml")
 
 
 @functools.cache
