@@ -14,7 +14,7 @@ BUILDERS: dict = {}
 MODULES = ("representation", "affine_sweep", "affine_scales", "wire", "kv", "kv_formats", "kv_paged",
            "kv_contiguous", "kv_semantics", "coverage_models", "limits", "second_state", "state_more",
            "affine_more", "kv_more", "thin_repr", "thin_state", "mut_kv", "kv_combinations", "affine_chunks",
-           "record_chunks", "kv_chunks", "positions")
+           "record_chunks", "kv_chunks", "positions", "declaration_forms")
 
 
 def builder(fn):
