@@ -19,7 +19,8 @@ U8 = 'tensor_type { elem_type: 2 shape { } }'
 
 #: malformed declaration bodies (a StructTypeProto's content, no type_id)
 BODIES = {
-    "DuplicateField": f'structure {{ field {{ name: "x" type {{ {U8} }} }} field {{ name: "x" type {{ {U8} }} }} }}',
+    "DuplicateField": f'structure {{ field {{ name: "x" type {{ {U8} }} }} '
+                      f'field {{ name: "x" type {{ {U8} }} }} }}',
     "BitWidthZero": 'bit_packing { component { name: "c" bit_width: 0 } dimension: 8 }',
     "FieldContentMissing": 'structure { field { name: "x" } }',
     "ArrayDimensionZero": f'array {{ element_type {{ {U8} }} dimension: 0 }}',
@@ -27,7 +28,8 @@ BODIES = {
 
 
 def _in_declaration(type_text: str) -> str:
-    return f'struct_types {{ type_id: 5 structure {{ field {{ name: "f" type {{ {type_text} }} }} }} }}\ngraph {{ name: "g" }}\n'
+    return (f'struct_types {{ type_id: 5 structure {{ field {{ name: "f" type {{ {type_text} }} }} }} }}\n'
+            'graph { name: "g" }\n')
 
 
 def _bound(st: str) -> str:
@@ -41,7 +43,8 @@ def _if_branch(st: str) -> str:
     def branch(name: str) -> str:
         return f'g {{ name: "{name}" output {{ name: "o" type {{ struct_type {{ {st} }} }} }} }}'
     return ('graph { name: "g" input { name: "c" type { tensor_type { elem_type: 9 shape { } } } } '
-            f'node {{ op_type: "If" input: "c" output: "y" attribute {{ name: "then_branch" type: GRAPH {branch("t")} }} '
+            'node { op_type: "If" input: "c" output: "y" '
+            f'attribute {{ name: "then_branch" type: GRAPH {branch("t")} }} '
             f'attribute {{ name: "else_branch" type: GRAPH {branch("e")} }} }} }}\n')
 
 

@@ -21,7 +21,8 @@ HEAD = 'ir_version: 13\nopset_import { domain: "" version: 23 }\n'
 #: one UINT8 scalar: a fixed-size leaf of one byte
 U8 = 'tensor_type { elem_type: 2 shape { } }'
 #: declaration 6: two UINT8 fields, records of two bytes
-LEAF6 = f'struct_types {{ type_id: 6 structure {{ field {{ name: "a" type {{ {U8} }} }} field {{ name: "b" type {{ {U8} }} }} }} }}\n'
+LEAF6 = (f'struct_types {{ type_id: 6 structure {{ field {{ name: "a" type {{ {U8} }} }} '
+         f'field {{ name: "b" type {{ {U8} }} }} }} }}\n')
 POSITIONS = {"First": 0, "Middle": 1, "Last": 2}
 COUNT = 3
 
@@ -49,13 +50,14 @@ def _if_node(i: int, branch_type: str) -> str:
 
 
 def _loop_node(i: int, carried_type: str) -> str:
-    body = (f'g {{ name: "body{i}" input {{ name: "n{i}" type {{ tensor_type {{ elem_type: 7 shape {{ }} }} }} }} '
-            f'input {{ name: "c{i}" type {{ tensor_type {{ elem_type: 9 shape {{ }} }} }} }} '
-            f'input {{ name: "s{i}" type {{ {carried_type} }} }} '
-            f'output {{ name: "k{i}" type {{ tensor_type {{ elem_type: 9 shape {{ }} }} }} }} '
-            f'output {{ name: "r{i}" type {{ {carried_type} }} }} '
-            f'node {{ op_type: "Identity" input: "c{i}" output: "k{i}" }} node {{ op_type: "Identity" input: "s{i}" output: "r{i}" }} }}')
-    return f'node {{ op_type: "Loop" input: "m" input: "c" input: "s" output: "z{i}" attribute {{ name: "body" type: GRAPH {body} }} }}'
+    scalar = 'tensor_type { elem_type: %d shape { } }'
+    body = (f'g {{ name: "body{i}" input {{ name: "n{i}" type {{ {scalar % 7} }} }} '
+            f'input {{ name: "c{i}" type {{ {scalar % 9} }} }} input {{ name: "s{i}" type {{ {carried_type} }} }} '
+            f'output {{ name: "k{i}" type {{ {scalar % 9} }} }} output {{ name: "r{i}" type {{ {carried_type} }} }} '
+            f'node {{ op_type: "Identity" input: "c{i}" output: "k{i}" }} '
+            f'node {{ op_type: "Identity" input: "s{i}" output: "r{i}" }} }}')
+    return (f'node {{ op_type: "Loop" input: "m" input: "c" input: "s" output: "z{i}" '
+            f'attribute {{ name: "body" type: GRAPH {body} }} }}')
 
 
 def _encoded(i: int, layout: str, raw: str) -> str:
@@ -63,8 +65,8 @@ def _encoded(i: int, layout: str, raw: str) -> str:
 
 
 def _affine(i: int, layout: str, raw: str = "\\x01\\x02\\x03\\x04") -> str:
-    return (f'encoded_initializer {{ name: "w{i}" affine {{ {layout} }} '
-            f'logical_type {{ tensor_type {{ elem_type: 1 shape {{ dim {{ dim_value: 4 }} }} }} }} raw_data: "{raw}" }}')
+    logical = 'logical_type { tensor_type { elem_type: 1 shape { dim { dim_value: 4 } } } }'
+    return f'encoded_initializer {{ name: "w{i}" affine {{ {layout} }} {logical} raw_data: "{raw}" }}'
 
 
 def _external(i: int, keys: str) -> str:
@@ -79,6 +81,22 @@ def _ext_keys(i: int, length: str | None = "2", offset: int | None = None) -> st
     return keys
 
 
+def _decl(i: int, body: str) -> str:
+    return f'struct_types {{ type_id: {10 + i} {body} }}'
+
+
+def _one_field(content: str) -> str:
+    return f'structure {{ field {{ name: "x" {content} }} }}'
+
+
+def _typed(group: str, name: str, type_text: str) -> str:
+    return f'{group} {{ name: "{name}" type {{ {type_text} }} }}'
+
+
+_REF6, _REF99 = 'struct_type { type_ref: 6 }', 'struct_type { type_ref: 99 }'
+_DUPLICATE = (f'struct_type {{ structure {{ field {{ name: "x" type {{ {U8} }} }} '
+              f'field {{ name: "x" type {{ {U8} }} }} }} }}')
+_INLINE_WITH_ID = f'type {{ struct_type {{ type_id: 9 {_one_field(f"type {{ {U8} }}")} }} }}'
 _INT8 = "storage_type: 3 scale { data_type: 1 float_data: 0.5 }"
 _STRUCT_IO = f'struct_type {{ structure {{ field {{ name: "x" type {{ {U8} }} }} }} }}'
 _DENSE_IO = 'tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } }'
@@ -87,11 +105,11 @@ SLOTS: dict[str, Slot] = {
     # ModelProto.struct_types: declarations 10, 11, 12
     "catalogue": Slot(
         HEAD + 'ITEMS\ngraph { name: "g" }\n',
-        lambda i: f'struct_types {{ type_id: {10 + i} structure {{ field {{ name: "x" type {{ {U8} }} }} }} }}',
-        {"UnresolvedRef": lambda i: f'struct_types {{ type_id: {10 + i} structure {{ field {{ name: "r" type {{ struct_type {{ type_ref: 99 }} }} }} }} }}',
-         "Kindless": lambda i: f'struct_types {{ type_id: {10 + i} name: "category" }}',
-         "TypeRefDeclaration": lambda i: f'struct_types {{ type_id: {10 + i} type_ref: 6 }}',
-         "StructureEmpty": lambda i: f'struct_types {{ type_id: {10 + i} structure {{ }} }}'}),
+        lambda i: _decl(i, _one_field(f'type {{ {U8} }}')),
+        {"UnresolvedRef": lambda i: _decl(i, _one_field(f'type {{ {_REF99} }}')),
+         "Kindless": lambda i: _decl(i, 'name: "category"'),
+         "TypeRefDeclaration": lambda i: _decl(i, "type_ref: 6"),
+         "StructureEmpty": lambda i: _decl(i, "structure { }")}),
     # the fields of declaration 5 (declaration 6 is a valid target for references)
     "field": Slot(
         HEAD + LEAF6 + 'struct_types { type_id: 5 structure { ITEMS } }\ngraph { name: "g" }\n',
@@ -99,11 +117,12 @@ SLOTS: dict[str, Slot] = {
         {"UnresolvedRef": lambda i: _field(i, 'type { struct_type { type_ref: 99 } }'),
          "SelfReference": lambda i: _field(i, 'type { struct_type { type_ref: 5 } }'),
          "RefWithName": lambda i: _field(i, 'type { struct_type { type_ref: 6 name: "n" } }'),
-         "InlineWithTypeId": lambda i: _field(i, f'type {{ struct_type {{ type_id: 9 structure {{ field {{ name: "x" type {{ {U8} }} }} }} }} }}'),
+         "InlineWithTypeId": lambda i: _field(i, _INLINE_WITH_ID),
          "ContentMissing": lambda i: _field(i, ""),
          "ConstantNegativeDims": lambda i: _field(i, 'constant { dims: -1 data_type: 1 }'),
-         "UnresolvedRefInSequence": lambda i: _field(i, 'type { sequence_type { elem_type { struct_type { type_ref: 99 } } } }'),
-         "UnresolvedRefInMap": lambda i: _field(i, 'type { map_type { key_type: 7 value_type { struct_type { type_ref: 99 } } } }')}),
+         "UnresolvedRefInSequence": lambda i: _field(i, f'type {{ sequence_type {{ elem_type {{ {_REF99} }} }} }}'),
+         "UnresolvedRefInMap": lambda i: _field(i, f'type {{ map_type {{ key_type: 7 value_type {{ {_REF99} }} }} }}'),
+         }),
     # the components of a bit packing
     "component": Slot(
         HEAD + 'struct_types { type_id: 5 bit_packing { ITEMS dimension: 8 } }\ngraph { name: "g" }\n',
@@ -113,26 +132,27 @@ SLOTS: dict[str, Slot] = {
     # graph inputs, outputs and value infos typed by declaration 6
     "input": Slot(
         HEAD + LEAF6 + 'graph { name: "g" ITEMS }\n',
-        lambda i: f'input {{ name: "in{i}" type {{ struct_type {{ type_ref: 6 }} }} }}',
-        {"UnresolvedRef": lambda i: f'input {{ name: "in{i}" type {{ struct_type {{ type_ref: 99 }} }} }}',
-         "InlineDuplicateField": lambda i: f'input {{ name: "in{i}" type {{ struct_type {{ structure {{ field {{ name: "x" type {{ {U8} }} }} field {{ name: "x" type {{ {U8} }} }} }} }} }} }}'}),
+        lambda i: _typed("input", f"in{i}", _REF6),
+        {"UnresolvedRef": lambda i: _typed("input", f"in{i}", _REF99),
+         "InlineDuplicateField": lambda i: _typed("input", f"in{i}", _DUPLICATE)}),
     "output": Slot(
         HEAD + LEAF6 + 'graph { name: "g" ITEMS }\n',
-        lambda i: f'output {{ name: "out{i}" type {{ struct_type {{ type_ref: 6 }} }} }}',
-        {"UnresolvedRef": lambda i: f'output {{ name: "out{i}" type {{ struct_type {{ type_ref: 99 }} }} }}'}),
+        lambda i: _typed("output", f"out{i}", _REF6),
+        {"UnresolvedRef": lambda i: _typed("output", f"out{i}", _REF99)}),
     "value_info": Slot(
         HEAD + LEAF6 + 'graph { name: "g" ITEMS }\n',
-        lambda i: f'value_info {{ name: "t{i}" type {{ sequence_type {{ elem_type {{ struct_type {{ type_ref: 6 }} }} }} }} }}',
-        {"UnresolvedRef": lambda i: f'value_info {{ name: "t{i}" type {{ sequence_type {{ elem_type {{ struct_type {{ type_ref: 99 }} }} }} }} }}'}),
+        lambda i: _typed("value_info", f"t{i}", f"sequence_type {{ elem_type {{ {_REF6} }} }}"),
+        {"UnresolvedRef": lambda i: _typed("value_info", f"t{i}", f"sequence_type {{ elem_type {{ {_REF99} }} }}")}),
     # If nodes whose branches output a struct, Loop nodes whose bodies carry one
     "if_node": Slot(
-        HEAD + LEAF6 + 'graph { name: "g" input { name: "c" type { tensor_type { elem_type: 9 shape { } } } } ITEMS }\n',
-        lambda i: _if_node(i, 'struct_type { type_ref: 6 }'),
-        {"UnresolvedRef": lambda i: _if_node(i, 'struct_type { type_ref: 99 }')}),
+        HEAD + LEAF6 + 'graph { name: "g" ' + _typed("input", "c", "tensor_type { elem_type: 9 shape { } }")
+        + ' ITEMS }\n',
+        lambda i: _if_node(i, _REF6),
+        {"UnresolvedRef": lambda i: _if_node(i, _REF99)}),
     "loop_node": Slot(
         HEAD + LEAF6 + 'graph { name: "g" ITEMS }\n',
-        lambda i: _loop_node(i, 'struct_type { type_ref: 6 }'),
-        {"UnresolvedRef": lambda i: _loop_node(i, 'struct_type { type_ref: 99 }')}),
+        lambda i: _loop_node(i, _REF6),
+        {"UnresolvedRef": lambda i: _loop_node(i, _REF99)}),
     # encoded initializers of declaration 6 (two-byte records)
     "encoded": Slot(
         HEAD + LEAF6 + 'graph { name: "g" ITEMS }\n',
@@ -143,11 +163,13 @@ SLOTS: dict[str, Slot] = {
     # the fields of an encoding root (declaration 5, one value of one record of three bytes)
     "encoded_field": Slot(
         HEAD + 'struct_types { type_id: 5 structure { ITEMS } }\n'
-        'graph { name: "g" encoded_initializer { name: "v" struct_type { type_ref: 5 } raw_data: "\\x01\\x02\\x03" } }\n',
+        'graph { name: "g" encoded_initializer { name: "v" struct_type { type_ref: 5 } '
+        'raw_data: "\\x01\\x02\\x03" } }\n',
         lambda i: _field(i, f'type {{ {U8} }}'),
         {"SequenceField": lambda i: _field(i, f'type {{ sequence_type {{ elem_type {{ {U8} }} }} }}'),
          "StringLeaf": lambda i: _field(i, 'type { tensor_type { elem_type: 8 shape { } } }'),
-         "DynamicDim": lambda i: _field(i, 'type { tensor_type { elem_type: 2 shape { dim { dim_param: "n" } } } }')}),
+         "DynamicDim": lambda i: _field(i, 'type { tensor_type { elem_type: 2 shape { dim { dim_param: "n" } } } }'),
+         }),
     # affine initializers: INT8 codes, FLOAT[4]
     "affine": Slot(
         HEAD + 'graph { name: "g" ITEMS }\n',
@@ -168,8 +190,8 @@ SLOTS: dict[str, Slot] = {
     "export_input": Slot(
         HEAD + 'graph { name: "g" ITEMS node { op_type: "Identity" input: "in0" output: "y" } '
         f'output {{ name: "y" type {{ {_DENSE_IO} }} }} }}\n',
-        lambda i: f'input {{ name: "in{i}" type {{ {_DENSE_IO} }} }}',
-        {"StructInput": lambda i: f'input {{ name: "in{i}" type {{ {_STRUCT_IO} }} }}'}),
+        lambda i: _typed("input", f"in{i}", _DENSE_IO),
+        {"StructInput": lambda i: _typed("input", f"in{i}", _STRUCT_IO)}),
 }
 
 
