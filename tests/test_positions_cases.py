@@ -1,7 +1,8 @@
 """Position cases (corpus/cases/*_positions.toml): every list a check walks, with the offending item first,
 in the middle and last. The reference rejects all three; a check that looks only at the first item, only
 at the last, or only at both ends (the unchecked items taken as valid: here replaced by a copy of a checked
-item under their own name or type_id) accepts exactly the positions it skips."""
+item under their own name or type_id, or for a retained value's sequence elements and struct fields by a
+checked item's value) accepts exactly the positions it skips."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import functools
 
 import pytest
 
+from conformance import values as V
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.cases import load_cases
 from conformance.execute import FAILED, PASSED, run_case
 from reference_impl import schema
 
-SOURCES = {"cases/catalogue_positions.toml", "cases/encoding_positions.toml", "cases/export_positions.toml"}
+SOURCES = {"cases/catalogue_positions.toml", "cases/encoding_positions.toml", "cases/export_positions.toml",
+           "cases/structured_positions.toml"}
 POSITIONS = ("First", "Middle", "Last")
 
 
@@ -77,15 +80,42 @@ class ChecksOnly(ReferenceAdapter):
         return super().export(self._seen(model_bytes), target, base_dir)
 
 
+class ValuesCheckedOnly(ReferenceAdapter):
+    """The reference, except that the metadata of a retained value's sequence elements or struct fields
+    is checked for the items ``keep`` selects only (the others are taken as valid: replaced by a copy of
+    a checked item)."""
+
+    def __init__(self, keep: str) -> None:
+        super().__init__()
+        self.keep = keep
+
+    def open_state(self, model_bytes, initial, base_dir=None):
+        return super().open_state(model_bytes, {name: self._seen(value) for name, value in initial.items()}, base_dir)
+
+    def _seen(self, value):
+        if isinstance(value, list):
+            return [value[index] for index in self._indices(len(value))]
+        if isinstance(value, V.Struct):
+            names = list(value)
+            return V.Struct({name: value[names[index]] for name, index in zip(names, self._indices(len(names)))},
+                            value.type_id)
+        return value
+
+    def _indices(self, count: int) -> list[int]:
+        """For each item, the checked item whose metadata stands for it."""
+        checked = {"first": [0], "last": [count - 1], "ends": [0, count - 1]}[self.keep]
+        return [index if index in checked else checked[0] for index in range(count)]
+
+
 def _families() -> dict:
-    """{case ID without its position: the slot}"""
-    return {case_id[: -len(position)]: _cases()[case_id].args["slot"]
+    """{case ID without its position: the slot (``value`` for a retained value's items)}"""
+    return {case_id[: -len(position)]: _cases()[case_id].args.get("slot", "value")
             for case_id in _cases() for position in POSITIONS if case_id.endswith(position)}
 
 
 def test_every_family_has_the_three_positions():
     families = _families()
-    assert len(families) * 3 == len(_cases()) >= 90
+    assert len(families) * 3 == len(_cases()) >= 100
     for family in families:
         assert {family + position for position in POSITIONS} <= set(_cases())
 
@@ -103,7 +133,8 @@ SKIPPED = {"first": ("Middle", "Last"), "last": ("First", "Middle"), "ends": ("M
 @pytest.mark.parametrize("family", sorted(_families()))
 @pytest.mark.parametrize("keep", sorted(SKIPPED))
 def test_a_check_of_some_items_only_fails_the_positions_it_skips(family, keep):
-    adapter = ChecksOnly(_families()[family], keep)
+    slot = _families()[family]
+    adapter = ValuesCheckedOnly(keep) if slot == "value" else ChecksOnly(slot, keep)
     for position in POSITIONS:
         result = run_case(_cases()[family + position], adapter)
         expected = FAILED if position in SKIPPED[keep] else PASSED

@@ -217,3 +217,46 @@ def position_valid(slot: str):
     model = schema.parse_text(frame.frame.replace("ITEMS", "\n".join(frame.valid(i) for i in range(COUNT))),
                               "ModelProto")
     return {"model": model, "files": dict(frame.files)}
+
+
+# ------------------------------------------------------------------------------------- value positions
+#: a retained input of each shape: a sequence of three structs 7 {a: FLOAT[2]}, or struct 8 with three
+#: FLOAT[2] fields; the graph forwards it to the output bound back to it
+_VALUE_FRAMES = {
+    "sequence": 'sequence_type { elem_type { struct_type { type_ref: 7 } } }',
+    "struct": 'struct_type { type_ref: 8 }',
+}
+_VALUE_CATALOGUE = (
+    'struct_types { type_id: 7 structure { field { name: "a" type { tensor_type { elem_type: 1 '
+    'shape { dim { dim_value: 2 } } } } } } }\n'
+    'struct_types { type_id: 8 structure { '
+    + " ".join(f'field {{ name: "{n}" type {{ tensor_type {{ elem_type: 1 shape {{ dim {{ dim_value: 2 }} }} }} }} }}'
+               for n in "abc") + ' } }\n')
+
+
+def _tensor(fault: str | None) -> dict:
+    """A FLOAT[2] literal, or one breaking the declared type: INT64 elements or three of them."""
+    if fault == "ElementType":
+        return {"dtype": "int64", "shape": [2], "data": [1, 2]}
+    if fault == "Shape":
+        return {"dtype": "float32", "shape": [3], "data": [1.0, 2.0, 3.0]}
+    return {"dtype": "float32", "shape": [2], "data": [1.0, 2.0]}
+
+
+@builder
+def value_position(container: str, fault: str, position: str):
+    """A state whose retained input is a ``container`` of three items (sequence elements or struct
+    fields), the one at ``position`` breaking its declared type (``fault``): the open is rejected."""
+    io = _VALUE_FRAMES[container]
+    text = (HEAD + 'opset_import { domain: "onnx_light" version: 1 }\n' + _VALUE_CATALOGUE
+            + f'graph {{ name: "g" input {{ name: "s" type {{ {io} }} }} output {{ name: "s_next" type {{ {io} }} }} '
+            'node { op_type: "Identity" input: "s" output: "s_next" } '
+            'persistent_bindings { input_name: "s" output_name: "s_next" } }\n')
+    bad = POSITIONS[position]
+    items = [_tensor(fault if index == bad else None) for index in range(COUNT)]
+    if container == "sequence":
+        initial = {"sequence": [{"struct": {"a": item}, "type_id": 7} for item in items]}
+    else:
+        initial = {"struct": dict(zip("abc", items)), "type_id": 8}
+    return {"model": schema.parse_text(text, "ModelProto"),
+            "steps": [{"op": "open", "initial": {"s": initial}, "error": "STATE_VALUE_INCOMPATIBLE"}]}
