@@ -69,6 +69,8 @@ class Case:
     value: str | None = None
     files: dict = field(default_factory=dict)
     steps: list = field(default_factory=list)
+    #: further models a state trace opens by name (``open`` with ``model = "name"``): their texts
+    models: dict = field(default_factory=dict)
     target: str | None = None
     rewrite: dict | None = None
     raw: dict = field(default_factory=dict)
@@ -99,6 +101,13 @@ class Case:
     def extras(self) -> dict:
         return self.build()[2]
 
+    def other_model_bytes(self, name: str) -> bytes:
+        """One of the case's further models (``models``, or a builder's ``models``), by name."""
+        found = self.extras().get("models", {})
+        if name not in found:
+            raise SuiteError(f"{self.id}: no model named {name!r} (the case has {sorted(found) or 'none'})")
+        return found[name]
+
     def write_files(self, directory: str | os.PathLike) -> None:
         """Write the external files into ``directory``, only inside it (conformance/case_files.py)."""
         case_files.write(directory, self.external_files(), f"case {self.id}")
@@ -110,6 +119,8 @@ class Case:
         digest.update(self.model_bytes())
         for relative, data in sorted(self.external_files().items()):
             digest.update(relative.encode() + b"\0" + hashlib.sha256(data).digest())
+        for name, data in sorted(self.extras().get("models", {}).items()):
+            digest.update(b"model:" + name.encode() + b"\0" + hashlib.sha256(data).digest())
         return digest.hexdigest()
 
     def state_steps(self) -> list:
@@ -222,6 +233,10 @@ def _make_case(entry: dict, templates: dict, directory: pathlib.Path, source: st
         text = expand_template(template, variables, templates, where)
     elif "builder" not in entry:
         raise SuiteError(f"{where}: a case needs model, model_text, template or builder")
+    models = entry.get("models", {})
+    if not isinstance(models, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in models.items()):
+        raise SuiteError(f"{where}: models is a table of model texts by name")
+    models = {name: expand_template(body, variables, templates, where) for name, body in models.items()}
     merge = entry.get("merge")
     if merge is not None:
         merge = expand_template(merge, variables, templates, where)
@@ -238,7 +253,7 @@ def _make_case(entry: dict, templates: dict, directory: pathlib.Path, source: st
                 model_text=text,
                 builder=entry.get("builder"), args=entry.get("args", {}), merge=merge,
                 value=entry.get("value"), files=case_files.check(entry.get("files", {}), where),
-                steps=entry.get("step", []),
+                steps=entry.get("step", []), models=models,
                 target=entry.get("target"), rewrite=entry.get("rewrite"), raw=raw, corpus=root)
 
 
@@ -278,8 +293,24 @@ def _materialize(case: Case):
     for relative, spec in case.files.items():
         files[relative] = file_bytes(spec, case.id)
     case_files.check(files, f"case {case.id}")  # a builder's keys too
+    extras["models"] = {**dict(extras.get("models", {})), **_other_models(case)}
     data = model if isinstance(model, bytes) else model.SerializeToString()
     return data, files, extras
+
+
+def _other_models(case: Case) -> dict[str, bytes]:
+    """The case's further models (``models`` texts) as bytes."""
+    from google.protobuf import text_format
+
+    from reference_impl import schema
+
+    found = {}
+    for name, text in case.models.items():
+        try:
+            found[name] = schema.parse_text(text, "ModelProto").SerializeToString()
+        except text_format.ParseError as error:
+            raise SuiteError(f"{case.id}: model {name!r} does not parse: {error}") from None
+    return found
 
 
 #: The largest file a ``{size = n, fill = b}`` spec may ask for (a corpus may come from anyone).

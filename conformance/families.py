@@ -1,5 +1,6 @@
 """Family expansion: a ``[[family]]`` table is a case template expanded over an explicit list of ``rows``
-or the cartesian product of a ``matrix`` of variables."""
+or the cartesian product of a ``matrix`` of variables; ``cross`` (a table of variable lists) takes every
+such row once per combination of its values (the three positions of an offending item, say)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from conformance.templates import substitute
 
 def expand_family(family: dict) -> list[dict]:
     """A family is a case template plus ``matrix`` (cartesian) or ``rows`` (explicit) of variables."""
-    body = {k: v for k, v in family.items() if k not in ("matrix", "rows")}
+    body = {k: v for k, v in family.items() if k not in ("matrix", "rows", "cross")}
     rows = list(family.get("rows", []))
     if "matrix" in family:
-        names = list(family["matrix"])
-        rows += [dict(zip(names, combo)) for combo in itertools.product(*(family["matrix"][n] for n in names))]
+        rows += _combinations(family["matrix"])
+    if "cross" in family:
+        rows = [{**row, **extra} for row in rows for extra in _combinations(family["cross"])]
     entries = []
     for row in rows:
         entry = substitute(copy.deepcopy(body), row)
@@ -28,6 +30,12 @@ def expand_family(family: dict) -> list[dict]:
                 entry[key] = _typed_substitute(body[key], row)
         entries.append(entry)
     return entries
+
+
+def _combinations(table: dict) -> list[dict]:
+    """Every combination of a table of variable lists, in order."""
+    names = list(table)
+    return [dict(zip(names, combo)) for combo in itertools.product(*(table[n] for n in names))]
 
 
 def _typed_substitute(obj: Any, row: dict) -> Any:

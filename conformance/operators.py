@@ -131,10 +131,16 @@ def model_bytes(case: Any, adapter: Any) -> bytes:
     return bound_model(case, adapter)[0]
 
 
-def bound_model(case: Any, adapter: Any) -> tuple[bytes, dict[str, str]]:
+def other_model_bytes(case: Any, adapter: Any, name: str) -> bytes:
+    """One of the case's further models (``models``, opened by name in a trace), bound like the main one."""
+    return bound_model(case, adapter, name)[0]
+
+
+def bound_model(case: Any, adapter: Any, name: str | None = None) -> tuple[bytes, dict[str, str]]:
     rebound = overrides(adapter)
-    key = tuple(sorted(rebound.items()))
+    key = (name, tuple(sorted(rebound.items())))
     cache = case.__dict__.setdefault("_bound", {})
     if key not in cache:
-        cache[key] = bind(case.model_bytes(), rebound)
+        data = case.model_bytes() if name is None else case.other_model_bytes(name)
+        cache[key] = bind(data, rebound)
     return cache[key]

@@ -18,6 +18,7 @@ Step tables (``[[case.step]]``)::
     {op = "held", run = {...}, second = {state = "b", op = "run", feeds = {...}, as = "rb", outputs = {...}}}
     {op = "counters", as = "c2", since = "c1", at_most = {payload_bytes_copied = 0}, equals = {...}}
     {op = "open",   rewrite = {kind = "rename", ...} | export = "onnx-light", initial = {...}}
+    {op = "open",   state = "b", model = "other", initial = {...}}  # one of the case's ``models``
     {op = "file",   path = "weights.bin", replace = {hex = "..."} | remove = true}
     {op = "forget", labels = ["init", "r1"]}        # the caller drops its references to those values
     {op = "lowered", calls = [{feeds = {...}, outputs = {...}}, ...], initial = {...}}
@@ -441,8 +442,9 @@ class Trace:
     # --------------------------------------------------------------------------------- support
     def model_for(self, index: int, step: dict) -> bytes:
         """The case's model (with the adapter's operator roles bound), or the adapter's rewrite or explicit
-        save/load of it."""
-        data = operators.model_bytes(self.case, self.adapter)
+        save/load of it; ``model = "name"`` takes one of the case's further models instead."""
+        data = operators.model_bytes(self.case, self.adapter) if "model" not in step \
+            else operators.other_model_bytes(self.case, self.adapter, step["model"])
         if "rewrite" in step:
             outcome = call(self.adapter, "rewrite", data, dict(step["rewrite"]), base_dir=self.workdir)
             judge_rejection(outcome, {}, f"step {index} (rewrite {step['rewrite']})", self.require_codes)
