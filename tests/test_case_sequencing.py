@@ -80,7 +80,7 @@ def test_an_unknown_model_name_is_a_suite_error(tmp_path):
 def test_models_must_be_texts(tmp_path):
     corpus = tmp_path / "corpus"
     (corpus / "cases").mkdir(parents=True)
-    (corpus / "cases" / "bad.toml").write_text(CASE.format(first=MODEL.format(scale="0.5"), second="",
-                                                            name="b").replace("models = { b = ''''''", "models = { b = 3"))
+    text = CASE.format(first=MODEL.format(scale="0.5"), second="", name="b")
+    (corpus / "cases" / "bad.toml").write_text(text.replace("models = { b = ''''''", "models = { b = 3"))
     with pytest.raises(SuiteError, match="models is a table of model texts"):
         load_cases(str(corpus))

@@ -1,4 +1,4 @@
-"""Declaration forms (corpus/cases/declaration_forms.toml): a malformed declaration is rejected wherever
+"""Declaration forms (corpus/cases/declarations/declaration_forms.toml): a malformed declaration is rejected wherever
 it stands and however it is written. The reference rejects every case and accepts each place's valid
 body; each faulty validator below skips the structural checks of one form of declaration and fails
 exactly the cases of that form."""
@@ -23,7 +23,7 @@ IN_CATALOGUE = ("Field", "ArrayElement", "SequenceElement", "MapValue", "Optiona
 
 @functools.cache
 def _cases() -> dict:
-    return {case.id: case for case in load_cases() if case.source == "cases/declaration_forms.toml"}
+    return {case.id: case for case in load_cases() if case.source == "cases/declarations/declaration_forms.toml"}
 
 
 class SkipsStructuralChecks(Fault):

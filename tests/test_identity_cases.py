@@ -1,4 +1,4 @@
-"""Identity cases (corpus/cases/decoder_identity.toml): a second value or declaration differing from an
+"""Identity cases (corpus/cases/<area>/cached_identity.toml): a second value or declaration differing from an
 accepted one in one part of its identity is judged afresh, within one model and across two models opened
 by the same runtime. Each faulty runtime below is the reference with a cache keyed on too little: what it
 returns for a hit is what the runtime would compute from the entry it cached, simulated by handing the
@@ -15,10 +15,14 @@ from conformance.cases import load_cases
 from conformance.execute import FAILED, PASSED, run_case
 from reference_impl import schema
 
+#: the manifests the identity cases were filed in, one per area
+_SOURCES = tuple(f"cases/{area}/cached_identity.toml"
+                 for area in ("affine", "catalogue", "declarations", "encoding", "structured"))
+
 
 @functools.cache
 def _cases() -> dict:
-    return {case.id: case for case in load_cases() if case.source == "cases/decoder_identity.toml"}
+    return {case.id: case for case in load_cases() if case.source in _SOURCES}
 
 
 class _Caching(ReferenceAdapter):

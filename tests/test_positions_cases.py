@@ -1,4 +1,4 @@
-"""Position cases (corpus/cases/*_positions.toml): every list a check walks, with the offending item first,
+"""Position cases (corpus/cases/<area>/positions.toml): every list a check walks, with the offending item first,
 in the middle and last. The reference rejects all three; a check that looks only at the first item, only
 at the last, or only at both ends (the unchecked items taken as valid: here replaced by a copy of a checked
 item under their own name or type_id, or for a retained value's sequence elements and struct fields by a
@@ -16,8 +16,8 @@ from conformance.cases import load_cases
 from conformance.execute import FAILED, PASSED, run_case
 from reference_impl import schema
 
-SOURCES = {"cases/catalogue_positions.toml", "cases/encoding_positions.toml", "cases/export_positions.toml",
-           "cases/structured_positions.toml"}
+SOURCES = {f"cases/{area}/positions.toml"
+           for area in ("affine", "catalogue", "declarations", "encoding", "export", "external", "structured")}
 POSITIONS = ("First", "Middle", "Last")
 
 

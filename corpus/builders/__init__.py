@@ -20,7 +20,9 @@ MODULES = ("structured_examples", "affine_sweep", "affine_scales", "wire", "kv",
 
 
 def builder(fn):
-    """Register ``fn`` under its name."""
+    """Register ``fn`` under its name; two builders of one name would silently replace each other."""
+    if fn.__name__ in BUILDERS:
+        raise RuntimeError(f"two corpus builders are named {fn.__name__}")
     BUILDERS[fn.__name__] = fn
     return fn
 

@@ -1,4 +1,4 @@
-"""Builders for the position cases (corpus/cases/*_positions.toml): every list a runtime walks, with one
+"""Builders for the position cases (corpus/cases/<area>/positions.toml): every list a runtime walks, with one
 offending item placed first, in the middle or last among valid ones.
 
 A slot is a model frame with one list in it (catalogue entries, the fields of a declaration, the

@@ -1,4 +1,4 @@
-"""Builders for corpus/cases/declaration_forms.toml: one malformed declaration body in every place a
+"""Builders for corpus/cases/declarations/declaration_forms.toml: one malformed declaration body in every place a
 declaration can stand, written inline there or as a reference to a catalogue declaration.
 
 The places (``FORMS``) are a field of a catalogue declaration, an array's element, a sequence's element,

@@ -109,7 +109,7 @@ def binding_position(fault: str, where: str):
 
 
 @builder
-def value_position(fault: str, where: str, entry: str):
+def state_value_position(fault: str, where: str, entry: str):
     """The initial values of ``open`` (``entry`` Initial) or of a ``reset`` (Reset) are sound but for the
     one at ``where``: the call fails, and a failed reset leaves every retained value as it was."""
     position = POSITIONS[where]
