@@ -1,4 +1,4 @@
-"""The affine and payload faults of conformance/audit/faults_affine_more.py that no case, or a single one,
+"""The affine and payload faults of conformance/audit/faults/ that no case, or a single one,
 caught are caught by at least two cases of corpus/cases/affine_more.toml, each with its own model: every
 case passes on the reference and fails on the fault. The whole catalogue is audited by
 ``python -m conformance audit`` (tests/test_audit.py)."""

@@ -12,7 +12,7 @@ import pytest
 from conformance.audit import audit, catalogue, report, scope
 from conformance.audit.audit import Audit, FaultOutcome
 from conformance.audit.fault import INSTALLER
-from conformance.audit.faults_representation import LastDuplicateWins, ResolvesReferencesLazily
+from conformance.audit.faults.catalogue import LastDuplicateWins, ResolvesReferencesLazily
 from conformance.cases import load_cases, select
 from reference_impl import ContractError, structs, verify_model
 from reference_impl.clauses import CLAUSES
@@ -30,7 +30,7 @@ def test_patches_of_lazily_exported_names_are_undone():
     import importlib
 
     import reference_impl
-    from conformance.audit.faults_struct_more import NestedConstantsNotExposed
+    from conformance.audit.faults.structured import NestedConstantsNotExposed
 
     decode = importlib.import_module("reference_impl.decode")
     original = decode.read_fields
@@ -163,7 +163,7 @@ def test_a_fault_patching_a_lazily_exported_function_leaves_the_package_root_as_
     """The package root answers a name it does not hold with its submodule's current attribute: once the
     fault's calls end, it must again hold nothing and answer with the restored original."""
     import reference_impl
-    from conformance.audit.faults_state_more import StringsCheckedOnInputSideOnly
+    from conformance.audit.faults.bindings import StringsCheckedOnInputSideOnly
     from reference_impl import bindings
 
     original = bindings.validate_bindings

@@ -16,7 +16,7 @@ from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.base import accepted_keywords
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState, _HoldSlot, to_neutral, to_runtime
 from conformance.audit.fault import Fault, wrap
-from conformance.audit.faults_representation import DecoderIgnoresConstants
+from conformance.audit.faults.catalogue import DecoderIgnoresConstants
 from conformance.audit.scope import WRITE_OPS
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
@@ -330,7 +330,7 @@ class DeclaredFieldsBlocksReversed(ReferenceAdapter):
 
     def decode(self, model_bytes, value_name, base_dir):
         import reference_impl
-        from conformance.audit.faults_struct_more import _names_and_types
+        from conformance.audit.faults.structured import _names_and_types
         from reference_impl.decoders import _codec_identity, decode_int4_block, default_registry, spec_catalogue
 
         def reversed_blocks(layout, payload):
@@ -368,7 +368,7 @@ class MismatchIsMissingConsumer(ReferenceAdapter):
 
 @pytest.mark.clause("DEC-KEYED", "DEC-DEFINES-MAPPING", "DEC-MISSING")
 def test_a_redeclared_type_may_be_read_by_field_or_refused_as_missing():
-    from conformance.audit.faults_struct_more import BindsOnNamesAndTypes
+    from conformance.audit.faults.structured import BindsOnNamesAndTypes
 
     redeclared = ["Required.Structured.Consumers.ReorderedParametersNotMisread",
                   "Required.Structured.Consumers.ScaleFirstParametersNotMisread"]
@@ -813,7 +813,7 @@ class GuardsResetClosePerModel(ReferenceAdapter):
 @pytest.mark.clause("STATE-ISOLATION", "STATE-NO-RACE")
 def test_reset_or_close_of_another_state_may_wait_for_a_run_but_not_be_refused(monkeypatch):
     from conformance import trace
-    from conformance.audit.faults_zc_more import ResetCloseGuardedPerModel
+    from conformance.audit.faults.state import ResetCloseGuardedPerModel
 
     other = ["Required.ZeroCopy.More.ResetOfOtherStateDuringRun", "Required.ZeroCopy.More.CloseOfOtherStateDuringRun"]
     monkeypatch.setattr(trace, "INDEPENDENT_TIMEOUT", 0.5)  # the waiting runtime waits out the whole timeout
@@ -950,7 +950,7 @@ class ColumnMajorLogicalShape(ReferenceAdapter):
 
 @pytest.mark.clause("ENC-LOGICAL-EXACT", "DEC-DEFINES-MAPPING")
 def test_a_decoder_may_fill_a_logical_shape_in_any_order_but_must_apply_it():
-    from conformance.audit.faults_repr_more import DecodedValuesLeftFlat
+    from conformance.audit.faults.encoding import DecodedValuesLeftFlat
 
     _passes(ColumnMajorLogicalShape(), "Required.CatalogueMore", "Required.Structured.Logical")
     for case_id in ("Required.CatalogueMore.LogicalShape.Linear3D",
@@ -1009,7 +1009,7 @@ class RegisteredScalePosition(ReferenceAdapter):
 
     def decode(self, model_bytes, value_name, base_dir):
         import reference_impl
-        from conformance.audit.faults_struct_more import _registered_layouts
+        from conformance.audit.faults.structured import _registered_layouts
         from reference_impl.decoders import Decoder, decode_scaled_codebook, default_registry
 
         registry = default_registry()
@@ -1068,7 +1068,7 @@ class ChecksCodecFunctions(ReferenceAdapter):
 
 @pytest.mark.clause("DEC-NO-LOAD-EXEC")
 def test_codec_bodies_may_be_checked_but_not_compiled_when_loading():
-    from conformance.audit.faults_structured import CodecBodiesLoaded
+    from conformance.audit.faults.structured import CodecBodiesLoaded
 
     catchers = ["Required.Structured.Consumers.CodecNotRunWhenLoading",
                 "Required.Catalogue.Accepts.CodecBodiesNeverRun",
@@ -1117,7 +1117,7 @@ def test_raw_data_beside_external_entries_is_the_only_fault_of_the_exclusive_cas
     _passes(EntriesFileFirst(), "Required.ThinRepr")
     for case_id in ("Required.ThinRepr.Exclusive.StructRawAndEntriesDefaultLocation",
                     "Required.ThinRepr.Exclusive.AffineRawAndEntriesDefaultLocationDecoded"):
-        _fails(load_adapter("conformance.audit.faults_thin_repr:ExclusiveOnlyWhenExternal"), case_id)
+        _fails(load_adapter("conformance.audit.faults.payload:ExclusiveOnlyWhenExternal"), case_id)
 
 
 # -------------------------------------------------------------- a bound input's initializer as default
@@ -1181,7 +1181,7 @@ class MinusOneMaxTokensUnlimited(Fault):
 
 @pytest.mark.clause("KV-CAPACITY-INVALID")
 def test_max_tokens_minus_one_may_be_a_no_limit_sentinel():
-    from conformance.audit.faults_thin_state import NegativeMaxTokensUnlimited
+    from conformance.audit.faults.kv_contiguous import NegativeMaxTokensUnlimited
 
     _passes(MinusOneMaxTokensUnlimited(), "Required.ThinState.KVCapacity", "Required.KV.PagedCapacity")
     for case_id in ("Required.ThinState.KVCapacity.MinusTwoMaxTokensUnderCallerBlocks",
@@ -1277,7 +1277,8 @@ def test_thin_decl_required_cases_pass_every_order_of_checks_and_reading_of_a_re
     _fails(DeclaredConstants(), "Recommended.ThinDecl.Consumers.ConstantAddedUnderRegisteredId")
     _fails(Int4BlockReadByField(), "Recommended.ThinDecl.Consumers.FieldAddedUnderRegisteredId")
     # and the forbidden behaviours stay caught
-    from conformance.audit.faults_thin_decl import NestedBindingsOneLevelDeep, SingleFieldStructUnwrapped
+    from conformance.audit.faults.bindings import NestedBindingsOneLevelDeep
+    from conformance.audit.faults.catalogue import SingleFieldStructUnwrapped
 
     _fails(NestedBindingsOneLevelDeep(), "Required.ThinDecl.Bindings.NestedInIfInsideIf")
     for case_id in ("Required.ThinDecl.Consumers.OneFieldStructToAdd",

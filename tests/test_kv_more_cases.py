@@ -1,4 +1,4 @@
-"""The KV and payload faults of conformance/audit/faults_kv_more.py are each caught by at least two cases of
+"""The KV and payload faults of conformance/audit/faults/ are each caught by at least two cases of
 corpus/cases/kv_more.toml, each with its own model: every case passes on the reference and fails on the
 fault. The contiguous cases' NumPy expectations agree with onnx's reference Attention and onnxruntime (the
 caches fed back by hand). The whole catalogue is audited by ``python -m conformance audit``

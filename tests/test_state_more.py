@@ -1,6 +1,6 @@
 """The cases of corpus/cases/state_more.toml: the attention mask edges' NumPy expectations agree with
 onnx's reference Attention (a short mask padded with -inf, a fully masked row zero), every case passes
-on the reference, and each fault of conformance/audit/faults_state_more.py it was written for fails it."""
+on the reference, and each fault of conformance/audit/faults/ it was written for fails it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The cases of corpus/cases/thin_state.toml: each fails the second fault it was written for (a bug of
-conformance/audit/faults_thin_state.py that no case, or a single one, caught before), and the
+conformance/audit/faults/ that no case, or a single one, caught before), and the
 unmodified reference passes every one of them."""
 
 from __future__ import annotations

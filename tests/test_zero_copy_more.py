@@ -1,5 +1,5 @@
 """The cases of corpus/cases/zero_copy_more.toml: every case passes on the reference, and each fault of
-conformance/audit/faults_zc_more.py they were written for fails at least two of them."""
+conformance/audit/faults/ they were written for fails at least two of them."""
 
 from __future__ import annotations
 
