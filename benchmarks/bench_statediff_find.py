@@ -30,7 +30,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CEILING = 60.0
 #: the audit catalogue's modules whose faults the statediff target is meant to reach
-AREAS = ("faults_state", "faults_bindings", "faults_zero_copy", "faults_kv")
+AREAS = ("state", "bindings", "zero_copy", "kv_contiguous", "kv_paged", "attention")
 
 
 def campaign(subject: str, fault: str | None, seed: int, testee: bool, seeds: bool, budget: float,

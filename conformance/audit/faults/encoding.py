@@ -1213,7 +1213,7 @@ def _straddling_first_byte_only(original):
 StraddlingFieldFirstByteOnly = fault("ENC-BIT-ORDER.straddling-field-first-byte-only", ("ENC-BIT-ORDER", "ENC-TIGHT"),
     """Reads a bit field of at most eight bits from the one byte it starts in (``(b[p >> 3] >> (p & 7)) & mask``): right
     while it fits that byte, its high bits lost when it straddles a byte boundary.""", boundary=True,
-    patches=lambda: [wrap(bits, "read_bits", _first_byte_only)])
+    patches=lambda: [wrap(bits, "read_bits", _straddling_first_byte_only)])
 
 
 def _single_record_squeezed(original):
