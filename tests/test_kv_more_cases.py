@@ -145,10 +145,14 @@ def test_batch_rows_and_mask_rows_really_differ():
 def test_a_fault_overriding_the_executor_kernels_acts_on_state_cases():
     """The TensorScatter faults only replace the kernels a state's executor runs: the audit's scoping must
     still run them on the state cases (otherwise they are reported as surviving every case)."""
-    from conformance.audit import faults_kv_more as F
+    from conformance.audit.faults.kv_contiguous import (
+        ScatterAxisFixedAtMinusTwo,
+        ScatterCircularAsLinear,
+        ScatterFirstWriteIndexForAll,
+    )
     from conformance.audit.scope import seams
 
-    for cls in (F.ScatterFirstWriteIndexForAll, F.ScatterAxisFixedAtMinusTwo, F.ScatterCircularAsLinear):
+    for cls in (ScatterFirstWriteIndexForAll, ScatterAxisFixedAtMinusTwo, ScatterCircularAsLinear):
         assert "state" in seams(cls)[0]
 
 

@@ -1,4 +1,4 @@
-"""The faults of conformance/audit/faults/ and faults_mut_exec.py, checks whose removal from the
+"""The faults of conformance/audit/faults/, checks whose removal from the
 oracle no Required case used to notice, are each caught by at least two cases of corpus/cases/mut_repr.toml
 and mut_exec.toml, each with its own model: every listed case passes on the reference and fails on the
 fault. The whole catalogue is audited by ``python -m conformance audit`` (tests/test_audit.py)."""

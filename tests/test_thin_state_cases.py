@@ -7,45 +7,60 @@ from __future__ import annotations
 import pytest
 from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
 
-from conformance.audit import faults_thin_state as F
 from conformance.audit.fault import Fault
+from conformance.audit.faults.export import SaveKeepsOneBinding
+from conformance.audit.faults.kv_contiguous import (
+    NegativeBlockSizeMagnitude,
+    NegativeMaxTokensUnlimited,
+    ScoresForWholeContext,
+)
+from conformance.audit.faults.state import (
+    AliasesOfSelectedRetained,
+    DefaultedInputsRequired,
+    InitializerAsInitialValue,
+    InlineStructsRefused,
+    PreviousFeedReused,
+    ResetReopensClosedState,
+    UnboundInitialAsDefaultFeed,
+)
+from conformance.audit.faults.zero_copy import OutputBuffersRecycled, ProducerOutputsRetained
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
 from reference_impl import schema
 
 #: fault -> the cases that must catch it (the new ones, with the one that caught it alone before)
 CATCHERS = {
-    F.InitializerAsInitialValue: ("Recommended.ThinState.Initial.InitializerIsNoInitialValue",
+    InitializerAsInitialValue: ("Recommended.ThinState.Initial.InitializerIsNoInitialValue",
                                   "Recommended.ThinState.Initial.ResetWithoutTheDefaultedBinding"),
-    F.PreviousFeedReused: ("Required.State.Feeds.FreshScalarMissingAfterRuns",
+    PreviousFeedReused: ("Required.State.Feeds.FreshScalarMissingAfterRuns",
                            "Required.ThinState.Feeds.FreshInputSuppliedOnlyByAnEarlierCall",
                            "Recommended.ThinState.Feeds.DefaultedInputMayBeOmitted",
                            "Recommended.ThinState.Feeds.DefaultedScalarStepAfterAFedOne"),
-    F.DefaultedInputsRequired: ("Recommended.ThinState.Feeds.DefaultedInputMayBeOmitted",
+    DefaultedInputsRequired: ("Recommended.ThinState.Feeds.DefaultedInputMayBeOmitted",
                                 "Recommended.ThinState.Feeds.DefaultedScalarStepAfterAFedOne"),
-    F.ResetReopensClosedState: ("Recommended.State.ResetClose.ClosedStateRejectsResetAndIgnoresSecondClose",
+    ResetReopensClosedState: ("Recommended.State.ResetClose.ClosedStateRejectsResetAndIgnoresSecondClose",
                                 "Recommended.ThinState.Close.ResetDoesNotReopenAClosedState"),
-    F.NegativeBlockSizeMagnitude: ("Required.KV.PagedCapacity.NegativeBlockSize",
+    NegativeBlockSizeMagnitude: ("Required.KV.PagedCapacity.NegativeBlockSize",
                                    "Required.ThinState.KVCapacity.NegativeBlockSizeUnderCallerBlocks"),
-    F.NegativeMaxTokensUnlimited: ("Required.KV.PagedCapacity.NegativeMaxTokens",
+    NegativeMaxTokensUnlimited: ("Required.KV.PagedCapacity.NegativeMaxTokens",
                                    "Required.ThinState.KVCapacity.MinusTwoMaxTokensUnderCallerBlocks"),
-    F.ScoresForWholeContext: ("Recommended.ThinState.KVBounded.DenseWorkspaceDoesNotGrowWithContext",
+    ScoresForWholeContext: ("Recommended.ThinState.KVBounded.DenseWorkspaceDoesNotGrowWithContext",
                               "Recommended.ThinState.KVBounded.Int4WorkspaceDoesNotGrowWithContext"),
-    F.SaveKeepsOneBinding: ("Required.ThinState.Export.SaveLoadKeepsBothBindings",
+    SaveKeepsOneBinding: ("Required.ThinState.Export.SaveLoadKeepsBothBindings",
                             "Required.ThinState.Export.RoundTripKeepsBothBindings",
                             "Required.ThinState.Export.SavedTwoBindingStateRuns"),
-    F.OutputBuffersRecycled: ("Required.ZeroCopy.Arena.UnselectedOutputNotRecycled",
+    OutputBuffersRecycled: ("Required.ZeroCopy.Arena.UnselectedOutputNotRecycled",
                               "Required.ZeroCopy.ReadOnly.ReferencedBuffersNeverWritten",
                               "Required.ThinState.Outputs.HeldLogitsKeepTheirBuffer"),
-    F.UnboundInitialAsDefaultFeed: ("Recommended.State.Initial.UnboundName",
+    UnboundInitialAsDefaultFeed: ("Recommended.State.Initial.UnboundName",
                                     "Recommended.State.StructuredRules.InitialForFreshInputRejected",
                                     "Required.ThinState.Feeds.InitialValueOfAFreshInputFeedsNothing",
                                     "Required.ThinState.Feeds.InitialValueOfAFreshScalarFeedsNothing"),
-    F.ProducerOutputsRetained: ("Required.ThinState.Unselected.SplitSiblingOfSelectedOutputNotRetained",
+    ProducerOutputsRetained: ("Required.ThinState.Unselected.SplitSiblingOfSelectedOutputNotRetained",
                                 "Required.KV.PagedOwnership.FailedAppendLeavesCache"),
-    F.InlineStructsRefused: ("Required.ThinState.WholeStruct.InlineStructRetainedWhole",
+    InlineStructsRefused: ("Required.ThinState.WholeStruct.InlineStructRetainedWhole",
                              "Recommended.Bindings.Dimensions.AgreeingInlineStruct"),
-    F.AliasesOfSelectedRetained: ("Required.ThinState.Unselected.IdentityOfSelectedOutputNotRetained",
+    AliasesOfSelectedRetained: ("Required.ThinState.Unselected.IdentityOfSelectedOutputNotRetained",
                                   "Required.ThinState.Unselected.ReshapedSelectedOutputNotRetained"),
 }
 
