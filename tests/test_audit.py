@@ -218,3 +218,13 @@ def test_every_fault_caught_only_by_recommended_cases_is_justified():
         quotes = re.findall(r'"([^"]+)"', why)
         assert quotes or why.startswith("No spec sentence."), fault_id
         assert all(spec.quoted(quote) for quote in quotes), (fault_id, [q for q in quotes if not spec.quoted(q)])
+
+
+def test_a_spec_naming_a_retired_fault_module_finds_the_fault_in_its_area():
+    from conformance.adapters import SuiteError, load_adapter
+
+    adapter = load_adapter("conformance.audit.faults_zero_copy:InitialValuesCopied")
+    assert type(adapter).__module__ == "conformance.audit.faults.zero_copy"
+    assert adapter.fault_id == "ZC-RETAIN.initial-values-copied"
+    with pytest.raises(SuiteError, match="names no fault"):
+        load_adapter("conformance.audit.faults_state:Patch")
