@@ -41,7 +41,7 @@ CEILING = 60.0
 #: what a planted fault may take to be found (fuzz.planted_faults)
 PLANTED_CEILING = 300.0
 #: the audit catalogue's modules whose faults the statediff target is meant to reach
-AREAS = ("faults_state", "faults_bindings", "faults_zero_copy", "faults_kv")
+AREAS = ("state", "bindings", "zero_copy", "kv_contiguous", "kv_paged", "attention")
 
 
 def campaign(subject: str, fault: str | None, seed: int, testee: bool, seeds: bool, budget: float,

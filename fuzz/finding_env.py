@@ -65,9 +65,11 @@ def _subject(value: str) -> str | None:
         return None
     module, _, attribute = value.partition(":")
     if module.startswith("conformance.audit.faults") and attribute.isidentifier():
-        from conformance.audit.catalogue import MODULES, adapter_spec, faults
+        from conformance.audit.catalogue import MODULES, adapter_spec, current_spec, faults
 
-        if module.removeprefix("conformance.audit.") in MODULES and value in {adapter_spec(f) for f in faults()}:
+        current = current_spec(value)
+        if current.partition(":")[0].removeprefix("conformance.audit.") in MODULES and \
+                current in {adapter_spec(f) for f in faults()}:
             return None
     return ("must be a builtin adapter name, fuzz.subjects:faulty_reference or a fault of the audit catalogue "
             "(module:Class); adapter files and other modules are not loaded from a findings directory")

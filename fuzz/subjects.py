@@ -335,7 +335,7 @@ def _previous_scale_on_tail(model_bytes: bytes, name: str, decoded: np.ndarray) 
 # ------------------------------------------------------------------------------ state and KV faults
 # Faults in state, binding and KV code that the audit catalogue (``python -m conformance audit --list``)
 # lacks, written on its ``Fault`` seam; the catalogue's own faults are subjects as they are
-# (``--subject conformance.audit.faults_state:PublishesAfterFailure``).
+# (``--subject conformance.audit.faults.state:PublishesAfterFailure``).
 STATE_FAULTS = {
     "binding-rank-only": "compares bound input and output types by rank only: dimensions that differ at the same "
                          "rank, also inside sequences, optionals and inline structs, are accepted",
@@ -351,9 +351,9 @@ FAULTS.update(STATE_FAULTS)
 #: One injected fault per fault class the ``statediff`` target must find (tests/test_fuzz_statediff.py,
 #: benchmarks/bench_statediff_find.py): class -> (subject adapter, FUZZ_FAULT or None, finding origin part).
 STATE_FAULT_CLASSES = {
-    "atomic publication": ("conformance.audit.faults_state:PublishesAfterFailure", None, ":state:"),
+    "atomic publication": ("conformance.audit.faults.state:PublishesAfterFailure", None, ":state:"),
     "binding dims": ("fuzz.subjects:faulty_reference", "binding-rank-only", ":bindings:open:verdict"),
-    "strings in containers": ("conformance.audit.faults_bindings:NestedStringsMissed", None,
+    "strings in containers": ("conformance.audit.faults.bindings:NestedStringsMissed", None,
                               ":bindings:open:verdict"),
     "GQA head mapping": ("fuzz.subjects:faulty_reference", "gqa-interleaved-heads", ":values"),
     "causal alignment": ("fuzz.subjects:faulty_reference", "causal-top-left", ":values"),

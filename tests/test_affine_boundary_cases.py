@@ -1,4 +1,4 @@
-"""The faults of conformance/audit/faults_edges.py that the older cases missed (or caught with one case) are
+"""The faults of conformance/audit/faults/ that the older cases missed (or caught with one case) are
 each caught by at least two cases, the new ones from corpus/cases/affine/boundaries.toml (with the older case where one
 already catches it), each with its own model: every listed case passes on the reference and fails on the
 fault. The whole catalogue is audited by ``python -m conformance audit`` (tests/test_audit.py)."""

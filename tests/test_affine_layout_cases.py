@@ -1,4 +1,4 @@
-"""The affine and payload faults of conformance/audit/faults_affine_more.py that no case, or a single one,
+"""The affine and payload faults of conformance/audit/faults/ that no case, or a single one,
 caught are caught by at least two cases of corpus/cases/affine/axes_and_tails.toml, each with its own model: every
 case passes on the reference and fails on the fault. The whole catalogue is audited by
 ``python -m conformance audit`` (tests/test_audit.py)."""
@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import pytest
 from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
-
-from conformance import renames
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a faulty runtime's arithmetic may overflow
 
@@ -70,9 +68,6 @@ CATCHERS = {
         _NEW + "External.OffsetPastFirstPage", _NEW + "External.OffsetPastFirstPageUint4",
         _NEW + "External.Int4NonzeroPaddingNotDecoded"),
 }
-
-#: written with the IDs before the rename (corpus/renames.toml), which keep naming the same cases
-CATCHERS = {fault: tuple(renames.resolve(i, renames.table()) for i in ids) for fault, ids in CATCHERS.items()}
 
 
 @pytest.mark.parametrize(("fault_id", "case_ids"), list(params(CATCHERS)))

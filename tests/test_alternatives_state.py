@@ -95,8 +95,7 @@ ENCODED_STATE = ["Required.ZeroCopy.Lifetime.EncodedViewsSurviveClose",
 def test_decoder_dimensions_of_a_value_without_logical_type_pass_the_encoded_state_cases():
     _passes(BlockDecoderCheckedOutputs(), *ENCODED_STATE)
     # while a decode that scratches the retained payload and a close that scrubs it are still caught
-    from conformance.audit.faults_zc_more import EncodedScrubbedOnClose
-    from conformance.audit.faults_zero_copy import DecodeScratchesInput
+    from conformance.audit.faults.zero_copy import DecodeScratchesInput, EncodedScrubbedOnClose
 
     _fails(DecodeScratchesInput(), "Required.ZeroCopy.Lifetime.EncodedViewsSurviveClose")
     _fails(EncodedScrubbedOnClose(), "Required.ZeroCopy.Lifetime.EncodedViewsSurviveClose")
@@ -136,7 +135,7 @@ class ChecksPlainOnnx(ReferenceAdapter):
 def test_a_runtime_running_onnx_checker_on_plain_models_passes_the_state_cases():
     _passes(ChecksPlainOnnx(), *REQUIRED)
     # while map key types left uncompared are still caught by both map rows
-    from conformance.audit.faults_state_more import MapKeyTypesNotCompared
+    from conformance.audit.faults.bindings import MapKeyTypesNotCompared
 
     for case_id in ("Required.Bindings.Nested.MapKeyInt32ForInt64",
                     "Required.Bindings.Nested.SequenceOfMapsKeyInt64ForInt32"):
@@ -213,7 +212,7 @@ def test_refusing_kindless_categories_outside_elements_passes_the_kindless_strin
     _passes(RefusesMisplacedCategories(), KINDLESS_STRINGS, "Required.Catalogue", "Required.CatalogueMore",
             "Required.Affine.Logical", "Required.Bindings", "Required.Declarations")
     # while a runtime retaining an encoded value whose logical type is STRING is still caught by each case
-    from conformance.audit.faults_mut_exec import EncodedStringLogicalRetained
+    from conformance.audit.faults.bindings import EncodedStringLogicalRetained
 
     chosen = [case.id for case in select(CASES, [KINDLESS_STRINGS])]
     assert len(chosen) == 4
@@ -311,8 +310,7 @@ INDEPENDENT = ["Required.State.Independent.TwoStatesRunAtOnce", "Required.State.
 @pytest.mark.clause("STATE-ISOLATION", "STATE-NO-CONCURRENCY")
 def test_queueing_runs_of_different_states_passes_the_independence_cases(monkeypatch):
     from conformance import trace
-    from conformance.audit.faults_state import SharedStateAcrossRequests
-    from conformance.audit.faults_thin_state import CallGuardPerModel
+    from conformance.audit.faults.state import CallGuardPerModel, SharedStateAcrossRequests
 
     without_waiting = "Recommended.State.Independent.TwoStatesRunWithoutWaiting"
     _passes(ReferenceAdapter(), without_waiting)  # with the whole independence timeout: load decides nothing

@@ -75,7 +75,7 @@ class InvokesDeclaredDecoder(ReferenceAdapter):
 
 @pytest.mark.clause("DEC-KEYED", "DEC-MISSING", "DEC-ROOT-ONLY")
 def test_a_runtime_invoking_the_declared_decoder_passes_and_keying_by_name_is_caught():
-    from conformance.audit.faults_struct_more import DecodersKeyedByName
+    from conformance.audit.faults.structured import DecodersKeyedByName
 
     _passes(InvokesDeclaredDecoder(), *REQUIRED)
     for case_id in ("Required.Structured.Consumers.RegisteredNameOtherIdMissingLinear",
@@ -113,7 +113,7 @@ class RefusesEncodedTensorOutputs(ReferenceAdapter):
 
 @pytest.mark.clause("INIT-NAMES-UNIQUE", "GRAPH-TENSOR-OPS")
 def test_a_runtime_refusing_encoded_tensor_outputs_passes_and_function_subgraph_names_stay_checked():
-    from conformance.audit.faults_wire_more import NamesUncheckedInFunctionBodies
+    from conformance.audit.faults.catalogue import NamesUncheckedInFunctionBodies
 
     _passes(RefusesEncodedTensorOutputs(), *REQUIRED)
     for case_id in ("Required.Naming.Initializers.DuplicateInFunctionBodyBranch",
@@ -136,7 +136,7 @@ class DiscardsValueInfo(ReferenceAdapter):
 
 @pytest.mark.clause("GRAPH-STRUCT-IO", "DECL-WELLFORMED")
 def test_a_runtime_discarding_value_info_passes_and_unchecked_outputs_stay_caught():
-    from conformance.audit.faults_wire_more import StructOutputTypesUnchecked
+    from conformance.audit.faults.catalogue import StructOutputTypesUnchecked
 
     _passes(DiscardsValueInfo(), *REQUIRED)
     _fails(DiscardsValueInfo(), "Recommended.Catalogue.Graph.MalformedValueInfoStruct")

@@ -12,7 +12,7 @@ import pytest
 from conformance.audit import audit, catalogue, report, scope
 from conformance.audit.audit import Audit, FaultOutcome
 from conformance.audit.fault import INSTALLER
-from conformance.audit.faults_representation import LastDuplicateWins, ResolvesReferencesLazily
+from conformance.audit.faults.catalogue import LastDuplicateWins, ResolvesReferencesLazily
 from conformance.cases import load_cases, select
 from reference_impl import ContractError, structs, verify_model
 from reference_impl.clauses import CLAUSES
@@ -30,7 +30,7 @@ def test_patches_of_lazily_exported_names_are_undone():
     import importlib
 
     import reference_impl
-    from conformance.audit.faults_struct_more import NestedConstantsNotExposed
+    from conformance.audit.faults.structured import NestedConstantsNotExposed
 
     decode = importlib.import_module("reference_impl.decode")
     original = decode.read_fields
@@ -163,7 +163,7 @@ def test_a_fault_patching_a_lazily_exported_function_leaves_the_package_root_as_
     """The package root answers a name it does not hold with its submodule's current attribute: once the
     fault's calls end, it must again hold nothing and answer with the restored original."""
     import reference_impl
-    from conformance.audit.faults_state_more import StringsCheckedOnInputSideOnly
+    from conformance.audit.faults.bindings import StringsCheckedOnInputSideOnly
     from reference_impl import bindings
 
     original = bindings.validate_bindings
@@ -218,3 +218,13 @@ def test_every_fault_caught_only_by_recommended_cases_is_justified():
         quotes = re.findall(r'"([^"]+)"', why)
         assert quotes or why.startswith("No spec sentence."), fault_id
         assert all(spec.quoted(quote) for quote in quotes), (fault_id, [q for q in quotes if not spec.quoted(q)])
+
+
+def test_a_spec_naming_a_retired_fault_module_finds_the_fault_in_its_area():
+    from conformance.adapters import SuiteError, load_adapter
+
+    adapter = load_adapter("conformance.audit.faults_zero_copy:InitialValuesCopied")
+    assert type(adapter).__module__ == "conformance.audit.faults.zero_copy"
+    assert adapter.fault_id == "ZC-RETAIN.initial-values-copied"
+    with pytest.raises(SuiteError, match="names no fault"):
+        load_adapter("conformance.audit.faults_state:Patch")

@@ -1,4 +1,4 @@
-"""The representation faults of conformance/audit/faults_repr_more.py that the older cases missed are each
+"""The representation faults of conformance/audit/faults/ that the older cases missed are each
 caught by at least two cases of corpus/cases/encoding/catalogue_rules.toml, each with its own model: every case passes
 on the reference and fails on the fault. The whole catalogue is audited by ``python -m conformance audit``
 (tests/test_audit.py)."""

@@ -16,7 +16,7 @@ from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.base import accepted_keywords
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState, _HoldSlot, to_neutral, to_runtime
 from conformance.audit.fault import Fault, wrap
-from conformance.audit.faults_representation import DecoderIgnoresConstants
+from conformance.audit.faults.catalogue import DecoderIgnoresConstants
 from conformance.audit.scope import WRITE_OPS
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
@@ -330,7 +330,7 @@ class DeclaredFieldsBlocksReversed(ReferenceAdapter):
 
     def decode(self, model_bytes, value_name, base_dir):
         import reference_impl
-        from conformance.audit.faults_struct_more import _names_and_types
+        from conformance.audit.faults.structured import _names_and_types
         from reference_impl.decoders import _codec_identity, decode_int4_block, default_registry, spec_catalogue
 
         def reversed_blocks(layout, payload):
@@ -368,7 +368,7 @@ class MismatchIsMissingConsumer(ReferenceAdapter):
 
 @pytest.mark.clause("DEC-KEYED", "DEC-DEFINES-MAPPING", "DEC-MISSING")
 def test_a_redeclared_type_may_be_read_by_field_or_refused_as_missing():
-    from conformance.audit.faults_struct_more import BindsOnNamesAndTypes
+    from conformance.audit.faults.structured import BindsOnNamesAndTypes
 
     redeclared = ["Required.Structured.Consumers.ReorderedParametersNotMisread",
                   "Required.Structured.Consumers.ScaleFirstParametersNotMisread"]
@@ -820,7 +820,7 @@ class GuardsResetClosePerModel(ReferenceAdapter):
 @pytest.mark.clause("STATE-ISOLATION", "STATE-NO-RACE")
 def test_reset_or_close_of_another_state_may_wait_for_a_run_but_not_be_refused(monkeypatch):
     from conformance import trace
-    from conformance.audit.faults_zc_more import ResetCloseGuardedPerModel
+    from conformance.audit.faults.state import ResetCloseGuardedPerModel
 
     other = ["Required.ZeroCopy.Lifetime.ResetOfOtherStateDuringRun",
              "Required.ZeroCopy.Lifetime.CloseOfOtherStateDuringRun"]
@@ -958,7 +958,7 @@ class ColumnMajorLogicalShape(ReferenceAdapter):
 
 @pytest.mark.clause("ENC-LOGICAL-EXACT", "DEC-DEFINES-MAPPING")
 def test_a_decoder_may_fill_a_logical_shape_in_any_order_but_must_apply_it():
-    from conformance.audit.faults_repr_more import DecodedValuesLeftFlat
+    from conformance.audit.faults.encoding import DecodedValuesLeftFlat
 
     _passes(ColumnMajorLogicalShape(), "Required.CatalogueMore", "Required.Structured.Logical")
     for case_id in ("Required.Encoding.LogicalShape.Linear3D",
@@ -1017,7 +1017,7 @@ class RegisteredScalePosition(ReferenceAdapter):
 
     def decode(self, model_bytes, value_name, base_dir):
         import reference_impl
-        from conformance.audit.faults_struct_more import _registered_layouts
+        from conformance.audit.faults.structured import _registered_layouts
         from reference_impl.decoders import Decoder, decode_scaled_codebook, default_registry
 
         registry = default_registry()
@@ -1076,7 +1076,7 @@ class ChecksCodecFunctions(ReferenceAdapter):
 
 @pytest.mark.clause("DEC-NO-LOAD-EXEC")
 def test_codec_bodies_may_be_checked_but_not_compiled_when_loading():
-    from conformance.audit.faults_structured import CodecBodiesLoaded
+    from conformance.audit.faults.structured import CodecBodiesLoaded
 
     catchers = ["Required.Structured.Consumers.CodecNotRunWhenLoading",
                 "Required.Catalogue.Accepts.CodecBodiesNeverRun",
@@ -1125,7 +1125,7 @@ def test_raw_data_beside_external_entries_is_the_only_fault_of_the_exclusive_cas
     _passes(EntriesFileFirst(), "Required.ThinRepr")
     for case_id in ("Required.External.Exclusive.StructRawAndEntriesDefaultLocation",
                     "Required.External.Exclusive.AffineRawAndEntriesDefaultLocationDecoded"):
-        _fails(load_adapter("conformance.audit.faults_thin_repr:ExclusiveOnlyWhenExternal"), case_id)
+        _fails(load_adapter("conformance.audit.faults.payload:ExclusiveOnlyWhenExternal"), case_id)
 
 
 # -------------------------------------------------------------- a bound input's initializer as default
@@ -1189,7 +1189,7 @@ class MinusOneMaxTokensUnlimited(Fault):
 
 @pytest.mark.clause("KV-CAPACITY-INVALID")
 def test_max_tokens_minus_one_may_be_a_no_limit_sentinel():
-    from conformance.audit.faults_thin_state import NegativeMaxTokensUnlimited
+    from conformance.audit.faults.kv_contiguous import NegativeMaxTokensUnlimited
 
     _passes(MinusOneMaxTokensUnlimited(), "Required.KV.Capacity", "Required.KV.PagedCapacity")
     for case_id in ("Required.KV.Capacity.MinusTwoMaxTokensUnderCallerBlocks",
@@ -1290,7 +1290,8 @@ def test_declaration_required_cases_pass_every_order_of_checks_and_reading_of_a_
     _fails(DeclaredConstants(), "Recommended.Structured.Consumers.ConstantAddedUnderRegisteredId")
     _fails(Int4BlockReadByField(), "Recommended.Structured.Consumers.FieldAddedUnderRegisteredId")
     # and the forbidden behaviours stay caught
-    from conformance.audit.faults_thin_decl import NestedBindingsOneLevelDeep, SingleFieldStructUnwrapped
+    from conformance.audit.faults.bindings import NestedBindingsOneLevelDeep
+    from conformance.audit.faults.catalogue import SingleFieldStructUnwrapped
 
     _fails(NestedBindingsOneLevelDeep(), "Required.Bindings.Nesting.NestedInIfInsideIf")
     for case_id in ("Required.Structured.Consumers.OneFieldStructToAdd",

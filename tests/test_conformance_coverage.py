@@ -25,9 +25,9 @@ from test_conformance_faults import _caught
 from conformance import values as V
 from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState, to_runtime
-from conformance.audit.faults_affine import DecodesToFloat32
-from conformance.audit.faults_zero_copy import (
-    CallerBuffersTakenAsOwned,
+from conformance.audit.faults.affine import DecodesToFloat32
+from conformance.audit.faults.payload import CallerBuffersTakenAsOwned
+from conformance.audit.faults.zero_copy import (
     DecodeScratchesInput,
     FieldTransportCopies,
     FunctionInputsDetached,
@@ -1163,7 +1163,7 @@ def _bind_by_id(self, type_id, layout, path, declaration=None):
     misreads nothing, which the spec allows: tests/test_conformance_alternatives.py.)"""
     import dataclasses
 
-    from conformance.audit.faults_struct_more import _registered_layouts
+    from conformance.audit.faults.structured import _registered_layouts
 
     decoder = self._decoders.get(type_id)
     if decoder is None:

@@ -8,10 +8,10 @@ import pytest
 
 from conformance.adapters import Rejected
 from conformance.adapters.reference import ReferenceAdapter
-from conformance.audit.faults_affine import HighBitsFirst
-from conformance.audit.faults_representation import LastDuplicateWins
-from conformance.audit.faults_state import AllowsConcurrentCalls, PublishesAfterFailure
-from conformance.audit.faults_zero_copy import InitialValuesCopied, ValuesAreSnapshots
+from conformance.audit.faults.affine import HighBitsFirst
+from conformance.audit.faults.catalogue import LastDuplicateWins
+from conformance.audit.faults.state import AllowsConcurrentCalls, PublishesAfterFailure
+from conformance.audit.faults.zero_copy import InitialValuesCopied, ValuesAreSnapshots
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, PASSED_WITHOUT_CODE, run_case
 

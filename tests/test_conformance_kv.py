@@ -11,7 +11,7 @@ import pytest
 
 from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.reference import ReferenceAdapter
-from conformance.audit.faults_kv import KVZeroPointsDropped
+from conformance.audit.faults.kv_paged import KVZeroPointsDropped
 from conformance.cases import builders, load_cases, select
 from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, run_case
 from reference_impl.clauses import CLAUSES

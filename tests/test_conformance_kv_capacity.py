@@ -13,7 +13,7 @@ import pytest
 
 from conformance.adapters import load_adapter
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState
-from conformance.audit.faults_kv import CopiesEveryAppend, MaxTokensPerCall, WholeCacheDequantized
+from conformance.audit.faults.kv_contiguous import CopiesEveryAppend, MaxTokensPerCall, WholeCacheDequantized
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, run_case
 from reference_impl.kv import contiguous, kernels, paged

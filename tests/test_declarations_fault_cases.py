@@ -1,4 +1,4 @@
-"""The faults of conformance/audit/faults_mut_repr.py and faults_mut_exec.py, checks whose removal from the
+"""The faults of conformance/audit/faults/, checks whose removal from the
 oracle no Required case used to notice, are each caught by at least two cases of
 corpus/cases/declarations/constant_dims.toml
 and mut_exec.toml, each with its own model: every listed case passes on the reference and fails on the
@@ -71,7 +71,7 @@ def test_only_the_string_logical_type_is_refused(logical, code):
     or as a FLOAT[1] tensor; only the STRING[1] logical type is refused, with BINDING_STRING, and the fault
     accepts all three."""
     from conformance.adapters.reference import ReferenceAdapter
-    from conformance.audit.faults_mut_exec import EncodedStringLogicalRetained
+    from conformance.audit.faults.bindings import EncodedStringLogicalRetained
     from conformance.values import build
     from reference_impl import ContractError
 

@@ -1,5 +1,5 @@
 """Second faults for declaration, catalogue, binding and consumer rules that had one fault each
-(conformance/audit/faults_thin_decl.py) are each caught by at least two independent cases; the cases of
+(conformance/audit/faults/) are each caught by at least two independent cases; the cases of
 corpus/cases/bindings/declaration_rules.toml were added for those no case caught. Each listed case passes on the
 reference
 and fails on the fault, and no two of a fault's cases share a model."""

@@ -1,4 +1,4 @@
-"""The second faults of conformance/audit/faults_thin_repr.py that the older cases missed (or caught with one
+"""The second faults of conformance/audit/faults/ that the older cases missed (or caught with one
 case) are each caught by at least two cases of corpus/cases/external/representation_rules.toml (with the older case
 where one
 already catches it), each with its own model: every listed case passes on the reference and fails on the

@@ -101,7 +101,7 @@ def test_the_settings_table_checks_every_value():
     from fuzz.finding_env import SETTINGS, validated
     from fuzz.findings_io import FindingsError
 
-    good = {"FUZZ_SUBJECT": "conformance.audit.faults_state:PublishesAfterFailure", "FUZZ_FAULT": "code-swap",
+    good = {"FUZZ_SUBJECT": "conformance.audit.faults.state:PublishesAfterFailure", "FUZZ_FAULT": "code-swap",
             "FUZZ_STRICT": "1", "FUZZ_PROBE_KNOWN": "0", "FUZZ_RTOL": "1e-6", "FUZZ_ATOL": "0",
             "FUZZ_TESTEE_TIMEOUT": "10", "FUZZ_TIME_BUDGET": "2.5", "FUZZ_HANG_AFTER": "0",
             "FUZZ_MEMORY_BUDGET_MB": "1024", "FUZZ_ADDRESS_SPACE_MB": "4096"}

@@ -1,4 +1,4 @@
-"""The KV and payload faults of conformance/audit/faults_kv_more.py are each caught by at least two cases of
+"""The KV and payload faults of conformance/audit/faults/ are each caught by at least two cases of
 corpus/cases/kv/batches_and_masks.toml, each with its own model: every case passes on the reference and fails on the
 fault. The contiguous cases' NumPy expectations agree with onnx's reference Attention and onnxruntime (the
 caches fed back by hand). The whole catalogue is audited by ``python -m conformance audit``
@@ -11,7 +11,6 @@ import pytest
 from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
 from plain_models import plain_onnx
 
-from conformance import renames
 from conformance.cases import load_cases, select
 
 _REQ, _REC = "Required.KVMore.", "Recommended.KVMore."
@@ -61,14 +60,6 @@ CATCHERS = {
     "KV-PAGED-FORMATS.value-scale-in-normalizer": (
         _REQ + "PagedHeadScales.Int8ValuesGroupedQuery", _REQ + "PagedHeadScales.Int4KeysValuesGroupedQuery"),
 }
-
-#: written with the IDs before the rename (corpus/renames.toml), which keep naming the same cases
-CATCHERS = {fault: tuple(renames.resolve(i, renames.table()) for i in ids) for fault, ids in CATCHERS.items()}
-
-
-
-def _current(case_id: str) -> str:
-    return renames.resolve(case_id, renames.table())
 
 
 @pytest.mark.parametrize(("fault_id", "case_ids"), list(params(CATCHERS)))
@@ -140,13 +131,13 @@ def test_zero_scale_expectations_agree_with_onnx_reference(case_id):
 def test_batch_rows_and_mask_rows_really_differ():
     """The cases reach the faults' paths: the external cache's rows hold different lengths, the per-row
     masks differ between the rows, and every rank-2 mask call of several queries has distinct rows."""
-    steps = CONTIGUOUS[_current(_REQ + "BatchExternalCache.RowsPaddedApart")].extras()["steps"]
+    steps = CONTIGUOUS[_REQ + "BatchExternalCache.RowsPaddedApart"].extras()["steps"]
     assert all(len(set(_array(step["feeds"]["nonpad"]).tolist())) == 2 for step in steps[1:])
     assert all(len(set(_array(step["feeds"]["write_indices"]).tolist())) == 2 for step in steps[1:])
-    for step in CONTIGUOUS[_current(_REQ + "BatchMask.BoolPerRow")].extras()["steps"][1:]:
+    for step in CONTIGUOUS[_REQ + "BatchMask.BoolPerRow"].extras()["steps"][1:]:
         mask = _array(step["feeds"]["attn_mask"])
         assert mask.shape[0] == 2 and not np.array_equal(mask[0], mask[1])
-    for step in CONTIGUOUS[_current(_REQ + "Mask2D.FloatRowPerQuery")].extras()["steps"][1:]:
+    for step in CONTIGUOUS[_REQ + "Mask2D.FloatRowPerQuery"].extras()["steps"][1:]:
         mask = _array(step["feeds"]["attn_mask"])
         assert mask.ndim == 2 and (mask.shape[0] == 1 or not np.array_equal(mask[0], mask[1]))
 
@@ -154,10 +145,14 @@ def test_batch_rows_and_mask_rows_really_differ():
 def test_a_fault_overriding_the_executor_kernels_acts_on_state_cases():
     """The TensorScatter faults only replace the kernels a state's executor runs: the audit's scoping must
     still run them on the state cases (otherwise they are reported as surviving every case)."""
-    from conformance.audit import faults_kv_more as F
+    from conformance.audit.faults.kv_contiguous import (
+        ScatterAxisFixedAtMinusTwo,
+        ScatterCircularAsLinear,
+        ScatterFirstWriteIndexForAll,
+    )
     from conformance.audit.scope import seams
 
-    for cls in (F.ScatterFirstWriteIndexForAll, F.ScatterAxisFixedAtMinusTwo, F.ScatterCircularAsLinear):
+    for cls in (ScatterFirstWriteIndexForAll, ScatterAxisFixedAtMinusTwo, ScatterCircularAsLinear):
         assert "state" in seams(cls)[0]
 
 

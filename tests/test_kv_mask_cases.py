@@ -1,6 +1,6 @@
 """The cases of corpus/cases/kv/masks_and_bindings.toml: the attention mask edges' NumPy expectations agree with
 onnx's reference Attention (a short mask padded with -inf, a fully masked row zero), every case passes
-on the reference, and each fault of conformance/audit/faults_state_more.py it was written for fails it."""
+on the reference, and each fault of conformance/audit/faults/ it was written for fails it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,30 @@ import pytest
 from plain_models import plain_onnx
 
 from conformance.adapters.reference import ReferenceAdapter
-from conformance.audit import faults_state_more as F
+from conformance.audit.faults.attention import (
+    ExternalCacheCausalTopLeft,
+    ExternalCachePaddingAttended,
+    MaskedWithFiniteMinimum,
+    QkOutputModeIgnored,
+    QkOutputModesSwapped,
+    ShortMaskPaddedToAttend,
+)
+from conformance.audit.faults.bindings import (
+    DuplicateOutputsAccepted,
+    MapKeyTypesNotCompared,
+    NamesMatchedLoosely,
+    RankNotCompared,
+    StringsCheckedOnInputSideOnly,
+    StructCategoryTakesTensors,
+)
+from conformance.audit.faults.kv_contiguous import CopyAtExactCapacity
+from conformance.audit.faults.kv_paged import (
+    GroupedByKeyFormatOnly,
+    GroupSignatureWithoutElementType,
+    GroupZeroPointFromFirstBlock,
+    PartialBlockGrouped,
+)
+from conformance.audit.faults.state import EqualFeedNotAnOverride, PartialResetMerged
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
 
@@ -95,74 +118,74 @@ def test_attention_expectations_agree_with_peers(case_id, peer):
 
 @pytest.mark.clause("KV-ATTENTION")
 def test_external_cache_catches_top_left_alignment_and_attended_padding():
-    assert _caught(F.ExternalCacheCausalTopLeft(), "Required.KV.ExternalCache.*") == {
+    assert _caught(ExternalCacheCausalTopLeft(), "Required.KV.ExternalCache.*") == {
         "Required.KV.ExternalCache.CausalFrontierAlignedToValidEnd",
         "Required.KV.ExternalCache.CausalGroupedQueryChunks"}
-    assert _caught(F.ExternalCachePaddingAttended(), "Required.KV.ExternalCache.*") == {
+    assert _caught(ExternalCachePaddingAttended(), "Required.KV.ExternalCache.*") == {
         "Required.KV.ExternalCache.PaddingSlotsExcluded", "Required.KV.ExternalCache.PaddingSlotsExcludedGroupedQuery"}
 
 
 @pytest.mark.clause("KV-ATTENTION")
 def test_qk_output_modes_are_caught():
-    assert _caught(F.QkOutputModesSwapped(), "Required.KV.QkMatmulOutput.*") == {
+    assert _caught(QkOutputModesSwapped(), "Required.KV.QkMatmulOutput.*") == {
         "Required.KV.QkMatmulOutput.Mode1AfterSoftcap", "Required.KV.QkMatmulOutput.Mode2SoftcapAndMask"}
-    assert len(_caught(F.QkOutputModeIgnored(), "Required.KV.QkMatmulOutput.*")) == 3
+    assert len(_caught(QkOutputModeIgnored(), "Required.KV.QkMatmulOutput.*")) == 3
 
 
 @pytest.mark.clause("STATE-FEED-OVERRIDE")
 def test_feed_equal_to_the_retained_value_is_still_an_override():
-    assert len(_caught(F.EqualFeedNotAnOverride(), "Required.State.FeedOverride.*")) == 2
+    assert len(_caught(EqualFeedNotAnOverride(), "Required.State.FeedOverride.*")) == 2
 
 
 @pytest.mark.clause("BIND-EXACT-NAMES")
 def test_binding_names_matched_loosely_are_caught():
-    assert len(_caught(F.NamesMatchedLoosely(), "Required.Bindings.ExactNames.*")) == 2
+    assert len(_caught(NamesMatchedLoosely(), "Required.Bindings.ExactNames.*")) == 2
 
 
 @pytest.mark.clause("BIND-NO-STRINGS")
 def test_strings_on_the_output_side_are_caught():
-    assert len(_caught(F.StringsCheckedOnInputSideOnly(), "Required.Bindings.OutputStrings.*")) == 2
+    assert len(_caught(StringsCheckedOnInputSideOnly(), "Required.Bindings.OutputStrings.*")) == 2
 
 
 @pytest.mark.clause("KV-ATTENTION")
 def test_mask_edges_catch_padding_that_attends_and_finite_masking():
-    assert _caught(F.ShortMaskPaddedToAttend(), "*.KV.AttentionMaskBounds.*Short*") == {
+    assert _caught(ShortMaskPaddedToAttend(), "*.KV.AttentionMaskBounds.*Short*") == {
         "Required.KV.AttentionMaskBounds.ShortBoolMask", "Required.KV.AttentionMaskBounds.ShortFloatMask",
         "Recommended.KV.AttentionMaskBounds.PagedShortBoolMask"}
     assert {"Required.KV.AttentionMaskBounds.FullyMaskedBoolRow",
             "Required.KV.AttentionMaskBounds.FullyMaskedFloatRow"} \
-        <= _caught(F.MaskedWithFiniteMinimum(), "*.KV.AttentionMaskBounds.*FullyMasked*")
+        <= _caught(MaskedWithFiniteMinimum(), "*.KV.AttentionMaskBounds.*FullyMasked*")
 
 
 @pytest.mark.clause("KV-PAGED-FORMATS")
 def test_format_runs_catch_block_groups_decoded_with_one_blocks_parameters():
     pattern = "Required.KV.PagedFormatRuns.*"
-    assert len(_caught(F.GroupZeroPointFromFirstBlock(), pattern)) >= 2
-    assert len(_caught(F.GroupSignatureWithoutElementType(), pattern)) >= 2
-    assert len(_caught(F.GroupedByKeyFormatOnly(), pattern)) >= 2
-    assert len(_caught(F.PartialBlockGrouped(), pattern)) >= 2
+    assert len(_caught(GroupZeroPointFromFirstBlock(), pattern)) >= 2
+    assert len(_caught(GroupSignatureWithoutElementType(), pattern)) >= 2
+    assert len(_caught(GroupedByKeyFormatOnly(), pattern)) >= 2
+    assert len(_caught(PartialBlockGrouped(), pattern)) >= 2
 
 
 @pytest.mark.clause("BIND-COMPATIBLE")
 def test_binding_cases_catch_shallow_compatibility_checks():
-    assert len(_caught(F.RankNotCompared(), "Required.Bindings.Rank.*")) == 2
+    assert len(_caught(RankNotCompared(), "Required.Bindings.Rank.*")) == 2
     nested = "Required.Bindings.Nested.*"
-    assert _caught(F.MapKeyTypesNotCompared(), nested) == {"Required.Bindings.Nested.MapKeyInt32ForInt64",
+    assert _caught(MapKeyTypesNotCompared(), nested) == {"Required.Bindings.Nested.MapKeyInt32ForInt64",
                                                            "Required.Bindings.Nested.SequenceOfMapsKeyInt64ForInt32"}
-    assert len(_caught(F.StructCategoryTakesTensors(), nested)) == 2
+    assert len(_caught(StructCategoryTakesTensors(), nested)) == 2
 
 
 @pytest.mark.clause("BIND-DUPLICATES")
 def test_output_selected_twice_is_caught():
-    assert _caught(F.DuplicateOutputsAccepted(), "Required.Bindings.Duplicates.*") == {
+    assert _caught(DuplicateOutputsAccepted(), "Required.Bindings.Duplicates.*") == {
         "Required.Bindings.Duplicates.OutputSelectedTwiceAmongOthers"}
 
 
 @pytest.mark.clause("STATE-RESET")
 def test_partial_reset_is_caught_whichever_binding_is_left_out():
-    assert len(_caught(F.PartialResetMerged(), "Required.State.ResetPartial.*")) == 2
+    assert len(_caught(PartialResetMerged(), "Required.State.ResetPartial.*")) == 2
 
 
 @pytest.mark.clause("KV-CAPACITY-REUSE")
 def test_append_filling_an_allocation_exactly_is_caught():
-    assert len(_caught(F.CopyAtExactCapacity(), "*.AppendFilling*")) == 2
+    assert len(_caught(CopyAtExactCapacity(), "*.AppendFilling*")) == 2

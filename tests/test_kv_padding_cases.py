@@ -1,4 +1,4 @@
-"""The faults of conformance/audit/faults_mut_kv.py, ``nonpad_kv_seqlen`` values of 0 that no Required case
+"""The faults of conformance/audit/faults/, ``nonpad_kv_seqlen`` values of 0 that no Required case
 used to feed (and, Recommended, values beyond the cache), are each caught by the cases of
 corpus/cases/kv/padding.toml listed for them: each passes on the reference and fails on the fault. The
 hand-written expectations agree with onnx's reference evaluator and onnxruntime (Attention and TensorScatter)

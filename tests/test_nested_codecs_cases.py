@@ -12,12 +12,7 @@ from test_alternatives_repr import PinsNestedCodecs, PinsNestedCodecsAsMismatch
 
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.audit.fault import Fault, decode_module, wrap
-from conformance.audit.faults_structured import (
-    NestedDecodersInvoked,
-    _nested_codecs,
-    _runnable,
-    _ThroughSubtypeCodecs,
-)
+from conformance.audit.faults.structured import NestedDecodersInvoked, _nested_codecs, _runnable, _ThroughSubtypeCodecs
 from conformance.cases import load_cases
 from conformance.execute import FAILED, PASSED, run_case
 from reference_impl import records

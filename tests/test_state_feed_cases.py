@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from fault_catchers import assert_caught_by_independent_cases
 
-from conformance.audit.faults_state import ComputedOutputsTrusted
+from conformance.audit.faults.state import ComputedOutputsTrusted
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
 

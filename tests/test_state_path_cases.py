@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 
 from conformance.adapters.reference import ReferenceAdapter
-from conformance.audit.faults_bindings import ElementTypesNotCompared
-from conformance.audit.faults_kv import BranchAppendsInPlace, MaxTokensPerCall, ZeroBlockSizeDefaulted
-from conformance.audit.faults_state import AllowsConcurrentCalls, MissingFeedsZeroFilled
-from conformance.audit.faults_structured import StructFirstFieldToTensorOps, StructsFlattenedForTensorOps
-from conformance.audit.faults_zero_copy import StringFeedsRefused
+from conformance.audit.faults.bindings import ElementTypesNotCompared
+from conformance.audit.faults.catalogue import StructFirstFieldToTensorOps
+from conformance.audit.faults.kv_contiguous import BranchAppendsInPlace, MaxTokensPerCall, ZeroBlockSizeDefaulted
+from conformance.audit.faults.state import AllowsConcurrentCalls, MissingFeedsZeroFilled
+from conformance.audit.faults.structured import StructsFlattenedForTensorOps
+from conformance.audit.faults.zero_copy import StringFeedsRefused
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
 

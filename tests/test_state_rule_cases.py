@@ -1,5 +1,5 @@
 """The cases of corpus/cases/state/state_rules.toml: each fails the second fault it was written for (a bug of
-conformance/audit/faults_thin_state.py that no case, or a single one, caught before), and the
+conformance/audit/faults/ that no case, or a single one, caught before), and the
 unmodified reference passes every one of them."""
 
 from __future__ import annotations
@@ -7,45 +7,60 @@ from __future__ import annotations
 import pytest
 from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
 
-from conformance.audit import faults_thin_state as F
 from conformance.audit.fault import Fault
+from conformance.audit.faults.export import SaveKeepsOneBinding
+from conformance.audit.faults.kv_contiguous import (
+    NegativeBlockSizeMagnitude,
+    NegativeMaxTokensUnlimited,
+    ScoresForWholeContext,
+)
+from conformance.audit.faults.state import (
+    AliasesOfSelectedRetained,
+    DefaultedInputsRequired,
+    InitializerAsInitialValue,
+    InlineStructsRefused,
+    PreviousFeedReused,
+    ResetReopensClosedState,
+    UnboundInitialAsDefaultFeed,
+)
+from conformance.audit.faults.zero_copy import OutputBuffersRecycled, ProducerOutputsRetained
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
 from reference_impl import schema
 
 #: fault -> the cases that must catch it (the new ones, with the one that caught it alone before)
 CATCHERS = {
-    F.InitializerAsInitialValue: ("Recommended.State.Initial.InitializerIsNoInitialValue",
+    InitializerAsInitialValue: ("Recommended.State.Initial.InitializerIsNoInitialValue",
                                   "Recommended.State.Initial.ResetWithoutTheDefaultedBinding"),
-    F.PreviousFeedReused: ("Required.State.Feeds.FreshScalarMissingAfterRuns",
+    PreviousFeedReused: ("Required.State.Feeds.FreshScalarMissingAfterRuns",
                            "Required.State.Feeds.FreshInputSuppliedOnlyByAnEarlierCall",
                            "Recommended.State.Feeds.DefaultedInputMayBeOmitted",
                            "Recommended.State.Feeds.DefaultedScalarStepAfterAFedOne"),
-    F.DefaultedInputsRequired: ("Recommended.State.Feeds.DefaultedInputMayBeOmitted",
+    DefaultedInputsRequired: ("Recommended.State.Feeds.DefaultedInputMayBeOmitted",
                                 "Recommended.State.Feeds.DefaultedScalarStepAfterAFedOne"),
-    F.ResetReopensClosedState: ("Recommended.State.ResetClose.ClosedStateRejectsResetAndIgnoresSecondClose",
+    ResetReopensClosedState: ("Recommended.State.ResetClose.ClosedStateRejectsResetAndIgnoresSecondClose",
                                 "Recommended.State.Close.ResetDoesNotReopenAClosedState"),
-    F.NegativeBlockSizeMagnitude: ("Required.KV.PagedCapacity.NegativeBlockSize",
+    NegativeBlockSizeMagnitude: ("Required.KV.PagedCapacity.NegativeBlockSize",
                                    "Required.KV.Capacity.NegativeBlockSizeUnderCallerBlocks"),
-    F.NegativeMaxTokensUnlimited: ("Required.KV.PagedCapacity.NegativeMaxTokens",
+    NegativeMaxTokensUnlimited: ("Required.KV.PagedCapacity.NegativeMaxTokens",
                                    "Required.KV.Capacity.MinusTwoMaxTokensUnderCallerBlocks"),
-    F.ScoresForWholeContext: ("Recommended.KV.Bounded.DenseWorkspaceDoesNotGrowWithContext",
+    ScoresForWholeContext: ("Recommended.KV.Bounded.DenseWorkspaceDoesNotGrowWithContext",
                               "Recommended.KV.Bounded.Int4WorkspaceDoesNotGrowWithContext"),
-    F.SaveKeepsOneBinding: ("Required.Export.RetainedState.SaveLoadKeepsBothBindings",
+    SaveKeepsOneBinding: ("Required.Export.RetainedState.SaveLoadKeepsBothBindings",
                             "Required.Export.RetainedState.RoundTripKeepsBothBindings",
                             "Required.Export.RetainedState.SavedTwoBindingStateRuns"),
-    F.OutputBuffersRecycled: ("Required.ZeroCopy.Arena.UnselectedOutputNotRecycled",
+    OutputBuffersRecycled: ("Required.ZeroCopy.Arena.UnselectedOutputNotRecycled",
                               "Required.ZeroCopy.ReadOnly.ReferencedBuffersNeverWritten",
                               "Required.ZeroCopy.Outputs.HeldLogitsKeepTheirBuffer"),
-    F.UnboundInitialAsDefaultFeed: ("Recommended.State.Initial.UnboundName",
+    UnboundInitialAsDefaultFeed: ("Recommended.State.Initial.UnboundName",
                                     "Recommended.State.StructuredRules.InitialForFreshInputRejected",
                                     "Required.State.Feeds.InitialValueOfAFreshInputFeedsNothing",
                                     "Required.State.Feeds.InitialValueOfAFreshScalarFeedsNothing"),
-    F.ProducerOutputsRetained: ("Required.State.Unselected.SplitSiblingOfSelectedOutputNotRetained",
+    ProducerOutputsRetained: ("Required.State.Unselected.SplitSiblingOfSelectedOutputNotRetained",
                                 "Required.KV.PagedOwnership.FailedAppendLeavesCache"),
-    F.InlineStructsRefused: ("Required.State.WholeStruct.InlineStructRetainedWhole",
+    InlineStructsRefused: ("Required.State.WholeStruct.InlineStructRetainedWhole",
                              "Recommended.Bindings.Dimensions.AgreeingInlineStruct"),
-    F.AliasesOfSelectedRetained: ("Required.State.Unselected.IdentityOfSelectedOutputNotRetained",
+    AliasesOfSelectedRetained: ("Required.State.Unselected.IdentityOfSelectedOutputNotRetained",
                                   "Required.State.Unselected.ReshapedSelectedOutputNotRetained"),
 }
 

@@ -1,4 +1,4 @@
-"""The wire and model-level faults of conformance/audit/faults_wire_more.py that no case, or a single one,
+"""The wire and model-level faults of conformance/audit/faults/ that no case, or a single one,
 caught are caught by at least two cases (corpus/cases/export/wire_rules.toml, with the earlier catcher where one
 existed), each with its own model: every case passes on the reference and fails on the fault. The whole
 catalogue is audited by ``python -m conformance audit`` (tests/test_audit.py)."""

@@ -1,12 +1,34 @@
 """The cases of corpus/cases/zero_copy/lifetime.toml: every case passes on the reference, and each fault of
-conformance/audit/faults_zc_more.py they were written for fails at least two of them."""
+conformance/audit/faults/ they were written for fails at least two of them."""
 
 from __future__ import annotations
 
 import pytest
 
 from conformance.adapters.reference import ReferenceAdapter
-from conformance.audit import faults_zc_more as F
+from conformance.audit.faults.payload import (
+    ClosedStateBuffersPooled,
+    ResetAcceptsOwnerless,
+    SequenceOwnershipUnchecked,
+    StridedStructFieldsCopied,
+    StructFieldOwnershipUnchecked,
+    UnboundOutputsOwnershipUnchecked,
+)
+from conformance.audit.faults.state import (
+    CloseReleasesSiblings,
+    ResetCloseGuardedPerModel,
+    ResetIgnoresUnknownNames,
+    ResetPublishedBindingByBinding,
+    ResetSharedAcrossStates,
+    ValuesCachedAcrossReset,
+)
+from conformance.audit.faults.zero_copy import (
+    EncodedAdoptionCountedAsCopy,
+    EncodedScrubbedOnClose,
+    ResetValuesLeftWritable,
+    SequenceElementsCopied,
+    StructFeedStringsRefused,
+)
 from conformance.cases import load_cases, select
 from conformance.execute import FAILED, PASSED, run_case
 
@@ -31,38 +53,38 @@ def test_every_case_passes_on_the_reference(cases):
 #: fault -> (a clause it breaks, the cases of this file that must catch it; with the cases of other files
 #: each fault is caught by at least two)
 CAUGHT = {
-    F.ResetAcceptsOwnerless: ("PAY-OWNERLESS", {REQ + "OwnerlessStructFieldResetRejected"}),
-    F.StructFieldOwnershipUnchecked: ("PAY-OWNERLESS", {REQ + "OwnerlessStructFieldInitialRejected",
+    ResetAcceptsOwnerless: ("PAY-OWNERLESS", {REQ + "OwnerlessStructFieldResetRejected"}),
+    StructFieldOwnershipUnchecked: ("PAY-OWNERLESS", {REQ + "OwnerlessStructFieldInitialRejected",
                                                         REQ + "OwnerlessStructFieldResetRejected"}),
-    F.EncodedScrubbedOnClose: ("ZC-OUTSTANDING", {REQ + "EncodedViewsSurviveClose",
+    EncodedScrubbedOnClose: ("ZC-OUTSTANDING", {REQ + "EncodedViewsSurviveClose",
                                                   REQ + "EncodedResetValueSurvivesClose"}),
-    F.ResetValuesLeftWritable: ("ZC-READ-ONLY", {REC + "ResetViewsReadOnly",
+    ResetValuesLeftWritable: ("ZC-READ-ONLY", {REC + "ResetViewsReadOnly",
                                                  REC + "ResetEncodedViewsReadOnly"}),
-    F.ValuesCachedAcrossReset: ("STATE-RESET", {REQ + "ValuesAfterResetShowResetValues",
+    ValuesCachedAcrossReset: ("STATE-RESET", {REQ + "ValuesAfterResetShowResetValues",
                                                 REQ + "StructValuesAfterResetShowResetValues"}),
-    F.CloseReleasesSiblings: ("STATE-ISOLATION", {REQ + "ResetAndCloseStayInTheirState",
+    CloseReleasesSiblings: ("STATE-ISOLATION", {REQ + "ResetAndCloseStayInTheirState",
                                                   REQ + "StructStatesStayApart"}),
-    F.ResetSharedAcrossStates: ("STATE-ISOLATION", {REQ + "ResetAndCloseStayInTheirState",
+    ResetSharedAcrossStates: ("STATE-ISOLATION", {REQ + "ResetAndCloseStayInTheirState",
                                                     REQ + "StructStatesStayApart"}),
-    F.ClosedStateBuffersPooled: ("PAY-ARENA", {REQ + "ClosedStateOutputsSurviveNextState",
+    ClosedStateBuffersPooled: ("PAY-ARENA", {REQ + "ClosedStateOutputsSurviveNextState",
                                                REQ + "ClosedStateOutputsSurviveOtherState"}),
-    F.SequenceOwnershipUnchecked: ("PAY-OWNERLESS", {REQ + "OwnerlessSequenceElementInitialRejected",
+    SequenceOwnershipUnchecked: ("PAY-OWNERLESS", {REQ + "OwnerlessSequenceElementInitialRejected",
                                                      REQ + "OwnerlessSequenceElementResetRejected"}),
-    F.ResetPublishedBindingByBinding: ("STATE-ATOMIC", {REQ + "ResetWithLaterValueInvalidChangesNothing",
+    ResetPublishedBindingByBinding: ("STATE-ATOMIC", {REQ + "ResetWithLaterValueInvalidChangesNothing",
                                                         REQ + "ResetWithLaterStructInvalidChangesNothing"}),
-    F.ResetIgnoresUnknownNames: ("STATE-RESET", {REC + "ResetUnboundNameRejected",
+    ResetIgnoresUnknownNames: ("STATE-RESET", {REC + "ResetUnboundNameRejected",
                                                  REC + "ResetUnboundStructNameRejected"}),
-    F.ResetCloseGuardedPerModel: ("STATE-ISOLATION", {REQ + "ResetOfOtherStateDuringRun",
+    ResetCloseGuardedPerModel: ("STATE-ISOLATION", {REQ + "ResetOfOtherStateDuringRun",
                                                       REQ + "CloseOfOtherStateDuringRun"}),
-    F.StridedStructFieldsCopied: ("PAY-UNSUPPORTED-OWNERSHIP", {REQ + "StridedStructFieldInitialRetainedOrRejected",
+    StridedStructFieldsCopied: ("PAY-UNSUPPORTED-OWNERSHIP", {REQ + "StridedStructFieldInitialRetainedOrRejected",
                                                                 REQ + "StridedStructFieldResetRetainedOrRejected"}),
-    F.UnboundOutputsOwnershipUnchecked: ("PAY-OWNERLESS", {REQ + "OwnerlessFeedReturnedDirectlyRejected",
+    UnboundOutputsOwnershipUnchecked: ("PAY-OWNERLESS", {REQ + "OwnerlessFeedReturnedDirectlyRejected",
                                                            REQ + "OwnerlessFeedReturnedAfterRunsRejected"}),
-    F.EncodedAdoptionCountedAsCopy: ("ZC-NO-PAYLOAD-COPY", {REQ + "EncodedStateCopiesNothing",
+    EncodedAdoptionCountedAsCopy: ("ZC-NO-PAYLOAD-COPY", {REQ + "EncodedStateCopiesNothing",
                                                             REQ + "EncodedResetCopiesNothing"}),
-    F.StructFeedStringsRefused: ("ZC-STRINGS-NONPERSISTENT", {REQ + "StringFieldInFreshStructFeed",
+    StructFeedStringsRefused: ("ZC-STRINGS-NONPERSISTENT", {REQ + "StringFieldInFreshStructFeed",
                                                               REQ + "FreshStructWithStringReturnedWhole"}),
-    F.SequenceElementsCopied: ("ZC-RETAIN", {REQ + "SequenceElementsRetainedByBuffer"}),
+    SequenceElementsCopied: ("ZC-RETAIN", {REQ + "SequenceElementsRetainedByBuffer"}),
 }
 
 

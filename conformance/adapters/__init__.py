@@ -180,6 +180,13 @@ def load_adapter(spec: str | None = None, testee: str | None = None, timeout: fl
         return TesteeAdapter(testee, timeout=timeout)
     spec = spec or "reference"
     spec = BUILTIN.get(spec, spec)
+    if spec.startswith("conformance.audit.faults_"):  # a fault module retired when faults were grouped by area
+        from conformance.audit.catalogue import current_spec
+
+        spec = current_spec(spec)
+        if spec.startswith("conformance.audit.faults_"):
+            raise SuiteError(f"adapter {spec!r}: names no fault of the audit catalogue (python -m conformance audit "
+                             "--list)")
     if ":" not in spec:
         raise SuiteError(f"adapter {spec!r}: use a builtin name ({', '.join(BUILTIN)}), module:attribute "
                          "or path/to/file.py:attribute")

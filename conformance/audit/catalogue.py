@@ -1,4 +1,4 @@
-"""The catalogue of built-in faults, collected from the ``faults_*`` modules by area."""
+"""The catalogue of built-in faults, collected from the ``faults/<area>.py`` modules."""
 
 from __future__ import annotations
 
@@ -12,31 +12,19 @@ from reference_impl.clauses import CLAUSES
 #: clause kinds a runtime can be checked against through an adapter (every one needs a fault)
 CHECKABLE_KINDS = ("rule", "permission", "limit")
 
-MODULES = (
-    "faults_representation",
-    "faults_structured",
-    "faults_affine",
-    "faults_affine_more",
-    "faults_payload",
-    "faults_bindings",
-    "faults_state",
-    "faults_zero_copy",
-    "faults_export",
-    "faults_kv",
-    "faults_state_more",
-    "faults_struct_more",
-    "faults_wire_more",
-    "faults_zc_more",
-    "faults_kv_more",
-    "faults_repr_more",
-    "faults_thin_repr",
-    "faults_thin_state",
-    "faults_thin_decl",
-    "faults_edges",
-    "faults_mut_repr",
-    "faults_mut_exec",
-    "faults_mut_kv",
-)
+#: the fault modules, one per area of the specification (``conformance/audit/faults/<area>.py``)
+MODULES = tuple(f"faults.{area}" for area in (
+    "wire", "catalogue", "declarations", "encoding", "structured", "affine", "payload", "external", "bindings",
+    "state", "zero_copy", "export", "kv_contiguous", "kv_paged", "attention"))
+
+#: modules that held faults before they were grouped by area; a ``module:Class`` spec naming one still
+#: resolves (class names are unique across the catalogue, so the class is looked up by name)
+RETIRED_MODULES = frozenset(f"conformance.audit.{name}" for name in (
+    "faults_representation", "faults_structured", "faults_affine", "faults_affine_more", "faults_payload",
+    "faults_bindings", "faults_state", "faults_zero_copy", "faults_export", "faults_kv", "faults_state_more",
+    "faults_struct_more", "faults_wire_more", "faults_zc_more", "faults_kv_more", "faults_repr_more",
+    "faults_thin_repr", "faults_thin_state", "faults_thin_decl", "faults_edges", "faults_mut_repr",
+    "faults_mut_exec", "faults_mut_kv"))
 
 
 def faults() -> list[type[Fault]]:
@@ -49,6 +37,15 @@ def faults() -> list[type[Fault]]:
     found.sort(key=lambda cls: cls.fault_id)
     _check(found)
     return found
+
+
+def current_spec(spec: str) -> str:
+    """``spec`` with a retired fault module replaced by the module the class now lives in (``spec`` itself
+    when it names no retired module or no fault of the catalogue)."""
+    module, _, name = spec.rpartition(":")
+    if module not in RETIRED_MODULES:
+        return spec
+    return next((adapter_spec(cls) for cls in faults() if cls.__name__ == name), spec)
 
 
 def adapter_spec(cls: type[Fault]) -> str:

@@ -18,7 +18,7 @@ each worker process. Caches the oracle builds once (decoder registries) are rebu
 patches reach the code that builds them, as the buggy runtime would have built them.
 
 Every fault also runs behind the subprocess testee:
-``python -m conformance.testee --adapter conformance.audit.faults_zero_copy:InitialValuesCopied``.
+``python -m conformance.testee --adapter conformance.audit.faults.zero_copy:InitialValuesCopied``.
 """
 
 from __future__ import annotations
@@ -337,6 +337,44 @@ class Fault(ReferenceAdapter):
             return super().rewrite(self._write_input(model_bytes), rewrite, base_dir)
 
 
+#: the name a data-defined fault class carries until ``name_faults`` gives it the one it is bound to
+_UNNAMED = "UnnamedFault"
+
+
+def fault(fault_id: str, clauses: tuple[str, ...], doc: str, *, patches: Callable[[], list[Patch]] | None = None,
+          transform: Callable[[Any, str | None], None] | None = None,
+          precheck: Callable[[Any, str | None], None] | None = None, on_save: Callable[[Any], None] | None = None,
+          state: type[ReferenceState] | None = None, **flags: Any) -> type[Fault]:
+    """A fault written as data: its ID, clauses, what the runtime author got wrong, and its seams.
+
+    Most bugs are one of a few shapes (a check skipped, a value read from the wrong place, a copy
+    added, a constant changed), each a patch list or a model edit, so a fault is one call rather than a
+    class. ``state`` is the ``FaultState`` subclass the runtime's state handles are. Only the seams
+    given are overridden, so the audit scopes the fault exactly as it would a hand-written class. The
+    class is named after the module attribute it is bound to by ``name_faults``."""
+    namespace: dict[str, Any] = {"fault_id": fault_id, "clauses": tuple(clauses), "__doc__": doc,
+                                 "__module__": sys._getframe(1).f_globals["__name__"], **flags}
+    if patches is not None:
+        namespace["patches"] = lambda self: patches()
+    if transform is not None:
+        namespace["transform"] = lambda self, model, base_dir: transform(model, base_dir)
+    if precheck is not None:
+        namespace["precheck"] = lambda self, model, base_dir: precheck(model, base_dir)
+    if on_save is not None:
+        namespace["on_save"] = lambda self, model: on_save(model)
+    if state is not None:
+        namespace["make_state"] = lambda self, handle: state(handle.state, self)
+    return type(_UNNAMED, (Fault,), namespace)
+
+
+def name_faults(namespace: dict[str, Any]) -> None:
+    """Name each data-defined fault of a module after the attribute it is bound to, so that its
+    ``module:Class`` spec (what ``--adapter`` accepts) finds it."""
+    for attribute, value in namespace.items():
+        if isinstance(value, type) and issubclass(value, Fault) and value.__name__ == _UNNAMED:
+            value.__name__ = value.__qualname__ = attribute
+
+
 class FaultState(ReferenceState):
     """A reference state whose calls run with its fault's patches installed."""
 
@@ -448,4 +486,5 @@ def encoded_values(model) -> Iterator[Any]:
 
 
 __all__ = ["INSTALLER", "TESTEE_COPIES_RETURNED_VALUES", "Fault", "FaultState", "Patch", "decode_module",
-           "enclosing_depth", "encoded_values", "graphs", "skip", "struct_types", "type_refs", "wrap"]
+           "enclosing_depth", "encoded_values", "fault", "graphs", "name_faults", "skip", "struct_types", "type_refs",
+           "wrap"]

@@ -1,0 +1,1 @@
+"""The built-in faults, one module per area of the specification."""
