@@ -13,37 +13,43 @@ from conformance.adapters.reference import ReferenceAdapter
 from conformance.cases import load_cases
 from conformance.execute import FAILED, PASSED, run_case
 
-_NEW = "Required.Edges."
 #: fault ID -> the cases that must catch it
 CATCHERS = {
     "AFF-SCALE.product-in-scale-type": (
-        _NEW + "Affine.Float16MaxScaleToFloat", _NEW + "Affine.Bfloat16ScaleMantissaToFloat",
-        _NEW + "Affine.Float16ScalesPerAxisToFloat"),
+        "Required.Affine.Boundaries.Float16MaxScaleToFloat", "Required.Affine.Boundaries.Bfloat16ScaleMantissaToFloat",
+        "Required.Affine.Boundaries.Float16ScalesPerAxisToFloat"),
     "AFF-AXIS.negative-axis-against-parameter-rank": (
-        _NEW + "Affine.NegativeAxisSquare", _NEW + "Affine.NegativeAxisRank3Int4ZeroPoint",
+        "Required.Affine.Boundaries.NegativeAxisSquare", "Required.Affine.Boundaries.NegativeAxisRank3Int4ZeroPoint",
         "Required.Affine.Axis.NegativeNormalized"),
     "AFF-PAYLOAD-SIZE.bit-count-32-bits": (
-        _NEW + "Affine.PayloadSize.Int4TwoToThe32BitsEmpty", _NEW + "Affine.PayloadSize.Uint8TwoToThe32BitsEmpty",
-        _NEW + "Affine.PayloadSize.Int2TwoToThe32PlusEightBitsOneByte"),
+        "Required.Affine.Boundaries.PayloadSize.Int4TwoToThe32BitsEmpty",
+        "Required.Affine.Boundaries.PayloadSize.Uint8TwoToThe32BitsEmpty",
+        "Required.Affine.Boundaries.PayloadSize.Int2TwoToThe32PlusEightBitsOneByte"),
     "AFF-ZERO-POINT.most-negative-zero-point-positive": (
-        _NEW + "Affine.NegativeAxisRank3Int4ZeroPoint", _NEW + "Affine.Int4ThreeChannelZeroPoints",
+        "Required.Affine.Boundaries.NegativeAxisRank3Int4ZeroPoint",
+        "Required.Affine.Boundaries.Int4ThreeChannelZeroPoints",
         "Required.Affine.ZeroPoint.Int2ZeroPointsInInt32Data"),
     "AFF-ZERO-POINT.sub-byte-zero-point-tail-dropped": (
-        _NEW + "Affine.Int4ThreeChannelZeroPoints", "Required.Affine.ZeroPoint.Uint4ZeroPointsInInt32Data"),
+        "Required.Affine.Boundaries.Int4ThreeChannelZeroPoints",
+        "Required.Affine.ZeroPoint.Uint4ZeroPointsInInt32Data"),
     "PAY-EXTERNAL-EXTENT.offset-at-end-refused": (
-        _NEW + "External.EmptyExtentAtEndOfFile", "Required.External.Struct.ZeroLength"),
+        "Required.External.AffineBoundaries.EmptyExtentAtEndOfFile", "Required.External.Struct.ZeroLength"),
     # a missing file, besides an offset past the end of a present one
     "PAY-EXTERNAL-EXTENT.empty-extent-file-not-opened": (
-        _NEW + "External.EmptyExtentFileMissing", "Required.External.AffinePayload.EmptyExtentBeyondFile"),
+        "Required.External.AffineBoundaries.EmptyExtentFileMissing",
+        "Required.External.AffinePayload.EmptyExtentBeyondFile"),
     "PAY-EXTERNAL-EXTENT.offset-truncated-32-bits": (
-        _NEW + "External.EmptyExtentAtTwoToThe32", "Required.External.KVCacheWide.AffineOffsetTwoToThe32"),
+        "Required.External.AffineBoundaries.EmptyExtentAtTwoToThe32",
+        "Required.External.KVCacheWide.AffineOffsetTwoToThe32"),
     "ENC-UNALIGNED.window-of-own-width": (
-        _NEW + "Records.Int16AndFloatInsideBytes", "Required.Encoding.BitFields.Int64AndFloatAtBit4"),
+        "Required.Encoding.RecordBoundaries.Int16AndFloatInsideBytes",
+        "Required.Encoding.BitFields.Int64AndFloatAtBit4"),
     # the UINT64 at bit 4 is the last field but one of a one-record payload whose last field ends it
     "ENC-RECORD-COUNT.bit-field-at-payload-end-rejected": (
-        _NEW + "Records.Uint64TopBitAtBit4", "Required.Encoding.BitFields.SignedFieldsInsideBytes"),
+        "Required.Encoding.RecordBoundaries.Uint64TopBitAtBit4", "Required.Encoding.BitFields.SignedFieldsInsideBytes"),
     "ENC-RECORD-COUNT.single-record-squeezed": (
-        _NEW + "Records.Uint64TopBitAtBit4", "Recommended.Structured.SpecExamples.Int4BlockOneRecord"),
+        "Required.Encoding.RecordBoundaries.Uint64TopBitAtBit4",
+        "Recommended.Structured.SpecExamples.Int4BlockOneRecord"),
 }
 
 
@@ -69,6 +75,6 @@ class _Uint64ReadSigned(ReferenceAdapter):
 def test_a_uint64_field_read_as_a_negative_int64_is_a_different_value():
     """Fields may come back in any integer width that holds their values, but a UINT64 above 2**63 read
     signed is negative: the harness compares values, so the wrap is a failure, not a width."""
-    case = next(c for c in load_cases() if c.id == _NEW + "Records.Uint64TopBitAtBit4")
+    case = next(c for c in load_cases() if c.id == "Required.Encoding.RecordBoundaries.Uint64TopBitAtBit4")
     assert run_case(case, _Uint64ReadSigned()).verdict == FAILED
     assert run_case(case, ReferenceAdapter()).verdict == PASSED

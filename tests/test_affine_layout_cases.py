@@ -10,63 +10,74 @@ from fault_catchers import assert_caught_by_independent_cases, assert_every_case
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a faulty runtime's arithmetic may overflow
 
-_NEW = "Required.AffineMore."
 #: fault ID -> the new cases that must catch it
 CATCHERS = {
     "AFF-AXIS.minus-rank-rejected": (
-        _NEW + "Axis.MinusRankRank1", _NEW + "Axis.MinusRankBlockedRows", _NEW + "Axis.Rank3MinusRankInt4"),
+        "Required.Affine.Axis.MinusRankRank1", "Required.Affine.Axis.MinusRankBlockedRows",
+        "Required.Affine.Axis.Rank3MinusRankInt4"),
     "AFF-AXIS.per-axis-stride-next-dim": (
-        _NEW + "Axis.Rank3FirstAxis", _NEW + "Axis.Rank4SecondAxisZeroPoint", _NEW + "Axis.Rank3MinusRankInt4"),
+        "Required.Affine.Axis.Rank3FirstAxis", "Required.Affine.Axis.Rank4SecondAxisZeroPoint",
+        "Required.Affine.Axis.Rank3MinusRankInt4"),
     "AFF-PACKING.unsigned-tail-high-bits": (
-        _NEW + "Packing.Uint4OddCountLastCode", _NEW + "Packing.Uint2PartialByteLastCodes",
-        _NEW + "External.OffsetPastFirstPageUint4"),
+        "Required.Affine.Packing.Uint4OddCountLastCode", "Required.Affine.Packing.Uint2PartialByteLastCodes",
+        "Required.External.AffinePayload.OffsetPastFirstPageUint4"),
     "AFF-PADDING-ZERO.external-unchecked": (
-        _NEW + "External.Int4NonzeroPaddingNotDecoded", _NEW + "External.Int2NonzeroPaddingNotDecoded"),
+        "Required.External.AffinePayload.Int4NonzeroPaddingNotDecoded",
+        "Required.External.AffinePayload.Int2NonzeroPaddingNotDecoded"),
     "AFF-PAYLOAD-SIZE.external-longer-accepted": (
-        _NEW + "External.LongerExtentInt8", _NEW + "External.LongerExtentUint4Decode"),
+        "Required.External.AffinePayload.LongerExtentInt8", "Required.External.AffinePayload.LongerExtentUint4Decode"),
     "AFF-SCALE.float16-subnormal-flushed": (
-        _NEW + "Scale.Float16SubnormalScale", _NEW + "Scale.Float16SubnormalScalePerAxisToFloat"),
+        "Required.Affine.Scale.Float16SubnormalScale", "Required.Affine.Scale.Float16SubnormalScalePerAxisToFloat"),
     "AFF-SCALE.bfloat16-raw-as-float16": (
-        _NEW + "Scale.Bfloat16ScaleInRawData", _NEW + "Scale.Bfloat16ScalesInRawDataPerAxis"),
-    "AFF-SCALE.empty-scale-rejected": (_NEW + "Scale.EmptyPerAxisScale", _NEW + "Scale.EmptyBlockedScale"),
+        "Required.Affine.Scale.Bfloat16ScaleInRawData", "Required.Affine.Scale.Bfloat16ScalesInRawDataPerAxis"),
+    "AFF-SCALE.empty-scale-rejected": ("Required.Affine.Scale.EmptyPerAxisScale",
+    "Required.Affine.Scale.EmptyBlockedScale"),
     "AFF-SCALE.non-positive-scale-rejected": (
-        _NEW + "Scale.NegativeScalePerTensor", _NEW + "Scale.ZeroAndNegativeScalesPerAxis"),
+        "Required.Affine.Scale.NegativeScalePerTensor", "Required.Affine.Scale.ZeroAndNegativeScalesPerAxis"),
     "AFF-ZERO-POINT.int32-data-one-code-per-entry": (
-        _NEW + "ZeroPoint.Uint4ZeroPointsInInt32Data", _NEW + "ZeroPoint.Int2ZeroPointsInInt32Data"),
+        "Required.Affine.ZeroPoint.Uint4ZeroPointsInInt32Data", "Required.Affine.ZeroPoint.Int2ZeroPointsInInt32Data"),
     "AFF-BLOCK.block-count-overflows": (
-        _NEW + "Block.Int64MaxBlockIsOneBlock", _NEW + "Block.Int64MaxBlockUint4ZeroPoint"),
+        "Required.Affine.Block.Int64MaxBlockIsOneBlock", "Required.Affine.Block.Int64MaxBlockUint4ZeroPoint"),
     "AFF-AXIS.axis-on-scalar-ignored": (
-        _NEW + "Axis.AxisOnScalarRejected", _NEW + "Axis.NegativeAxisOnScalarRejected"),
+        "Required.Affine.Axis.AxisOnScalarRejected", "Required.Affine.Axis.NegativeAxisOnScalarRejected"),
     "AFF-SCALE.double-output-dtype-mixed": (
         "Recommended.Affine.Scale.DoubleScaleFloatLogicalRejected",
         "Recommended.Affine.Scale.FloatScaleDoubleLogicalRejected"),
     "AFF-PACKING.vector-nibbles-unzipped": (
-        _NEW + "Packing.Int4EightyCodesPerAxis", _NEW + "Packing.Uint4ThirtyThreeCodes"),
+        "Required.Affine.Packing.Int4EightyCodesPerAxis", "Required.Affine.Packing.Uint4ThirtyThreeCodes"),
     "AFF-DQ.float16-output-saturates": (
-        _NEW + "Scale.Float16OutputOverflowsToInfinity", _NEW + "Scale.Float16OutputRoundingThreshold"),
+        "Required.Affine.Scale.Float16OutputOverflowsToInfinity",
+        "Required.Affine.Scale.Float16OutputRoundingThreshold"),
     "AFF-DQ.zero-difference-shortcut": (
         "Recommended.Affine.Scale.InfiniteScaleZeroCodeIsNaN",
         "Recommended.Affine.Scale.NonFiniteScalesWithZeroPoints"),
     "PAY-EXTERNAL-EXTENT.empty-extent-offset-unchecked": (
-        _NEW + "External.EmptyExtentBeyondFile", _NEW + "External.EmptyExtentOneByteBeyondFileDecode"),
+        "Required.External.AffinePayload.EmptyExtentBeyondFile",
+        "Required.External.AffinePayload.EmptyExtentOneByteBeyondFileDecode"),
     "AFF-PADDING-ZERO.nibble-mask-for-two-bit": (
-        _NEW + "Packing.Int2ThreeCodesInLastByte", _NEW + "Packing.Uint2OneCodeInLastBytePaddingNonzero"),
+        "Required.Affine.Packing.Int2ThreeCodesInLastByte",
+        "Required.Affine.Packing.Uint2OneCodeInLastBytePaddingNonzero"),
     "PAY-EXTERNAL-EXTENT.extent-keyed-by-location": (
-        _NEW + "External.SecondValueOfOneFile", _NEW + "External.SecondValueOfOneFileUint4",
-        _NEW + "External.OverlappingExtents"),
+        "Required.External.AffinePayload.SecondValueOfOneFile",
+        "Required.External.AffinePayload.SecondValueOfOneFileUint4",
+        "Required.External.AffinePayload.OverlappingExtents"),
     "PAY-EXTERNAL-EXTENT.overlap-rejected": (
-        _NEW + "External.TwoValuesShareOneExtent", _NEW + "External.OverlappingExtents"),
+        "Required.External.AffinePayload.TwoValuesShareOneExtent",
+        "Required.External.AffinePayload.OverlappingExtents"),
     "AFF-BLOCK.blocked-parameters-broadcast": (
-        _NEW + "Block.BroadcastScaleRejected", _NEW + "Block.BroadcastZeroPointRejected"),
+        "Required.Affine.Block.BroadcastScaleRejected", "Required.Affine.Block.BroadcastZeroPointRejected"),
     "AFF-PACKING.chunk-starts-at-byte-boundary": (
-        _NEW + "Packing.Int4LongOddRowsPerAxis", _NEW + "Packing.Uint2LongOddRowsZeroPoints"),
+        "Required.Affine.Packing.Int4LongOddRowsPerAxis", "Required.Affine.Packing.Uint2LongOddRowsZeroPoints"),
     "AFF-ZERO-POINT.scalar-zero-point-broadcast": (
-        _NEW + "ZeroPoint.ScalarWithBlockedScaleRejected", _NEW + "ZeroPoint.ScalarWithRank3PerAxisScaleRejected"),
+        "Required.Affine.ZeroPoint.ScalarWithBlockedScaleRejected",
+        "Required.Affine.ZeroPoint.ScalarWithRank3PerAxisScaleRejected"),
     "PAY-EMPTY.empty-external-refused": (
-        _NEW + "External.EmptyExtentZeroElements", _NEW + "External.EmptyExtentPerAxis"),
+        "Required.External.AffinePayload.EmptyExtentZeroElements",
+        "Required.External.AffinePayload.EmptyExtentPerAxis"),
     "PAY-EXTERNAL-EXTENT.mapping-offset-twice": (
-        _NEW + "External.OffsetPastFirstPage", _NEW + "External.OffsetPastFirstPageUint4",
-        _NEW + "External.Int4NonzeroPaddingNotDecoded"),
+        "Required.External.AffinePayload.OffsetPastFirstPage",
+        "Required.External.AffinePayload.OffsetPastFirstPageUint4",
+        "Required.External.AffinePayload.Int4NonzeroPaddingNotDecoded"),
 }
 
 

@@ -8,33 +8,37 @@ from __future__ import annotations
 import pytest
 from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
 
-_REQ, _REC = "Required.CatalogueMore.", "Recommended.CatalogueMore."
 #: fault ID -> the new cases that must catch it
 CATCHERS = {
     "ENC-ROOT-SIZE.checked-only-with-records": (
-        _REQ + "EmptyPayload.ConstantOnlyRoot", _REQ + "EmptyPayload.RootOfTwelveBits",
-        _REQ + "EmptyPayload.InlineRootOfThreeBits"),
+        "Required.Encoding.EmptyPayload.ConstantOnlyRoot", "Required.Encoding.EmptyPayload.RootOfTwelveBits",
+        "Required.Encoding.EmptyPayload.InlineRootOfThreeBits"),
     "ENC-ROOT-SIZE.packing-element-whole-bytes": (
-        _REQ + "PackingRoot.TwoFourBitElements", _REQ + "PackingRoot.FourSixBitElements",
-        _REQ + "PackingRoot.InlineEightOneBitElements"),
+        "Required.Encoding.PackingRoot.TwoFourBitElements", "Required.Encoding.PackingRoot.FourSixBitElements",
+        "Required.Encoding.PackingRoot.InlineEightOneBitElements"),
     "CAT-REF-ONLY-ID.metadata-props-ignored": (
-        _REQ + "TypeRefExtras.LayoutRefWithMetadata", _REQ + "TypeRefExtras.ArrayElementRefWithMetadata"),
+        "Required.Catalogue.TypeRefExtras.LayoutRefWithMetadata",
+        "Required.Catalogue.TypeRefExtras.ArrayElementRefWithMetadata"),
     "DECL-CONSTANT.sub-byte-raw-unpacked": (
-        _REQ + "SubByteConstant.Uint4FourCodesTwoBytes", _REQ + "SubByteConstant.Int2FiveCodesTwoBytes",
-        _REQ + "SubByteConstant.Int4ThreeCodesThreeBytes"),
+        "Required.Declarations.SubByteConstant.Uint4FourCodesTwoBytes",
+        "Required.Declarations.SubByteConstant.Int2FiveCodesTwoBytes",
+        "Required.Declarations.SubByteConstant.Int4ThreeCodesThreeBytes"),
     "ENC-FIXED-SIZE.kindless-sized-zero": (
-        _REQ + "KindlessInLayout.ArrayOfCategories", _REQ + "KindlessInLayout.InlineCategoryBesideByte"),
+        "Required.Encoding.KindlessInLayout.ArrayOfCategories",
+        "Required.Encoding.KindlessInLayout.InlineCategoryBesideByte"),
     "DECL-TYPE-RULES.zero-tensor-dim-rejected": (
-        _REQ + "ZeroSizeTensor.EmptyFieldBesideBytes", _REQ + "ZeroSizeTensor.ArrayOfEmptyTensors"),
+        "Required.Declarations.ZeroSizeTensor.EmptyFieldBesideBytes",
+        "Required.Declarations.ZeroSizeTensor.ArrayOfEmptyTensors"),
     "DECL-WELLFORMED.bit-width-over-64-accepted": (
-        _REC + "BitWidth.Width72InlineLayout", _REC + "BitWidth.MaxUint32Nested"),
+        "Recommended.Declarations.BitWidth.Width72InlineLayout", "Recommended.Declarations.BitWidth.MaxUint32Nested"),
     "ENC-LOGICAL-EXACT.logical-shape-not-applied": (
-        _REQ + "LogicalShape.Linear3D", _REQ + "LogicalShape.CodebookColumn"),
+        "Required.Encoding.LogicalShape.Linear3D", "Required.Encoding.LogicalShape.CodebookColumn"),
     "DEC-KEYED.leaf-types-not-compared": (
-        _REC + "BindingLeafType.Int4BlockCodesUint4", _REC + "BindingLeafType.LinearZeroPointUint64"),
+        "Recommended.Structured.BindingLeafType.Int4BlockCodesUint4",
+        "Recommended.Structured.BindingLeafType.LinearZeroPointUint64"),
     "CAT-REF-RESOLVED.logical-type-unvalidated": (
-        _REQ + "LogicalTypeRef.StructLogicalTypeUnresolved",
-        _REQ + "LogicalTypeRef.SequenceElementUnresolvedBesideInlineLayout"),
+        "Required.Catalogue.LogicalTypeRef.StructLogicalTypeUnresolved",
+        "Required.Catalogue.LogicalTypeRef.SequenceElementUnresolvedBesideInlineLayout"),
 }
 
 

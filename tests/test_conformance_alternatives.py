@@ -27,6 +27,25 @@ from reference_impl.errors import violation
 from reference_impl.kv import kernels as kv_kernels
 from reference_impl.values import EncodedValue
 
+#: the Required topics of the renamed rule cases (corpus/renames.toml)
+_CATALOGUE_RULE_TOPICS = ("Required.Catalogue.LogicalTypeRef.", "Required.Catalogue.TypeRefExtras.",
+                          "Required.Declarations.SubByteConstant.", "Required.Declarations.ZeroSizeTensor.",
+                          "Required.Encoding.EmptyPayload.", "Required.Encoding.KindlessInLayout.",
+                          "Required.Encoding.LogicalShape.", "Required.Encoding.PackingRoot.")
+
+
+#: the Required topics of the renamed rule cases (corpus/renames.toml)
+_REPRESENTATION_RULE_TOPICS = ("Required.Affine.Logical.", "Required.Affine.Storage.", "Required.Encoding.Layout.",
+                               "Required.Encoding.NoImplicitTensor.", "Required.Encoding.PerValueParams.",
+                               "Required.External.DefaultLocation.", "Required.External.Exclusive.",
+                               "Required.External.SavedRecords.", "Required.External.ValidateFirst.")
+
+
+#: the Required topics of the renamed rule cases (corpus/renames.toml)
+_STATE_RULE_TOPICS = ("Required.Export.RetainedState.", "Required.KV.Capacity.", "Required.State.Feeds.",
+                      "Required.State.Unselected.", "Required.State.WholeStruct.", "Required.ZeroCopy.Outputs.")
+
+
 CASES = load_cases()
 
 
@@ -960,7 +979,7 @@ class ColumnMajorLogicalShape(ReferenceAdapter):
 def test_a_decoder_may_fill_a_logical_shape_in_any_order_but_must_apply_it():
     from conformance.audit.faults.encoding import DecodedValuesLeftFlat
 
-    _passes(ColumnMajorLogicalShape(), "Required.CatalogueMore", "Required.Structured.Logical")
+    _passes(ColumnMajorLogicalShape(), *_CATALOGUE_RULE_TOPICS, "Required.Structured.Logical")
     for case_id in ("Required.Encoding.LogicalShape.Linear3D",
                     "Required.Encoding.LogicalShape.CodebookColumn", "Required.Structured.Logical.ShapeApplied"):
         _fails(DecodedValuesLeftFlat(), case_id)
@@ -981,7 +1000,7 @@ class RefOnlyIdFirst(ReferenceAdapter):
 
 @pytest.mark.clause("CAT-DECL-CONCRETE", "CAT-REF-ONLY-ID")
 def test_an_aliasing_declaration_may_be_refused_by_either_rule_it_breaks():
-    _passes(RefOnlyIdFirst(), "Required.Catalogue", "Required.CatalogueMore")
+    _passes(RefOnlyIdFirst(), "Required.Catalogue", *_CATALOGUE_RULE_TOPICS)
 
 
 class DeclaredScaleType(ReferenceAdapter):
@@ -1037,7 +1056,7 @@ class RegisteredScalePosition(ReferenceAdapter):
 def test_a_decoder_may_read_a_changed_scale_type_or_refuse_it_but_not_misread_it():
     case_id = "Required.Structured.Consumers.ChangedFieldTypeNeedsNewId"
     _passes(ReferenceAdapter(), case_id)  # refuses the changed declaration
-    _passes(DeclaredScaleType(), case_id, "Required.Structured", "Required.CatalogueMore")
+    _passes(DeclaredScaleType(), case_id, "Required.Structured", *_CATALOGUE_RULE_TOPICS)
     _fails(RegisteredScalePosition(), case_id)
 
 
@@ -1122,7 +1141,7 @@ class EntriesFileFirst(ReferenceAdapter):
 def test_raw_data_beside_external_entries_is_the_only_fault_of_the_exclusive_cases():
     """Their entries name files that exist, so a runtime checking those first still reports the pair; a
     runtime that checks exclusivity on the external branch only is still caught."""
-    _passes(EntriesFileFirst(), "Required.ThinRepr")
+    _passes(EntriesFileFirst(), *_REPRESENTATION_RULE_TOPICS)
     for case_id in ("Required.External.Exclusive.StructRawAndEntriesDefaultLocation",
                     "Required.External.Exclusive.AffineRawAndEntriesDefaultLocationDecoded"):
         _fails(load_adapter("conformance.audit.faults.payload:ExclusiveOnlyWhenExternal"), case_id)
@@ -1163,7 +1182,7 @@ class _ResetWithDefaults(ReferenceState):
 
 @pytest.mark.clause("STATE-INITIAL")
 def test_a_bound_inputs_initializer_may_serve_as_its_initial_value():
-    _passes(InitializerDefaultsBoundInputs(), "Required.ThinState", "Required.State")
+    _passes(InitializerDefaultsBoundInputs(), *_STATE_RULE_TOPICS, "Required.State")
     for case_id in ("Recommended.State.Initial.InitializerIsNoInitialValue",
                     "Recommended.State.Initial.ResetWithoutTheDefaultedBinding"):
         _fails(InitializerDefaultsBoundInputs(), case_id)

@@ -9,36 +9,41 @@ from __future__ import annotations
 import pytest
 from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
 
-_NEW, _REC = "Required.ThinRepr.", "Recommended.ThinRepr."
 #: fault ID -> the cases that must catch it
 CATCHERS = {
     "AFF-LOGICAL.wrapped-tensor-unwrapped": (
-        _NEW + "AffineLogical.Rejects_OptionalTensor", _NEW + "AffineLogical.Rejects_OptionalTensorDecoded",
-        _NEW + "AffineLogical.Rejects_OptionalSequenceTensor", "Required.Affine.Logical.Rejects_SequenceType"),
+        "Required.Affine.Logical.Rejects_OptionalTensor", "Required.Affine.Logical.Rejects_OptionalTensorDecoded",
+        "Required.Affine.Logical.Rejects_OptionalSequenceTensor", "Required.Affine.Logical.Rejects_SequenceType"),
     "AFF-STORAGE.e8m0-accepted": (
-        _NEW + "AffineStorage.Rejects_Float8E8M0", _NEW + "AffineStorage.Rejects_Float8E8M0_Decoded"),
+        "Required.Affine.Storage.Rejects_Float8E8M0", "Required.Affine.Storage.Rejects_Float8E8M0_Decoded"),
     "ENC-LAYOUT.layoutless-accepted-at-load": (
-        _NEW + "Layout.NoLayoutEmptyPayload", _NEW + "Layout.NoLayoutBesideAffineValue",
+        "Required.Encoding.Layout.NoLayoutEmptyPayload", "Required.Encoding.Layout.NoLayoutBesideAffineValue",
         "Required.Affine.Layout.NoLayoutSelected"),
     "ENC-NO-IMPLICIT-TENSOR.dense-sized-payload-reinterpreted": (
-        _NEW + "NoImplicitTensor.DenseSizedPayloadToRelu_FloatRecords",
-        _NEW + "NoImplicitTensor.DenseSizedPayloadToRelu_Float16Array"),
+        "Required.Encoding.NoImplicitTensor.DenseSizedPayloadToRelu_FloatRecords",
+        "Required.Encoding.NoImplicitTensor.DenseSizedPayloadToRelu_Float16Array"),
     "PAY-EXCLUSIVE.checked-on-external-branch-only": (
-        _NEW + "Exclusive.StructRawAndEntriesDefaultLocation",
-        _NEW + "Exclusive.AffineRawAndEntriesDefaultLocationDecoded",
+        "Required.External.Exclusive.StructRawAndEntriesDefaultLocation",
+        "Required.External.Exclusive.AffineRawAndEntriesDefaultLocationDecoded",
         "Required.External.Keys.RawAndExternalEntriesDefaultLocation"),
     "PAY-DEFAULT-INLINE.explicit-default-read-as-external": (
-        _NEW + "DefaultLocation.ExplicitDefaultAffine", _NEW + "DefaultLocation.ExplicitDefaultCodebook"),
+        "Required.External.DefaultLocation.ExplicitDefaultAffine",
+        "Required.External.DefaultLocation.ExplicitDefaultCodebook"),
     "ENC-PER-VALUE-PARAMS.parameters-prepared-per-type-id": (
-        _NEW + "PerValueParams.ChangedScaleSameCodesNextCall", "Required.State.Parameters.Type1002OwnParameters"),
+        "Required.Encoding.PerValueParams.ChangedScaleSameCodesNextCall",
+        "Required.State.Parameters.Type1002OwnParameters"),
     "PAY-NO-POINTERS.tail-aligned-records-saved": (
-        _NEW + "SavedRecords.Type1002RecordOf76Bytes", _NEW + "SavedRecords.InlineInt32AndByteRecords"),
+        "Required.External.SavedRecords.Type1002RecordOf76Bytes",
+        "Required.External.SavedRecords.InlineInt32AndByteRecords"),
     "PAY-VALIDATE-FIRST.decode-kernel-trusts-feeds": (
-        _NEW + "ValidateFirst.PartialRecordFeedToDecode", _NEW + "ValidateFirst.PartialRecordRetainedToDecode"),
+        "Required.External.ValidateFirst.PartialRecordFeedToDecode",
+        "Required.External.ValidateFirst.PartialRecordRetainedToDecode"),
     "PAY-EXTERNAL-CONTAINED.only-leading-parent-refused": (
-        _REC + "PathSafety.DotThenSubdirThenTwoParents", _REC + "PathSafety.BackslashSubdirThenTwoParents"),
+        "Recommended.External.PathSafety.DotThenSubdirThenTwoParents",
+        "Recommended.External.PathSafety.BackslashSubdirThenTwoParents"),
     "RESOURCE-LIMITS.leaf-bound-per-structure": (
-        _REC + "Limits.WideStructureTwice_ReferencedRoot", _REC + "Limits.WideStructureTwice_InlineRoot"),
+        "Recommended.Limits.SharedLeaves.WideStructureTwice_ReferencedRoot",
+        "Recommended.Limits.SharedLeaves.WideStructureTwice_InlineRoot"),
 }
 
 

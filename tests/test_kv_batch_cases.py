@@ -13,52 +13,65 @@ from plain_models import plain_onnx
 
 from conformance.cases import load_cases, select
 
-_REQ, _REC = "Required.KVMore.", "Recommended.KVMore."
+#: the topics of the KV batch, mask, head and external-cache cases (Required)
+_KV_BATCH_TOPICS = tuple(f"Required.{topic}." for topic in (
+    "External.KVCache", "External.KVCacheOverflow", "External.KVCachePath", "External.KVCacheWide",
+    "KV.BatchExternalCache", "KV.BatchMask", "KV.Mask2D", "KV.Mask3D", "KV.PackedHeads", "KV.PagedBlockAxes",
+    "KV.PagedHeadScales", "KV.PagedMaxTokens", "KV.QkGrouped", "KV.ScatteredCache"))
 #: fault ID -> the new cases that must catch it
 CATCHERS = {
     "PAY-EXTERNAL-EXTENT.offset-length-checked-apart": (
-        _REQ + "External.AffineExtentRunsPastEnd", _REQ + "External.StructExtentRunsPastEnd"),
+        "Required.External.KVCache.AffineExtentRunsPastEnd", "Required.External.KVCache.StructExtentRunsPastEnd"),
     "PAY-EXTERNAL-EXTENT.extent-sum-wraps": (
-        _REQ + "ExternalOverflow.AffineEndIsTwoToThe64", _REQ + "ExternalOverflow.StructEndWrapsToFour"),
+        "Required.External.KVCacheOverflow.AffineEndIsTwoToThe64",
+        "Required.External.KVCacheOverflow.StructEndWrapsToFour"),
     "PAY-EXTERNAL-EXTENT.location-basename-only": (
-        _REQ + "ExternalPath.AffineSubdirectoryBesideSameName", _REQ + "ExternalPath.StructSubdirectoryBesideSameName"),
+        "Required.External.KVCachePath.AffineSubdirectoryBesideSameName",
+        "Required.External.KVCachePath.StructSubdirectoryBesideSameName"),
     "KV-ATTENTION.nonpad-first-row-for-all": (
-        _REQ + "BatchExternalCache.RowsPaddedApart", _REQ + "BatchExternalCache.RowsCausalApart",
-        _REQ + "BatchExternalCache.RowsCausalGroupedQuery"),
+        "Required.KV.BatchExternalCache.RowsPaddedApart", "Required.KV.BatchExternalCache.RowsCausalApart",
+        "Required.KV.BatchExternalCache.RowsCausalGroupedQuery"),
     "KV-APPEND-EQUIV.scatter-first-write-index": (
-        _REQ + "BatchExternalCache.RowsPaddedApart", _REQ + "BatchExternalCache.RowsCausalApart",
-        _REQ + "BatchExternalCache.RowsCausalGroupedQuery"),
+        "Required.KV.BatchExternalCache.RowsPaddedApart", "Required.KV.BatchExternalCache.RowsCausalApart",
+        "Required.KV.BatchExternalCache.RowsCausalGroupedQuery"),
     "KV-APPEND-EQUIV.scatter-axis-fixed": (
-        _REQ + "ScatteredCache.TokenMajorCausal", _REQ + "ScatteredCache.TokenMajorGroupedQuery",
-        _REQ + "ScatteredCache.TokenMajorRing"),
-    "KV-APPEND-EQUIV.scatter-circular-as-linear": (_REQ + "ScatteredCache.TokenMajorRing",
-                                                   _REQ + "ScatteredCache.HeadMajorRing"),
+        "Required.KV.ScatteredCache.TokenMajorCausal", "Required.KV.ScatteredCache.TokenMajorGroupedQuery",
+        "Required.KV.ScatteredCache.TokenMajorRing"),
+    "KV-APPEND-EQUIV.scatter-circular-as-linear": ("Required.KV.ScatteredCache.TokenMajorRing",
+                                                   "Required.KV.ScatteredCache.HeadMajorRing"),
     "KV-ATTENTION.mask-first-batch-row-for-all": (
-        _REQ + "BatchMask.BoolPerRow", _REQ + "BatchMask.FloatPerRow", _REQ + "BatchMask.BoolPerRowCausal"),
-    "KV-ATTENTION.two-d-mask-as-key-padding": (_REQ + "Mask2D.BoolRowPerQuery", _REQ + "Mask2D.FloatRowPerQuery"),
-    "KV-ATTENTION.three-d-mask-batch-first": (_REQ + "Mask3D.BoolPerHead", _REQ + "Mask3D.FloatPerHead"),
+        "Required.KV.BatchMask.BoolPerRow", "Required.KV.BatchMask.FloatPerRow",
+        "Required.KV.BatchMask.BoolPerRowCausal"),
+    "KV-ATTENTION.two-d-mask-as-key-padding": ("Required.KV.Mask2D.BoolRowPerQuery",
+    "Required.KV.Mask2D.FloatRowPerQuery"),
+    "KV-ATTENTION.three-d-mask-batch-first": ("Required.KV.Mask3D.BoolPerHead", "Required.KV.Mask3D.FloatPerHead"),
     "PAY-EXTERNAL-EXTENT.numbers-thirty-two-bit": (
-        _REQ + "ExternalWide.AffineOffsetTwoToThe32", _REQ + "ExternalWide.StructOffsetBeyondTwoToThe32"),
-    "KV-ATTENTION.zero-scale-defaulted": (_REC + "ZeroScale.PackedHeadsCausal", _REC + "ZeroScale.FloatMaskOnly"),
+        "Required.External.KVCacheWide.AffineOffsetTwoToThe32",
+        "Required.External.KVCacheWide.StructOffsetBeyondTwoToThe32"),
+    "KV-ATTENTION.zero-scale-defaulted": ("Recommended.KV.ZeroScale.PackedHeadsCausal",
+    "Recommended.KV.ZeroScale.FloatMaskOnly"),
     "KV-ATTENTION.qk-output-per-kv-head": (
-        _REQ + "QkGrouped.Mode0ScoresPerQueryHead", _REQ + "QkGrouped.Mode3WeightsPerQueryHeadCausal"),
-    "KV-ATTENTION.packed-heads-not-transposed": (_REQ + "PackedHeads.TwoOnTwo", _REQ + "PackedHeads.FourOnTwo"),
+        "Required.KV.QkGrouped.Mode0ScoresPerQueryHead", "Required.KV.QkGrouped.Mode3WeightsPerQueryHeadCausal"),
+    "KV-ATTENTION.packed-heads-not-transposed": ("Required.KV.PackedHeads.TwoOnTwo",
+    "Required.KV.PackedHeads.FourOnTwo"),
     "KV-PAGED-RANGE.queries-placed-by-count": (
-        _REC + "PagedLateStart.CausalDecode", _REC + "PagedLateStart.CausalChunkGroupedQuery"),
-    "KV-PAGED-RANGE.mask-indexed-by-position": (_REC + "PagedLateStart.BoolMask", _REC + "PagedLateStart.FloatMask"),
+        "Recommended.KV.PagedLateStart.CausalDecode", "Recommended.KV.PagedLateStart.CausalChunkGroupedQuery"),
+    "KV-PAGED-RANGE.mask-indexed-by-position": ("Recommended.KV.PagedLateStart.BoolMask",
+    "Recommended.KV.PagedLateStart.FloatMask"),
     "KV-PAGED-FORMATS.factored-scale-heads-interleaved": (
-        _REQ + "PagedHeadScales.Int8KeysGroupedQuery", _REQ + "PagedHeadScales.Int8ValuesGroupedQuery",
-        _REQ + "PagedHeadScales.Int4KeysValuesGroupedQuery"),
+        "Required.KV.PagedHeadScales.Int8KeysGroupedQuery", "Required.KV.PagedHeadScales.Int8ValuesGroupedQuery",
+        "Required.KV.PagedHeadScales.Int4KeysValuesGroupedQuery"),
     "KV-PAGED-FORMATS.filled-block-left-open": (
-        _REC + "PagedSealing.Int2KeysUint2ValuesFilledByLastCall",
-        _REC + "PagedSealing.Uint4KeysInt8ValuesFilledByLastCall"),
+        "Recommended.KV.PagedSealing.Int2KeysUint2ValuesFilledByLastCall",
+        "Recommended.KV.PagedSealing.Uint4KeysInt8ValuesFilledByLastCall"),
     "KV-PAGED-FORMATS.block-axis-assumed-head-size": (
-        _REQ + "PagedBlockAxes.PerTokenKeysPerHeadValues", _REQ + "PagedBlockAxes.PerHeadKeysPerTokenValues",
-        _REQ + "PagedBlockAxes.PerTensorKeysPerTokenValues"),
+        "Required.KV.PagedBlockAxes.PerTokenKeysPerHeadValues", "Required.KV.PagedBlockAxes.PerHeadKeysPerTokenValues",
+        "Required.KV.PagedBlockAxes.PerTensorKeysPerTokenValues"),
     "KV-MUTATION-FAILED.max-tokens-counts-slots": (
-        _REQ + "PagedMaxTokens.PartialBlockFilledToTheLimit", _REQ + "PagedMaxTokens.PartialSecondBlockToTheLimit"),
+        "Required.KV.PagedMaxTokens.PartialBlockFilledToTheLimit",
+        "Required.KV.PagedMaxTokens.PartialSecondBlockToTheLimit"),
     "KV-PAGED-FORMATS.value-scale-in-normalizer": (
-        _REQ + "PagedHeadScales.Int8ValuesGroupedQuery", _REQ + "PagedHeadScales.Int4KeysValuesGroupedQuery"),
+        "Required.KV.PagedHeadScales.Int8ValuesGroupedQuery", "Required.KV.PagedHeadScales.Int4KeysValuesGroupedQuery"),
 }
 
 
@@ -72,11 +85,12 @@ def test_every_new_case_catches_a_fault_listed_here():
 
 
 # --------------------------------------------------------------------------- peers agree (contiguous)
-CONTIGUOUS = {case.id: case for case in select(load_cases(), [_REQ + "Batch*", _REQ + "Mask2D.*",
-                                                               _REQ + "Mask3D.*", _REQ + "PackedHeads.*",
-                                                               _REQ + "ScatteredCache.*", _REQ + "QkGrouped.*"])}
+CONTIGUOUS = {case.id: case for case in select(load_cases(), ["Required.KV.Batch*", "Required.KV.Mask2D.*",
+                                                               "Required.KV.Mask3D.*", "Required.KV.PackedHeads.*",
+                                                               "Required.KV.ScatteredCache.*",
+                                                               "Required.KV.QkGrouped.*"])}
 #: onnxruntime refuses an explicit scale of 0 when the model is loaded (the cases are Recommended)
-ZERO_SCALE = {case.id: case for case in select(load_cases(), [_REC + "ZeroScale.*"])}
+ZERO_SCALE = {case.id: case for case in select(load_cases(), ["Recommended.KV.ZeroScale.*"])}
 _FED_BACK = {"cache_key": "next_key", "cache_value": "next_value", "past_key": "present_key",
              "past_value": "present_value"}
 
@@ -131,13 +145,13 @@ def test_zero_scale_expectations_agree_with_onnx_reference(case_id):
 def test_batch_rows_and_mask_rows_really_differ():
     """The cases reach the faults' paths: the external cache's rows hold different lengths, the per-row
     masks differ between the rows, and every rank-2 mask call of several queries has distinct rows."""
-    steps = CONTIGUOUS[_REQ + "BatchExternalCache.RowsPaddedApart"].extras()["steps"]
+    steps = CONTIGUOUS["Required.KV.BatchExternalCache.RowsPaddedApart"].extras()["steps"]
     assert all(len(set(_array(step["feeds"]["nonpad"]).tolist())) == 2 for step in steps[1:])
     assert all(len(set(_array(step["feeds"]["write_indices"]).tolist())) == 2 for step in steps[1:])
-    for step in CONTIGUOUS[_REQ + "BatchMask.BoolPerRow"].extras()["steps"][1:]:
+    for step in CONTIGUOUS["Required.KV.BatchMask.BoolPerRow"].extras()["steps"][1:]:
         mask = _array(step["feeds"]["attn_mask"])
         assert mask.shape[0] == 2 and not np.array_equal(mask[0], mask[1])
-    for step in CONTIGUOUS[_REQ + "Mask2D.FloatRowPerQuery"].extras()["steps"][1:]:
+    for step in CONTIGUOUS["Required.KV.Mask2D.FloatRowPerQuery"].extras()["steps"][1:]:
         mask = _array(step["feeds"]["attn_mask"])
         assert mask.ndim == 2 and (mask.shape[0] == 1 or not np.array_equal(mask[0], mask[1]))
 
@@ -191,7 +205,7 @@ def test_standard_onnx_models_are_otherwise_valid_onnx():
     import onnx
 
     checked = []
-    for case in select(load_cases(), [_REQ + "*"]):
+    for case in select(load_cases(), list(_KV_BATCH_TOPICS)):
         plain = plain_onnx(case)
         if not plain.graph.node or any(o.domain not in ("", "ai.onnx") for o in plain.opset_import):
             continue  # external payload cases (no graph) and paged cases (the ai.rt role)
