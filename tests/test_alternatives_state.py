@@ -25,14 +25,14 @@ from reference_impl.structs import struct_kind
 from reference_impl.values import EncodedValue, check_value
 
 #: the Required topics of the renamed rule cases (corpus/renames.toml)
-_CATALOGUE_RULE_TOPICS = ("Required.Catalogue.LogicalTypeRef.", "Required.Catalogue.TypeRefExtras.",
-                          "Required.Declarations.SubByteConstant.", "Required.Declarations.ZeroSizeTensor.",
-                          "Required.Encoding.EmptyPayload.", "Required.Encoding.KindlessInLayout.",
-                          "Required.Encoding.LogicalShape.", "Required.Encoding.PackingRoot.")
+_CATALOGUE_RULE_TOPICS = ("Required.Catalogue.LogicalTypeRef", "Required.Catalogue.TypeRefExtras",
+                          "Required.Declarations.SubByteConstant", "Required.Declarations.ZeroSizeTensor",
+                          "Required.Encoding.EmptyPayload", "Required.Encoding.KindlessInLayout",
+                          "Required.Encoding.LogicalShape", "Required.Encoding.PackingRoot")
 
 
 CASES = load_cases()
-SOURCES = ("zero_copy_more.toml", "second_state.toml", "state_more.toml", "kv_more.toml")
+SOURCES = ("lifetime.toml", "state_paths.toml", "masks_and_bindings.toml", "batches_and_masks.toml")
 REQUIRED = [case.id for case in CASES if case.source.endswith(SOURCES) and case.id.startswith("Required.")]
 
 

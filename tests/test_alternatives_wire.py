@@ -18,7 +18,7 @@ from reference_impl.errors import violation
 
 CASES = load_cases()
 REQUIRED = [case.id for case in CASES if case.id.startswith("Required.")
-            and case.source.endswith(("wire_more.toml", "structured_more.toml"))]
+            and case.source.endswith(("wire_rules.toml", "struct_values.toml"))]
 
 
 def _verdicts(adapter, *patterns) -> dict:

@@ -28,22 +28,22 @@ from reference_impl.kv import kernels as kv_kernels
 from reference_impl.values import EncodedValue
 
 #: the Required topics of the renamed rule cases (corpus/renames.toml)
-_CATALOGUE_RULE_TOPICS = ("Required.Catalogue.LogicalTypeRef.", "Required.Catalogue.TypeRefExtras.",
-                          "Required.Declarations.SubByteConstant.", "Required.Declarations.ZeroSizeTensor.",
-                          "Required.Encoding.EmptyPayload.", "Required.Encoding.KindlessInLayout.",
-                          "Required.Encoding.LogicalShape.", "Required.Encoding.PackingRoot.")
+_CATALOGUE_RULE_TOPICS = ("Required.Catalogue.LogicalTypeRef", "Required.Catalogue.TypeRefExtras",
+                          "Required.Declarations.SubByteConstant", "Required.Declarations.ZeroSizeTensor",
+                          "Required.Encoding.EmptyPayload", "Required.Encoding.KindlessInLayout",
+                          "Required.Encoding.LogicalShape", "Required.Encoding.PackingRoot")
 
 
 #: the Required topics of the renamed rule cases (corpus/renames.toml)
-_REPRESENTATION_RULE_TOPICS = ("Required.Affine.Logical.", "Required.Affine.Storage.", "Required.Encoding.Layout.",
-                               "Required.Encoding.NoImplicitTensor.", "Required.Encoding.PerValueParams.",
-                               "Required.External.DefaultLocation.", "Required.External.Exclusive.",
-                               "Required.External.SavedRecords.", "Required.External.ValidateFirst.")
+_REPRESENTATION_RULE_TOPICS = ("Required.Affine.Logical", "Required.Affine.Storage", "Required.Encoding.Layout",
+                               "Required.Encoding.NoImplicitTensor", "Required.Encoding.PerValueParams",
+                               "Required.External.DefaultLocation", "Required.External.Exclusive",
+                               "Required.External.SavedRecords", "Required.External.ValidateFirst")
 
 
 #: the Required topics of the renamed rule cases (corpus/renames.toml)
-_STATE_RULE_TOPICS = ("Required.Export.RetainedState.", "Required.KV.Capacity.", "Required.State.Feeds.",
-                      "Required.State.Unselected.", "Required.State.WholeStruct.", "Required.ZeroCopy.Outputs.")
+_STATE_RULE_TOPICS = ("Required.Export.RetainedState", "Required.KV.Capacity", "Required.State.Feeds",
+                      "Required.State.Unselected", "Required.State.WholeStruct", "Required.ZeroCopy.Outputs")
 
 
 CASES = load_cases()
@@ -670,7 +670,7 @@ _KV_BATCH_TOPICS = ("External.KVCache", "External.KVCacheOverflow", "External.KV
 
 @pytest.mark.clause("KV-ATTENTION")
 def test_attention_accumulated_in_float64_passes_the_required_kv_batch_cases():
-    _passes(AttentionInFloat64(), *(f"Required.{topic}." for topic in _KV_BATCH_TOPICS))
+    _passes(AttentionInFloat64(), *(f"Required.{topic}" for topic in _KV_BATCH_TOPICS))
 
 
 # ----------------------------------------------------------------- ONNX's own rules around the value
@@ -761,15 +761,15 @@ class ExplicitOffsetWriter(_SavedModelRewriter):
         return model.SerializeToString()
 
 
-WIRE_MORE = [case.id for case in CASES if case.source.endswith("wire_more.toml") and case.id.startswith("Required.")]
+WIRE_RULES = [case.id for case in CASES if case.source.endswith("wire_rules.toml") and case.id.startswith("Required.")]
 
 
 @pytest.mark.clause("GRAPH-STRUCT-IO", "EXP-STRUCT", "INIT-AS-INPUT", "EXP-DEDUP", "EXP-PRESERVE-STRUCT")
-def test_runtimes_enforcing_onnx_typing_keeping_another_duplicate_or_writing_offsets_pass_wire_more():
-    assert len(WIRE_MORE) == 32
-    _passes(ChecksOnnxTyping(), *WIRE_MORE)
-    _passes(KeepsLastEqualValue(), *WIRE_MORE, "Required.Export.Rewrite.Dedup*")
-    _passes(ExplicitOffsetWriter(), *WIRE_MORE, "Required.Export", "Required.Wire", "Required.External")
+def test_runtimes_enforcing_onnx_typing_keeping_another_duplicate_or_writing_offsets_pass_wire_rules():
+    assert len(WIRE_RULES) == 32
+    _passes(ChecksOnnxTyping(), *WIRE_RULES)
+    _passes(KeepsLastEqualValue(), *WIRE_RULES, "Required.Export.Rewrite.Dedup*")
+    _passes(ExplicitOffsetWriter(), *WIRE_RULES, "Required.Export", "Required.Wire", "Required.External")
 
 
 STRIDED_STRUCT = ["Required.ZeroCopy.Lifetime.StridedStructFieldInitialRetainedOrRejected",
@@ -1303,8 +1303,8 @@ def test_declaration_required_cases_pass_every_order_of_checks_and_reading_of_a_
     # every Required case, including the older bindings and consumer cases with the same two choices
     _passes(ChecksBindingNamesFirst(), "Required")
     _passes(TypesOperatorsAtLoad(), "Required")
-    _passes(DeclaredConstants(), *(f"Required.{topic}." for topic in _DECLARATION_TOPICS))
-    _passes(Int4BlockReadByField(), *(f"Required.{topic}." for topic in _DECLARATION_TOPICS))
+    _passes(DeclaredConstants(), *(f"Required.{topic}" for topic in _DECLARATION_TOPICS))
+    _passes(Int4BlockReadByField(), *(f"Required.{topic}" for topic in _DECLARATION_TOPICS))
     # what still tells them apart is the suite's choice, Recommended
     _fails(DeclaredConstants(), "Recommended.Structured.Consumers.ConstantAddedUnderRegisteredId")
     _fails(Int4BlockReadByField(), "Recommended.Structured.Consumers.FieldAddedUnderRegisteredId")

@@ -1,7 +1,7 @@
 """The faults of conformance/audit/faults/, checks whose removal from the
 oracle no Required case used to notice, are each caught by at least two cases of
 corpus/cases/declarations/constant_dims.toml
-and mut_exec.toml, each with its own model: every listed case passes on the reference and fails on the
+and kindless_strings.toml, each with its own model: every listed case passes on the reference and fails on the
 fault. The whole catalogue is audited by ``python -m conformance audit`` (tests/test_audit.py)."""
 
 from __future__ import annotations

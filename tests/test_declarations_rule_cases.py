@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from fault_catchers import assert_caught_by_independent_cases, assert_every_case_listed, params
 
-#: fault ID -> the cases that must catch it (the new cases of thin_decl.toml first)
+#: fault ID -> the cases that must catch it (the new cases of declaration_rules.toml first)
 CATCHERS = {
     "BIND-GRAPH-LEVEL.struct-binding-on-type": (
         "Required.Export.Preserve.SaveLoadKeepsStructures", "Required.Export.Preserve.SequenceFieldRoundTrip"),
@@ -97,5 +97,5 @@ def test_fault_is_caught_by_two_independent_cases(fault_id, case_ids):
 
 
 def test_every_new_case_catches_a_fault_listed_here():
-    """Each case of thin_decl.toml is one of the catchers above, so none is there without a bug it kills."""
+    """Each case of declaration_rules.toml is one of the catchers above, so none is there without a bug it kills."""
     assert_every_case_listed(CATCHERS, "cases/bindings/declaration_rules.toml")

@@ -14,7 +14,7 @@ from plain_models import plain_onnx
 from conformance.cases import load_cases, select
 
 #: the topics of the KV batch, mask, head and external-cache cases (Required)
-_KV_BATCH_TOPICS = tuple(f"Required.{topic}." for topic in (
+_KV_BATCH_TOPICS = tuple(f"Required.{topic}" for topic in (
     "External.KVCache", "External.KVCacheOverflow", "External.KVCachePath", "External.KVCacheWide",
     "KV.BatchExternalCache", "KV.BatchMask", "KV.Mask2D", "KV.Mask3D", "KV.PackedHeads", "KV.PagedBlockAxes",
     "KV.PagedHeadScales", "KV.PagedMaxTokens", "KV.QkGrouped", "KV.ScatteredCache"))
