@@ -45,8 +45,8 @@ def _uses_lines() -> list[tuple[str, str, str]]:
 
 
 def test_the_workflows_are_valid_yaml_with_jobs():
-    assert [p.name for p in WORKFLOWS] == ["conformance.yml", "fuzz-nightly.yml", "native.yml", "size-gate.yml",
-                                           "vendor-certify.yml"]
+    assert [p.name for p in WORKFLOWS] == ["conformance.yml", "fuzz-nightly.yml", "mutation-nightly.yml", "native.yml",
+                                           "size-gate.yml", "vendor-certify.yml"]
     for path in WORKFLOWS:
         assert _load(path)["jobs"], path.name
 
