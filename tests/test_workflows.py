@@ -45,8 +45,8 @@ def _uses_lines() -> list[tuple[str, str, str]]:
 
 
 def test_the_workflows_are_valid_yaml_with_jobs():
-    assert [p.name for p in WORKFLOWS] == ["conformance.yml", "fuzz-nightly.yml", "native.yml", "size-gate.yml",
-                                           "vendor-certify.yml"]
+    assert [p.name for p in WORKFLOWS] == ["conformance.yml", "fuzz-nightly.yml", "mutation-nightly.yml", "native.yml",
+                                           "size-gate.yml", "vendor-certify.yml"]
     for path in WORKFLOWS:
         assert _load(path)["jobs"], path.name
 
@@ -77,7 +77,7 @@ def test_every_checkout_drops_its_credentials():
             if step.get("uses", "").startswith("actions/checkout@"):
                 checkouts += 1
                 assert step.get("with", {}).get("persist-credentials") is False, f"{path.name} {job_id}"
-    assert checkouts == 11
+    assert checkouts == 12
 
 
 def test_the_token_is_empty_or_read_only_by_default_and_jobs_ask_for_the_rest():
