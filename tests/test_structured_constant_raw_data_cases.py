@@ -1,4 +1,4 @@
-"""Declaration constants packed in raw_data (corpus/cases/constant_raw_data.toml): the stated values are
+"""Declaration constants packed in raw_data (corpus/cases/structured/constant_raw_data.toml): the stated values are
 the ONNX encodings decoded by hand, the reference passes the case, and it fails a reader that unpacks BOOL
 raw_data as a bit mask (eight elements a byte) and one that takes a 4-bit float's high nibble first."""
 

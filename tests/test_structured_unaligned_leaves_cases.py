@@ -1,4 +1,4 @@
-"""Leaves off byte boundaries (corpus/cases/unaligned_leaves.toml): the stated bytes are the fields' bit
+"""Leaves off byte boundaries (corpus/cases/structured/unaligned_leaves.toml): the stated bytes are the fields' bit
 patterns assembled least significant first, the reference passes the case, and it fails a reader that keeps
 an unaligned bit pattern in a byte before reinterpreting it as FLOAT16 or DOUBLE, and one that takes a
 BOOL's truth from the top bit of its byte."""

@@ -1,4 +1,4 @@
-"""Parameters in every record (corpus/cases/per_record_parameters.toml): the stated values are hand
+"""Parameters in every record (corpus/cases/structured/per_record_parameters.toml): the stated values are hand
 arithmetic on the stated bytes, the reference passes the case, and it fails a decoder that applies the
 first record's scale and zero point to every record."""
 
