@@ -10,6 +10,6 @@ from __future__ import annotations
 from reference_impl.clauses import SPEC_NAME, SPEC_REVISION
 
 SUITE_NAME = "onnx-light-conformance"
-SUITE_VERSION = "5.0.0"  # 5.0: expectations widened and narrowed (see CHANGELOG.md)
+SUITE_VERSION = "6.0.0"  # 6.0: case IDs renamed by spec area (see CHANGELOG.md)
 
 __all__ = ["SPEC_NAME", "SPEC_REVISION", "SUITE_NAME", "SUITE_VERSION"]
