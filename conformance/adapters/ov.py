@@ -75,7 +75,7 @@ class OpenVinoSession:
         request = self.compiled.create_infer_request()
         for name, tensor in feeds.items():
             request.set_tensor(name, tensor)
-        request.infer()
+        request.infer(share_outputs=True)  # the default returns NumPy copies of every output, unused here
         outputs = {name: request.get_output_tensor(index) for name, index in self.output_ports.items()}
         self._keep.append(request)
         return outputs
