@@ -60,7 +60,7 @@ class OpenVinoSession:
                            "over one aborts the process (docs/peer-deviations.md, OV-STRING)")
         if not array.flags.writeable:
             raise Rejected("STATE_UNRETAINABLE", "OpenVINO shares only writable memory; holding this buffer "
-                           "would need a copy")
+                           "would need a copy (docs/peer-deviations.md, OV-READ-ONLY)")
         if not array.flags.c_contiguous:
             raise Rejected("STATE_UNRETAINABLE", "OpenVINO shares only contiguous buffers; holding this one "
                            "would need a copy")
