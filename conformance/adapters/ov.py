@@ -60,7 +60,7 @@ class OpenVinoSession:
                            "over one aborts the process (docs/peer-deviations.md, OV-STRING)")
         if not array.flags.writeable:
             raise Rejected("STATE_UNRETAINABLE", "OpenVINO shares only writable memory; holding this buffer "
-                           "would need a copy")
+                           "would need a copy (docs/peer-deviations.md, OV-READ-ONLY)")
         if not array.flags.c_contiguous:
             raise Rejected("STATE_UNRETAINABLE", "OpenVINO shares only contiguous buffers; holding this one "
                            "would need a copy")
@@ -75,7 +75,7 @@ class OpenVinoSession:
         request = self.compiled.create_infer_request()
         for name, tensor in feeds.items():
             request.set_tensor(name, tensor)
-        request.infer()
+        request.infer(share_outputs=True)  # the default returns NumPy copies of every output, unused here
         outputs = {name: request.get_output_tensor(index) for name, index in self.output_ports.items()}
         self._keep.append(request)
         return outputs
