@@ -70,6 +70,13 @@ class CopiesViews(_Preprocessing):
         return array.copy() if array.base is not None else array
 
 
+class CopiesEveryBuffer(_Preprocessing):
+    """Keeps a private copy of every caller array (as a runtime converting each input into its own tensor)."""
+
+    def change(self, array):
+        return array.copy()
+
+
 class ReadsBytesAsNative(_Preprocessing):
     """Takes the caller's bytes with the native element type, whatever the array's byte order."""
 
@@ -208,3 +215,11 @@ def test_the_wire_carries_the_values_of_a_byte_swapped_array():
     protocol.to_proto(swapped, message, lambda value: None)
     assert message.tensor.dtype == "float32"
     assert np.array_equal(np.frombuffer(message.tensor.data, dtype="<f4"), [1.0, 2.0])
+
+
+def test_a_runtime_copying_every_buffer_fails_every_case_that_says_the_buffer_is_retained():
+    """The Recommended ``*Retained`` cases check the kept buffer's address, not only that it was accepted."""
+    retained = sorted(case_id for case_id in _cases() if case_id.startswith(REC) and case_id.endswith("Retained"))
+    assert len(retained) == 12
+    verdicts = _verdicts(CopiesEveryBuffer(), retained)
+    assert {case_id for case_id, verdict in verdicts.items() if verdict == FAILED} == set(retained)

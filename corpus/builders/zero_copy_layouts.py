@@ -74,6 +74,15 @@ def _plain(values: list[float]) -> dict:
     return _tensor(values)
 
 
+def _then(step: dict, kept: list, unchanged: list | None, must_retain: bool) -> list:
+    """``step`` followed by the checks of a kept buffer: unconditionally when the buffer must be retained,
+    else only if the runtime accepted it (and the checks of an unchanged state if it refused)."""
+    if must_retain:
+        return [step, *kept]
+    branches = {"if_accepted": kept, **({"if_rejected": unchanged} if unchanged is not None else {})}
+    return [{**step, **branches}]
+
+
 @builder
 def caller_layout(entry: str, layout: str, must_retain: bool = False):
     """The caller's buffer in ``layout`` at ``entry`` (``Initial``, ``Reset``, ``ForwardedFeed`` or ``FreshFeed``).
@@ -108,8 +117,8 @@ def caller_layout(entry: str, layout: str, must_retain: bool = False):
         unchanged = [{"op": "values", "as": "v0", "values": {"past": _plain(zeros)}},
                      {"op": "identity", "same": [["init|past", "v0|past"]]}]
         steps = [{"op": "open", "as": "init", "initial": {"past": _plain(zeros)}},
-                 {"op": "run", "feeds_as": "f1", "feeds": {"x": given}, **refused, **forwarded_refusal,
-                  "if_accepted": kept, "if_rejected": unchanged}]
+                 *_then({"op": "run", "feeds_as": "f1", "feeds": {"x": given}, **refused, **forwarded_refusal},
+                        kept, unchanged, must_retain)]
         return {"model": _model("forward", "dim_value: 3"), "steps": steps}
     kept = [{"op": "values", "as": "v1", **({"values": {"past": _plain(data)}} if check_values else {})},
             {"op": "identity", "same": [["given|past", "v1|past"]]},
@@ -117,14 +126,14 @@ def caller_layout(entry: str, layout: str, must_retain: bool = False):
              "outputs": {"present": _plain(plus), "y": _plain(data)}},
             {"op": "identity", "same": [["given|past", "r1|past"]]}]
     if entry == "Initial":
-        steps = [{"op": "open", "as": "given", "initial": {"past": given}, **refused, "if_accepted": kept}]
+        steps = _then({"op": "open", "as": "given", "initial": {"past": given}, **refused}, kept, None, must_retain)
     elif entry == "Reset":
         unchanged = [{"op": "values", "as": "v0", "values": {"past": _plain([1.0] * 3)}},
                      {"op": "identity", "same": [["r0|present", "v0|past"]]}]
         steps = [{"op": "open", "initial": {"past": _plain(zeros)}},
                  {"op": "run", "as": "r0", "feeds": {"x": _plain(zeros)}, "outputs": {"present": _plain([1.0] * 3)}},
-                 {"op": "reset", "as": "given", "initial": {"past": given}, **refused, "if_accepted": kept,
-                  "if_rejected": unchanged}]
+                 *_then({"op": "reset", "as": "given", "initial": {"past": given}, **refused}, kept, unchanged,
+                        must_retain)]
     else:
         raise ValueError(f"unknown entry point {entry!r}")
     return {"model": _model("plus_one", "dim_value: 3"), "steps": steps}
