@@ -17,7 +17,7 @@ import pathlib
 import sys
 from typing import Any, Protocol
 
-from conformance.adapters.base import PROFILES, NotSupported, Rejected, SuiteError
+from conformance.adapters.base import IN_PROCESS_PROFILES, PROFILES, NotSupported, Rejected, SuiteError
 from conformance.adapters.testee_client import TesteeAdapter
 
 #: The version of the adapter contract (the members below, the lowering base, the values and buffer
@@ -137,7 +137,7 @@ class Adapter(Protocol):
     def roundtrip(self, model_bytes: bytes, base_dir: str | None = None) -> bytes:
         """Explicit load then save; ``base_dir`` holds the model's external files."""
 
-    @for_profiles("bindings", "state", "zero-copy", "export", "kv-contiguous", "kv-paged", "decode-e2e")
+    @for_profiles("bindings", "state", "zero-copy", "export", "kv-contiguous", "kv-paged", "decode-e2e", "measured")
     def open_state(self, model_bytes: bytes, initial: dict[str, Any], base_dir: str | None) -> StateHandle:
         """A state over the model's persistent bindings, holding these initial values."""
 
@@ -220,6 +220,7 @@ def _is_adapter(obj: Any) -> bool:
 __all__ = [
     "ADAPTER_CONTRACT_VERSION",
     "BUILTIN",
+    "IN_PROCESS_PROFILES",
     "PROFILES",
     "Adapter",
     "NotSupported",

@@ -71,7 +71,7 @@ class LoweredAdapter:
     version = ""
 
     def profiles(self) -> set[str]:
-        return {"affine", "state", "zero-copy", "kv-contiguous", "decode-e2e"}
+        return {"affine", "state", "zero-copy", "kv-contiguous", "decode-e2e", "measured"}
 
     def stateless(self, model_bytes: bytes) -> LoweredSession:
         raise NotImplementedError

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from conformance import protocol as P
-from conformance.adapters.base import NotSupported, Rejected, SuiteError
+from conformance.adapters.base import IN_PROCESS_PROFILES, NotSupported, Rejected, SuiteError
 from conformance.hold import Hold
 from conformance.protocol_schema import HOLD_FEATURE
 
@@ -104,7 +104,7 @@ class TesteeAdapter:
         self.version = hello.version
         self.protocol_version = hello.protocol_version
         self.features = set(hello.features) if hello.has_features else None  # None: all of protocol_version
-        self._profiles = set(hello.profiles)
+        self._profiles = set(hello.profiles) - IN_PROCESS_PROFILES  # unobservable across the protocol
         self._operators = {r.role: (r.domain, r.op_type) for r in hello.operators}
 
     # ------------------------------------------------------------------------------- process
