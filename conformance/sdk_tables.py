@@ -41,6 +41,8 @@ def _substeps(step: dict) -> Iterator[dict]:
             yield {"op": "run", **step["second"]}
     if step.get("op") == "repeat":
         yield {"op": "run", **step["step"]}
+    if step.get("op") == "allocations":  # a measured call (conformance/measured.py)
+        yield {"op": "run", **step["call"]}
     for key in NESTED_LISTS:
         for inner in step.get(key, []):
             yield {"op": "run", **inner}

@@ -1,6 +1,7 @@
 """Valid inputs with independently known meaning, built from a ``Source``.
 
-``gen_model`` yields a ``Generated``: a model that satisfies every representation rule, the external
+``gen_plain_model`` yields a ``Generated`` (``fuzz.models.gen_model`` adds near-duplicates and caller
+layouts): a model that satisfies every representation rule, the external
 payload files it refers to, and for each encoded value what a correct implementation must report
 (record size and count, every field's bit patterns and constants, or the decoded tensor). Expected
 values are computed here with plain NumPy arithmetic from the spec's formulas, never by calling the
@@ -528,7 +529,7 @@ def gen_shaped_block(src: Source, generated: Generated) -> int | None:
     return top
 
 
-def gen_model(src: Source, max_values: int = 6) -> Generated:
+def gen_plain_model(src: Source, max_values: int = 6) -> Generated:
     """A valid model: catalogue (optionally with the spec's declarations), encoded initializers of
     every branch, dense initializers, graph inputs/outputs with persistent bindings, and last (so that
     recorded seeds replay unchanged) possibly a deep or diamond-shaped block bound as state."""
@@ -564,10 +565,6 @@ def gen_model(src: Source, max_values: int = 6) -> Generated:
         generated.values[name] = expected
     gen_graph_io(src, generated)
     gen_shaped_block(src, generated)
-    from fuzz import twins  # late: twins builds on this module's generators
-
-    twins.gen_twin(src, generated)
-    twins.gen_out_layouts(src, generated)
     return generated
 
 

@@ -4,7 +4,7 @@ near-valid models, and recorded choice streams that replay into them. Kept apart
 
 from __future__ import annotations
 
-from fuzz import gen, mutators
+from fuzz import models, mutators
 from fuzz.source import RandomSource, RecordingSource
 
 GENERATED_SEEDS = 120
@@ -34,10 +34,10 @@ def generated_models(count: int = GENERATED_SEEDS) -> list[bytes]:
 
     blobs = [examples.spec_example_model().SerializeToString()]
     for seed in range(count):
-        blobs.append(gen.gen_model(RandomSource(f"valid-{seed}")).model.SerializeToString())
+        blobs.append(models.gen_model(RandomSource(f"valid-{seed}")).model.SerializeToString())
     for code in sorted(mutators.MUTATORS, key=lambda c: c.value):
         src = RandomSource(f"near-{code.value}")
-        case = mutators.near_valid(src, gen.gen_model(src), code)
+        case = mutators.near_valid(src, models.gen_model(src), code)
         blobs.append(case.model_bytes())
     return blobs
 
@@ -48,7 +48,7 @@ def structured_streams(count: int = GENERATED_SEEDS, prefix: bytes = b"") -> lis
     for seed in range(count):
         recorder = RecordingSource(RandomSource(f"structured-{seed}"))
         mode = recorder.integer(0, 3)
-        generated = gen.gen_model(recorder, max_values=4)
+        generated = models.gen_model(recorder, max_values=4)
         if mode:
             mutators.near_valid(recorder, generated)
         streams.append(prefix + bytes(recorder.recorded))
@@ -56,7 +56,7 @@ def structured_streams(count: int = GENERATED_SEEDS, prefix: bytes = b"") -> lis
     for index, code in enumerate(codes):  # one stream per code: mode byte, model, code index, mutation
         recorder = RecordingSource(RandomSource(f"structured-{code.value}"))
         recorder.recorded += b"\x01"
-        generated = gen.gen_model(recorder, max_values=4)
+        generated = models.gen_model(recorder, max_values=4)
         recorder.recorded += index.to_bytes(((len(codes) - 1).bit_length() + 7) // 8, "little")
         mutators.MUTATORS[code](recorder, generated)
         streams.append(prefix + bytes(recorder.recorded))

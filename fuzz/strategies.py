@@ -16,7 +16,7 @@ import os
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from fuzz import gen, mutators
+from fuzz import gen, models, mutators
 from fuzz.cases import FuzzCase
 from fuzz.source import HypothesisSource
 from reference_impl.errors import ErrorCode
@@ -61,11 +61,11 @@ def affine_values(draw, storage_type: int | None = None, granularity: str | None
 @st.composite
 def valid_models(draw, max_values: int = 6) -> gen.Generated:
     """Valid models: catalogue, encoded values of every branch (inline and external), bindings."""
-    return gen.gen_model(HypothesisSource(draw), max_values)
+    return models.gen_model(HypothesisSource(draw), max_values)
 
 
 @st.composite
 def near_valid_cases(draw, code: ErrorCode | None = None) -> FuzzCase:
     """A valid model with exactly one rule broken; ``case.expected`` is the code it must produce."""
     src = HypothesisSource(draw)
-    return mutators.near_valid(src, gen.gen_model(src, max_values=4), code)
+    return mutators.near_valid(src, models.gen_model(src, max_values=4), code)

@@ -1,4 +1,4 @@
-"""Near-duplicate encoded values and caller buffers for the generated models (``fuzz.gen.gen_model``).
+"""Near-duplicate encoded values and caller buffers for the generated models (``fuzz.models.gen_model``).
 
 A runtime that shares work between values it takes for the same one (a decoded tensor reused for an
 initializer with the same payload, a decoder bound once per layout) is right on every model whose values

@@ -16,7 +16,18 @@ import numpy as np
 import pytest
 
 from conformance.adapters.reference import ReferenceAdapter
-from fuzz import bindscript, dimensions, gen, kvscript, mutators, planted_faults, statediff, statescript, subjects
+from fuzz import (
+    bindscript,
+    dimensions,
+    gen,
+    kvscript,
+    models,
+    mutators,
+    planted_faults,
+    statediff,
+    statescript,
+    subjects,
+)
 from fuzz.cases import scratch
 from fuzz.source import RandomSource, RecordingSource
 from fuzz.targets import differential
@@ -216,7 +227,7 @@ def _stream(label: str, seed: int) -> bytes:
     """A structure-aware differential input as the seed corpus records them: valid one time in four."""
     recorder = RecordingSource(RandomSource(f"{label}-{seed}"))
     mode = recorder.integer(0, 3)
-    generated = gen.gen_model(recorder, max_values=4)
+    generated = models.gen_model(recorder, max_values=4)
     if mode:
         mutators.near_valid(recorder, generated)
     return b"\x00" + bytes(recorder.recorded)
@@ -230,7 +241,7 @@ def differential_inputs() -> list:
 
 @functools.cache
 def valid_models() -> list:
-    return [gen.gen_model(RandomSource(f"valid-dims-{seed}"), max_values=4) for seed in range(DIFFERENTIAL_DRAWS)]
+    return [models.gen_model(RandomSource(f"valid-dims-{seed}"), max_values=4) for seed in range(DIFFERENTIAL_DRAWS)]
 
 
 def differential_tags() -> collections.Counter:
@@ -255,7 +266,7 @@ def test_a_bad_component_is_not_always_the_first():
     where = collections.Counter()
     for seed in range(150):
         src = RandomSource(f"component-{seed}")
-        case = mutators.MUTATORS[ErrorCode.BIT_WIDTH_INVALID](src, gen.gen_model(src, max_values=4))
+        case = mutators.MUTATORS[ErrorCode.BIT_WIDTH_INVALID](src, models.gen_model(src, max_values=4))
         (index, count), = _bad_components(schema.parse_model(case.model_bytes()))
         if count > 1:
             where["first" if index == 0 else "last" if index == count - 1 else "middle"] += 1

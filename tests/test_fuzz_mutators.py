@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from fuzz import gen, mutators
+from fuzz import gen, models, mutators
 from fuzz.cases import FuzzCase, run_case
 from fuzz.source import ByteSource, RandomSource
 from fuzz.strategies import near_valid_cases, profile
@@ -44,7 +44,7 @@ def test_near_valid_generator_produces_exactly_its_code(code):
 def test_near_valid_case_keeps_its_verdict_as_bytes(code):
     """The serialized form of a near-valid model is rejected the same way (what byte-level targets see)."""
     src = RandomSource(f"bytes-{code.value}")
-    case = mutators.near_valid(src, gen.gen_model(src), code)
+    case = mutators.near_valid(src, models.gen_model(src), code)
     as_bytes = FuzzCase(case.model_bytes(), case.op, case.name, case.field, case.files, case.expected, case.rule)
     assert run_case(as_bytes)[0].code == code.value
 
@@ -55,16 +55,16 @@ def test_generators_replay_from_recorded_bytes():
 
     for seed in range(5):
         recorder = RecordingSource(RandomSource(seed))
-        first = mutators.near_valid(recorder, gen.gen_model(recorder))
+        first = mutators.near_valid(recorder, models.gen_model(recorder))
         replay = ByteSource(bytes(recorder.recorded))
-        second = mutators.near_valid(replay, gen.gen_model(replay))
+        second = mutators.near_valid(replay, models.gen_model(replay))
         assert first.model_bytes() == second.model_bytes()
         assert (first.expected, first.op, first.name, first.files) == \
             (second.expected, second.op, second.name, second.files)
 
 
 def test_exhausted_byte_source_still_yields_a_valid_model():
-    generated = gen.gen_model(ByteSource(b""))
+    generated = models.gen_model(ByteSource(b""))
     assert isinstance(generated.model, type(schema.ModelProto()))
     verdict, _ = run_case(FuzzCase(generated.model, "all", files=generated.files))
     assert verdict.ok
@@ -112,7 +112,7 @@ def _diamond_streams(max_values: int, wanted: int) -> list[bytes]:
     streams = []
     for seed in range(200):
         recorder = RecordingSource(RandomSource(f"shaped-{seed}"))
-        levels, fan = _shaped(gen.gen_model(recorder, max_values=max_values))
+        levels, fan = _shaped(models.gen_model(recorder, max_values=max_values))
         if levels >= 20 and fan >= 2:
             streams.append(bytes(recorder.recorded))
             if len(streams) == wanted:
@@ -131,7 +131,7 @@ def test_generators_produce_diamonds_the_fuzz_targets_load_and_run():
     streams = _diamond_streams(4, 2)
     assert len(streams) == 2
     for stream in streams:
-        levels, fan = _shaped(gen.gen_model(ByteSource(stream), max_values=4))  # replays the same model
+        levels, fan = _shaped(models.gen_model(ByteSource(stream), max_values=4))  # replays the same model
         assert levels >= 20 and fan >= 2
         load("structured").one_input(b"\x00" + stream)  # first choice 0: the valid-model path
     script = RecordingSource(RandomSource("shaped-state"))

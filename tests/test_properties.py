@@ -28,7 +28,7 @@ test_executor_encoded_and_decoded_models_agree = pytest.mark.clause("GRAPH-STRUC
 def test_properties_catch_a_wrong_oracle(monkeypatch):
     """The valid-model property is not vacuous: an off-by-one in the record count is detected."""
     from fuzz import checks
-    from fuzz.gen import gen_model
+    from fuzz.models import gen_model
     from fuzz.source import RandomSource
     from reference_impl import verifier
 

@@ -190,7 +190,7 @@ class Verbose(ReferenceAdapter):
 def test_messages_stay_whole_in_json_and_are_cut_at_words_elsewhere(tmp_path, capsys):
     report = tmp_path / "r"
     main(["run", "--adapter", "tests.test_vendor_defects:Verbose", "--cases", "Required.Affine.Storage.Int8PerTensor",
-          "--report-dir", str(report), "--quiet"])
+          "--report-dir", str(report)])
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("FAILED"))
     (result,) = json.loads((report / "results.json").read_text())["results"]
     assert LONG in result["message"]

@@ -20,11 +20,11 @@ def _generate(data: bytes):
     """The script, the state model loaded into the executor, and the generated model the input's bytes
     drive, made once: both runs of the script use the same objects, so a run that altered what it was
     given (the caller's model, values or the loaded executor) also shows as a difference."""
-    from fuzz import gen, statescript
+    from fuzz import models, statescript
 
     src = ByteSource(data)
     script = statescript.gen_script(src)
-    return script, statescript.LoadedModel(script.sm), gen.gen_model(src, max_values=2)
+    return script, statescript.LoadedModel(script.sm), models.gen_model(src, max_values=2)
 
 
 def _run(script, loaded) -> list[str]:
@@ -58,12 +58,12 @@ def one_input(data: bytes) -> None:
 
 
 def seeds(count: int = 80) -> list[bytes]:
-    from fuzz import gen, statescript
+    from fuzz import models, statescript
 
     streams = []
     for seed in range(count):
         recorder = RecordingSource(RandomSource(f"state-{seed}"))
         statescript.gen_script(recorder)
-        gen.gen_model(recorder, max_values=2)
+        models.gen_model(recorder, max_values=2)
         streams.append(bytes(recorder.recorded))
     return streams

@@ -9,7 +9,7 @@ on nearly valid models instead of parse errors.
 
 from __future__ import annotations
 
-from fuzz import checks, gen, mutators
+from fuzz import checks, gen, models, mutators
 from fuzz.cases import FuzzCase, run_case, scratch
 from fuzz.invariants import Finding, guarded, twice
 from fuzz.source import ByteSource
@@ -32,7 +32,7 @@ def build(data: bytes) -> tuple[gen.Generated, FuzzCase | None]:
     """The generated model and, for near-valid inputs, the broken case (None for valid inputs)."""
     src = ByteSource(data)
     near = src.integer(0, 3) != 0
-    generated = gen.gen_model(src, max_values=4)
+    generated = models.gen_model(src, max_values=4)
     return generated, (mutators.near_valid(src, generated) if near else None)
 
 
