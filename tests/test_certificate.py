@@ -106,7 +106,7 @@ def copy(tmp_path):
 
 # ------------------------------------------------------------------------------------ what certifies
 def test_a_full_reference_run_certifies_every_profile(full):
-    assert len(PROFILES) == 11
+    assert len(PROFILES) == 12
     assert _manifest(full)["profiles"] == {profile: certificate.CERTIFIED for profile in PROFILES}
     assert _manifest(full)["selection"]["full"] is True
 
