@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,7 @@ class TractSession:
         self.ids: dict[int, int | None] = {}
         self._keep: list = []
 
-    def _load(self, facts: list[str | None]):
+    def _load(self, facts: Sequence[str | None]):
         """The model made runnable by tract, its inputs given these facts (None: tract's own)."""
         handle, path = tempfile.mkstemp(suffix=".onnx")
         try:
