@@ -45,7 +45,7 @@ packages += list(DOCS)
 data = {name: ["*"] for name in packages if not os.path.isfile(os.path.join(_folder(name), "__init__.py"))}
 data.update(DOCS)
 data["conformance"] = ["testee.proto"]
-data["conformance._corpus"] = ["renames.toml"]  # old case ID -> new (conformance.renames)
+data["conformance._corpus"] = ["renames.toml", "dimensions.toml"]  # case ID renames; dimensions by area
 
 setup(packages=packages, package_dir=MAPPED, package_data=data,
       exclude_package_data={"": ["*.py[cod]"]})
