@@ -290,6 +290,25 @@ class ResetAcceptsOwnerless(Fault):
 _FIELD_PATH = re.compile(r"\]\.|^\.")
 
 
+def _ownership_unchecked_at(where: re.Pattern, flag: str) -> list:
+    """Patches under which adopting a tensor whose path matches ``where`` skips the ownership check (the
+    oracle's ``_ownerless`` answers False while such a tensor is adopted)."""
+    def adopt_array(original):
+        def adopting(array, path, counters, persistent, owned):
+            if not where.search(path):
+                return original(array, path, counters, persistent, owned)
+            setattr(_FLAGS, flag, True)
+            try:
+                return original(array, path, counters, persistent, owned)
+            finally:
+                setattr(_FLAGS, flag, False)
+        return adopting
+
+    def ownerless(original):
+        return lambda array: False if getattr(_FLAGS, flag, False) else original(array)
+    return [wrap(state_module, "_adopt_array", adopt_array), wrap(state_module, "_ownerless", ownerless)]
+
+
 class StructFieldOwnershipUnchecked(Fault):
     """Checks that a retained or returned tensor has an owner only for whole tensors, not for the tensor
     fields of a struct: an ownerless borrow inside a struct becomes retained state or a returned output."""
@@ -298,27 +317,13 @@ class StructFieldOwnershipUnchecked(Fault):
     clauses = ("PAY-OWNERLESS", "PAY-FIELD-OWNERS")
 
     def patches(self):
-        def adopt_array(original):
-            def adopting(array, path, counters, persistent, owned):
-                if _FIELD_PATH.search(path):
-                    _FLAGS.field = True
-                    try:
-                        return original(array, path, counters, persistent, owned)
-                    finally:
-                        _FLAGS.field = False
-                return original(array, path, counters, persistent, owned)
-            return adopting
-
-        def ownerless(original):
-            return lambda array: False if getattr(_FLAGS, "field", False) else original(array)
-
         def reject_outputs(original):
             def rejecting(found):
                 return original({name: [(where, leaf) for where, leaf in pairs if not where]
                                  for name, pairs in found.items()})
             return rejecting
-        return [wrap(state_module, "_adopt_array", adopt_array), wrap(state_module, "_ownerless", ownerless),
-                wrap(state_module, "_reject_ownerless_outputs", reject_outputs)]
+        return _ownership_unchecked_at(_FIELD_PATH, "field") + [
+            wrap(state_module, "_reject_ownerless_outputs", reject_outputs)]
 
 
 class _UnboundArenaState(FaultState):
@@ -408,20 +413,7 @@ class SequenceOwnershipUnchecked(Fault):
     clauses = ("PAY-OWNERLESS",)
 
     def patches(self):
-        def adopt_array(original):
-            def adopting(array, path, counters, persistent, owned):
-                if _INDEX_PATH.search(path):
-                    _FLAGS.element = True
-                    try:
-                        return original(array, path, counters, persistent, owned)
-                    finally:
-                        _FLAGS.element = False
-                return original(array, path, counters, persistent, owned)
-            return adopting
-
-        def ownerless(original):
-            return lambda array: False if getattr(_FLAGS, "element", False) else original(array)
-        return [wrap(state_module, "_adopt_array", adopt_array), wrap(state_module, "_ownerless", ownerless)]
+        return _ownership_unchecked_at(_INDEX_PATH, "element")
 
 
 def _field_layout_repaired(original):
