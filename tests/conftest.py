@@ -9,8 +9,11 @@ The README's test command (``python -m pytest -n 2``) runs everything but the ``
 from __future__ import annotations
 
 import collections
+import fcntl
+import os
 import pathlib
 import re
+import subprocess
 import sys
 
 import pytest
@@ -85,3 +88,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if reasons:
         parts = "; ".join(f"{count} × {reason}" for reason, count in reasons.most_common())
         terminalreporter.write_line(f"{sum(reasons.values())} skipped: {parts}")
+
+
+@pytest.fixture(scope="session")
+def reference_report(tmp_path_factory, worker_id) -> pathlib.Path:
+    """One whole-corpus run of the reference runtime (its report directory), made once per test session and
+    shared by every xdist worker: the tests that read a full report need not each pay for a run. The
+    command's output is kept beside it as ``<directory>.out``. Tests that alter a report copy it first."""
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":  # each worker has its own basetemp under the session's
+        shared = shared.parent
+    report = shared / "reference-report"
+    with open(shared / "reference-report.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "reference-report.out").exists():
+            done = subprocess.run([sys.executable, "-m", "conformance", "run", "-j", "2", "--quiet",
+                                   "--report-dir", str(report)], cwd=ROOT, capture_output=True, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=900)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            (shared / "reference-report.out").write_text(done.stdout)
+    return report

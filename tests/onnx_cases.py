@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
+import sys
 import warnings
 
 
-def node_cases(op_type: str) -> list:
-    """The onnx backend cases of one operator. collect_testcases fills a process-wide list once, filtered
-    by the first caller's op_type; when another filter came first, re-run this operator's exporters."""
-    import sys
+@functools.cache
+def node_cases(op_type: str) -> tuple:
+    """The onnx backend cases of one operator, made by that operator's exporters only.
 
+    ``collect_testcases`` would import (and so run) the exporters of every operator, seconds of work at
+    collection time; the cases of one operator come from its own module, whose class runs its exporters
+    when the module is first imported (or run here if it was imported already). onnx refuses a case
+    name made twice, so each operator's cases are made once per process."""
     from onnx.backend.test.case import node
     from onnx.backend.test.case.base import Base
 
+    module_name = f"{node.__name__}.{op_type.lower()}"
+    start = len(node._NodeTestCases)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cases = [c for c in node.collect_testcases(None) if c.model.graph.node[0].op_type == op_type]
-        if not cases:
-            start = len(node._NodeTestCases)
-            for name, module in list(sys.modules.items()):
-                exporter = getattr(module, op_type, None) if name.startswith(node.__name__ + ".") else None
-                if isinstance(exporter, type) and issubclass(exporter, Base):
-                    for attr in dir(exporter):
-                        if attr.startswith("export"):
-                            getattr(exporter, attr)()
-            cases = [c for c in node._NodeTestCases[start:] if c.model.graph.node[0].op_type == op_type]
-    return cases
+        if module_name in sys.modules:
+            exporter = getattr(sys.modules[module_name], op_type)
+            assert isinstance(exporter, type) and issubclass(exporter, Base), exporter
+            for attr in dir(exporter):
+                if attr.startswith("export"):
+                    getattr(exporter, attr)()
+        else:
+            importlib.import_module(module_name)
+    return tuple(c for c in node._NodeTestCases[start:] if c.model.graph.node[0].op_type == op_type)

@@ -81,12 +81,10 @@ def keys(tmp_path_factory) -> dict[str, pathlib.Path]:
             "other": root / "other.pem", "other_public": root / "other.pub.pem"}
 
 
-@pytest.fixture(scope="module")
-def full(tmp_path_factory) -> pathlib.Path:
-    """A full reference run: every case of the corpus."""
-    directory = tmp_path_factory.mktemp("full") / "report"
-    assert _run(directory, "-j", "2") == 0
-    return directory
+@pytest.fixture
+def full(reference_report) -> pathlib.Path:
+    """A full reference run: every case of the corpus (shared: tests copy it before altering it)."""
+    return reference_report
 
 
 @pytest.fixture(scope="module")
