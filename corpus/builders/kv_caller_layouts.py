@@ -73,7 +73,7 @@ def _kept(label: str, decode: _Decode, check_values: bool) -> list[dict]:
 
 
 @builder
-def kv_caller_layout(entry: str, layout: str):
+def kv_caller_layout(entry: str, layout: str) -> dict:
     """Causal Attention, 4 query heads on 2 KV heads of 8, past/present bound back, over a past of 3 tokens.
     ``Q``, ``K``, ``V``: that feed of a two-token call is in ``layout``; refused, the state keeps its past
     (the same buffers) and decoding goes on from it. ``InitialCache``, ``ResetCache``: the past given to

@@ -137,7 +137,7 @@ def _ref(label: str, path: str) -> dict:
 
 
 @builder
-def kv_identity_twin(path: str, part: str):
+def kv_identity_twin(path: str, part: str) -> dict:
     """Model A runs a two-token call on a cache of ``PAST`` tokens; model B, differing from A in ``part``
     alone (TWINS), opens a state continuing A's present (or, where B's heads or head size cannot hold A's
     cache, is refused A's present and opens a cache of its own); then A, B, A and B run. Each Y is
@@ -178,7 +178,7 @@ BLOCK_FORMATS = {"Int8ThenUint8": ("int8", "uint8"), "Uint4ThenInt4": ("uint4", 
 
 
 @builder
-def kv_identity_block_format(formats: str, heads: int = 2, head_size: int = 8):
+def kv_identity_block_format(formats: str, heads: int = 2, head_size: int = 8) -> dict:
     """One paged model, two states whose initial caches hold one full block each, encoded in two formats
     of equal payload size (BLOCK_FORMATS): states A and B open, then A, B, A, B run. Each Y is attention
     over the values its own blocks decode to (kv_formats), so a decoder bound to the first cache's block
