@@ -10,6 +10,6 @@ from __future__ import annotations
 from reference_impl.clauses import SPEC_NAME, SPEC_REVISION
 
 SUITE_NAME = "onnx-light-conformance"
-SUITE_VERSION = "6.0.0"  # 6.0: case IDs renamed by spec area (see CHANGELOG.md)
+SUITE_VERSION = "6.1.0"  # 6.1: KV identity and caller-layout cases (see CHANGELOG.md)
 
 __all__ = ["SPEC_NAME", "SPEC_REVISION", "SUITE_NAME", "SUITE_VERSION"]
