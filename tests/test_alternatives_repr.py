@@ -60,7 +60,7 @@ def test_a_runtime_typing_loops_as_onnx_does_passes_every_required_case_of_the_f
     assert len(REQUIRED) == 79
     assert not _failures(ChecksLoopArity(), *REQUIRED)
     # while a runtime checking initializer names in the root graph only is still caught by the Loop body
-    from conformance.audit.faults.catalogue import NamesUniqueInRootGraphOnly
+    from conformance.audit.faults.naming import NamesUniqueInRootGraphOnly
 
     assert "accepted" in _fails(NamesUniqueInRootGraphOnly(), "Required.Naming.Initializers.DuplicateInLoopBody")
 

@@ -113,7 +113,7 @@ class RefusesEncodedTensorOutputs(ReferenceAdapter):
 
 @pytest.mark.clause("INIT-NAMES-UNIQUE", "GRAPH-TENSOR-OPS")
 def test_a_runtime_refusing_encoded_tensor_outputs_passes_and_function_subgraph_names_stay_checked():
-    from conformance.audit.faults.catalogue import NamesUncheckedInFunctionBodies
+    from conformance.audit.faults.naming import NamesUncheckedInFunctionBodies
 
     _passes(RefusesEncodedTensorOutputs(), *REQUIRED)
     for case_id in ("Required.Naming.Initializers.DuplicateInFunctionBodyBranch",

@@ -80,3 +80,21 @@ def test_the_history_word_check_sees_camel_case_and_segments():
     assert _words("Required.AffineMore.Axis") & HISTORY_WORDS == {"more"}
     assert _words("corpus/cases/thin_state.toml") & HISTORY_WORDS == {"thin"}
     assert _words("tests/test_zero_copy_lifetime_cases.py") & HISTORY_WORDS == set()
+
+
+def test_the_outline_table_of_the_guide_is_current():
+    """docs/conformance.md's outline names exactly the files each area's name finds."""
+    from conformance import outline
+
+    assert outline.main(["--check"]) == 0, "python -m conformance.outline --write"
+
+
+def test_every_fault_module_is_named_after_an_area():
+    """A fault is found by its area's name: each module of conformance/audit/faults/ starts with an area's
+    folder (shared.py holds mechanisms several areas use)."""
+    from conformance.areas import AREAS
+
+    folders = tuple(area.folder for area in AREAS)
+    modules = [path.stem for path in (ROOT / "conformance" / "audit" / "faults").glob("*.py")
+               if path.stem not in ("__init__", "shared")]
+    assert [name for name in modules if not name.startswith(folders)] == []

@@ -228,3 +228,10 @@ def test_a_spec_naming_a_retired_fault_module_finds_the_fault_in_its_area():
     assert adapter.fault_id == "ZC-RETAIN.initial-values-copied"
     with pytest.raises(SuiteError, match="names no fault"):
         load_adapter("conformance.audit.faults_state:Patch")
+    name = _a_fault_class("external_ownership")  # its module was faults/payload.py
+    moved = load_adapter(f"conformance.audit.faults.payload:{name}")
+    assert type(moved).__module__ == "conformance.audit.faults.external_ownership"
+
+
+def _a_fault_class(module: str) -> str:
+    return next(cls.__name__ for cls in FAULTS if cls.__module__ == f"conformance.audit.faults.{module}")

@@ -1144,7 +1144,7 @@ def test_raw_data_beside_external_entries_is_the_only_fault_of_the_exclusive_cas
     _passes(EntriesFileFirst(), *_REPRESENTATION_RULE_TOPICS)
     for case_id in ("Required.External.Exclusive.StructRawAndEntriesDefaultLocation",
                     "Required.External.Exclusive.AffineRawAndEntriesDefaultLocationDecoded"):
-        _fails(load_adapter("conformance.audit.faults.payload:ExclusiveOnlyWhenExternal"), case_id)
+        _fails(load_adapter("conformance.audit.faults.external_ownership:ExclusiveOnlyWhenExternal"), case_id)
 
 
 # -------------------------------------------------------------- a bound input's initializer as default

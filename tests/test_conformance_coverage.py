@@ -26,7 +26,7 @@ from conformance import values as V
 from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState, to_runtime
 from conformance.audit.faults.affine import DecodesToFloat32
-from conformance.audit.faults.payload import CallerBuffersTakenAsOwned
+from conformance.audit.faults.external_ownership import CallerBuffersTakenAsOwned
 from conformance.audit.faults.zero_copy import (
     DecodeScratchesInput,
     FieldTransportCopies,

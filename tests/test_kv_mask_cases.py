@@ -9,7 +9,7 @@ import pytest
 from plain_models import plain_onnx
 
 from conformance.adapters.reference import ReferenceAdapter
-from conformance.audit.faults.attention import (
+from conformance.audit.faults.kv_attention import (
     ExternalCacheCausalTopLeft,
     ExternalCachePaddingAttended,
     MaskedWithFiniteMinimum,

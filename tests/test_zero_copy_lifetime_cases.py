@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.adapters.reference import ReferenceAdapter
-from conformance.audit.faults.payload import (
+from conformance.audit.faults.external_ownership import (
     ClosedStateBuffersPooled,
     ResetAcceptsOwnerless,
     SequenceOwnershipUnchecked,

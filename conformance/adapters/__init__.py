@@ -180,10 +180,11 @@ def load_adapter(spec: str | None = None, testee: str | None = None, timeout: fl
         return TesteeAdapter(testee, timeout=timeout)
     spec = spec or "reference"
     spec = BUILTIN.get(spec, spec)
-    if spec.startswith("conformance.audit.faults_"):  # a fault module retired when faults were grouped by area
+    if spec.startswith("conformance.audit."):  # a fault module retired when faults were regrouped still resolves
         # looked up by name like any adapter module: the audit builds on the adapters, not the reverse
-        spec = importlib.import_module("conformance.audit.catalogue").current_spec(spec)
-        if spec.startswith("conformance.audit.faults_"):
+        catalogue = importlib.import_module("conformance.audit.catalogue")
+        spec = catalogue.current_spec(spec)
+        if spec.rpartition(":")[0] in catalogue.RETIRED_MODULES:
             raise SuiteError(f"adapter {spec!r}: names no fault of the audit catalogue (python -m conformance audit "
                              "--list)")
     if ":" not in spec:

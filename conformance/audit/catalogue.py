@@ -14,8 +14,8 @@ CHECKABLE_KINDS = ("rule", "permission", "limit")
 
 #: the fault modules, one per area of the specification (``conformance/audit/faults/<area>.py``)
 MODULES = tuple(f"faults.{area}" for area in (
-    "wire", "catalogue", "declarations", "encoding", "structured", "affine", "payload", "external", "bindings",
-    "state", "zero_copy", "export", "kv_contiguous", "kv_paged", "attention"))
+    "wire", "catalogue", "naming", "declarations", "encoding", "limits", "structured", "affine", "external",
+    "external_ownership", "bindings", "state", "zero_copy", "export", "kv_contiguous", "kv_paged", "kv_attention"))
 
 #: modules that held faults before they were grouped by area; a ``module:Class`` spec naming one still
 #: resolves (class names are unique across the catalogue, so the class is looked up by name)
@@ -24,7 +24,7 @@ RETIRED_MODULES = frozenset(f"conformance.audit.{name}" for name in (
     "faults_bindings", "faults_state", "faults_zero_copy", "faults_export", "faults_kv", "faults_state_more",
     "faults_struct_more", "faults_wire_more", "faults_zc_more", "faults_kv_more", "faults_repr_more",
     "faults_thin_repr", "faults_thin_state", "faults_thin_decl", "faults_edges", "faults_mut_repr",
-    "faults_mut_exec", "faults_mut_kv"))
+    "faults_mut_exec", "faults_mut_kv", "faults.attention", "faults.payload"))
 
 
 def faults() -> list[type[Fault]]:
@@ -40,11 +40,15 @@ def faults() -> list[type[Fault]]:
 
 
 def current_spec(spec: str) -> str:
-    """``spec`` with a retired fault module replaced by the module the class now lives in (``spec`` itself
-    when it names no retired module or no fault of the catalogue)."""
+    """``spec`` with a retired fault module, or a fault module a class has moved out of, replaced by the
+    module the class now lives in (``spec`` itself when it names no fault of the catalogue)."""
     module, _, name = spec.rpartition(":")
     if module not in RETIRED_MODULES:
-        return spec
+        try:
+            if hasattr(importlib.import_module(module), name):
+                return spec
+        except ImportError:
+            return spec
     return next((adapter_spec(cls) for cls in faults() if cls.__name__ == name), spec)
 
 

@@ -198,26 +198,6 @@ NoLayoutReadsAsDense = fault("ENC-LAYOUT.missing-layout-accepted", ("ENC-LAYOUT"
                      wrap(decode, "decode_value", _layoutless_as_dense)])
 
 
-def _expands_every_path(original):
-    def compile_layout(st, catalogue, path="layout"):
-        try:
-            return original(st, catalogue, path)
-        except ContractError as error:
-            if error.code is not E.RESOURCE_LIMIT or "leaves" in error.message:
-                raise
-            # Bounding leaves only, the runtime goes on expanding every path to the constants (4**15 of
-            # them in the suite's diamond) until memory runs out: what it shows, without the wait.
-            raise MemoryError(f"{path}: layout expansion exhausted memory") from None
-    return compile_layout
-
-
-LayoutPathsUnbounded = fault("RESOURCE-LIMITS.layout-paths-unbounded", ("RESOURCE-LIMITS",),
-    """Bounds a layout's leaves but neither its constants nor the type nodes it visits: a constant-only group reached
-    through exponentially many reference paths (a diamond) is expanded path by path until memory runs out, instead of
-    being refused with RESOURCE_LIMIT before anything is allocated.""",
-    patches=lambda: [wrap(records, "compile_layout", _expands_every_path)])
-
-
 class InlineLayoutsUnsupported(Fault):
     """Supports only type_ref layouts: a concrete inline declaration is refused as a payload layout."""
 
@@ -1179,23 +1159,6 @@ class ParametersPreparedPerTypeId(Fault):
         prepared.CopyFrom(value)
         prepared.raw_data = bytes(data)
         return prepared
-
-
-def _per_structure_leaf_bound(original):
-    def add_leaf(layout, leaf, path):
-        parent = leaf.path.rpartition(".")[0]
-        counts = layout.__dict__.setdefault("_leaves_per_parent", {})
-        counts[parent] = counts.get(parent, 0) + 1
-        if counts[parent] > records.MAX_LEAVES:
-            raise violation(E.RESOURCE_LIMIT, path, f"a structure has more than {records.MAX_LEAVES} fields")
-        layout.leaves[leaf.path] = leaf
-    return add_leaf
-
-
-LeafBoundPerStructure = fault("RESOURCE-LIMITS.leaf-bound-per-structure", ("RESOURCE-LIMITS",),
-    """Bounds the number of fields of each structure it expands, not the leaves of the whole layout: two references to a
-    structure at the bound give a layout of twice as many leaves, expanded in full.""",
-    patches=lambda: [wrap(records, "_add_leaf", _per_structure_leaf_bound)])
 
 
 def _straddling_first_byte_only(original):
