@@ -9,14 +9,6 @@ import pytest
 from plain_models import plain_onnx
 
 from conformance.adapters.reference import ReferenceAdapter
-from conformance.audit.faults.kv_attention import (
-    ExternalCacheCausalTopLeft,
-    ExternalCachePaddingAttended,
-    MaskedWithFiniteMinimum,
-    QkOutputModeIgnored,
-    QkOutputModesSwapped,
-    ShortMaskPaddedToAttend,
-)
 from conformance.audit.faults.bindings import (
     DuplicateOutputsAccepted,
     MapKeyTypesNotCompared,
@@ -24,6 +16,14 @@ from conformance.audit.faults.bindings import (
     RankNotCompared,
     StringsCheckedOnInputSideOnly,
     StructCategoryTakesTensors,
+)
+from conformance.audit.faults.kv_attention import (
+    ExternalCacheCausalTopLeft,
+    ExternalCachePaddingAttended,
+    MaskedWithFiniteMinimum,
+    QkOutputModeIgnored,
+    QkOutputModesSwapped,
+    ShortMaskPaddedToAttend,
 )
 from conformance.audit.faults.kv_contiguous import CopyAtExactCapacity
 from conformance.audit.faults.kv_paged import (
