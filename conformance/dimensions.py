@@ -36,7 +36,7 @@ DIMENSIONS: dict[str, str] = {
     "interactions": "options that combine are tested in combination (at least pairwise)",
     "declaration-forms": "inline and referenced declarations, inside bindings and nested types alike",
     "caller-layouts": "every buffer layout a caller may hand in is used zero-copy or refused explicitly",
-    "measured": "cost rules observed from outside (buffer identity, allocations), not self-reported",
+    "measured": "cost rules observed from outside (buffer identity, allocations, file opens), not self-reported",
 }
 #: How a cell of the table decides a dimension for an area.
 DECISIONS = ("cases", "not-applicable", "lacking")

@@ -41,7 +41,7 @@ def _substeps(step: dict) -> Iterator[dict]:
             yield {"op": "run", **step["second"]}
     if step.get("op") == "repeat":
         yield {"op": "run", **step["step"]}
-    if step.get("op") == "allocations":  # a measured call (conformance/measured.py)
+    if step.get("op") in ("allocations", "file_opens"):  # a measured call (conformance/measured.py)
         yield {"op": "run", **step["call"]}
     for key in NESTED_LISTS:
         for inner in step.get(key, []):
@@ -66,6 +66,8 @@ def _step_requests(step: dict) -> set[str]:
         return {"export"}
     if op in ("values", "reset", "close", "counters"):
         return {op}
+    if op in ("verify", "decode"):  # a measured call of a trace (conformance/measured.py)
+        return {OPERATION_REQUESTS[op]}
     return set()
 
 

@@ -568,7 +568,8 @@ _STEPS = {"open": Trace.step_open, "run": Trace.step_run, "values": Trace.step_v
           "held": Trace.step_held, "readonly": Trace.step_readonly, "repeat": Trace.step_repeat,
           "counters": Trace.step_counters, "file": Trace.step_file, "forget": Trace.step_forget,
           "lowered": Trace.step_lowered}
-_STEPS.update(allocations=measured.step_allocations, addresses=measured.step_addresses)
+_STEPS.update(allocations=measured.step_allocations, addresses=measured.step_addresses,
+              file_opens=measured.step_file_opens)
 
 
 def run_trace(case, adapter, workdir: str, require_codes: bool) -> bool | None:

@@ -9,7 +9,7 @@ import json
 from conformance.adapters import IN_PROCESS_PROFILES, load_adapter
 from conformance.cases import load_cases
 
-MEASURING_STEPS = {"allocations", "addresses"}
+MEASURING_STEPS = {"allocations", "addresses", "file_opens"}
 
 
 def _ops(steps):

@@ -22,7 +22,8 @@ PROFILES = {
     "kv-contiguous": "contiguous KV cache append, capacity and Attention",
     "kv-paged": "paged KV caches with per-block formats",
     "decode-e2e": "end-to-end repeated decode with independent states",
-    "measured": "cost observed from outside the runtime: allocations around a call, retained buffers' addresses",
+    "measured": "cost observed from outside the runtime: allocations around a call, retained buffers' addresses, "
+                "opens of an external payload file",
 }
 #: Profiles whose cases observe the runtime's own process, so only an in-process adapter can take them: a
 #: testee's claim to them is dropped by the runner (the protocol cannot show another process's allocations).

@@ -16,7 +16,8 @@ MODULES = ("structured_examples", "affine_sweep", "affine_scales", "wire", "kv",
            "affine_layouts", "kv_batches", "limits_leaves", "kv_workspace", "kv_padding", "kv_combinations",
            "affine_chunks",
            "encoding_chunks", "kv_chunks", "zero_copy_layouts", "state_positions", "state_identity",
-           "state_cost", "catalogue_positions", "declarations_forms", "kv_identity", "kv_caller_layouts")
+           "state_cost", "catalogue_positions", "declarations_forms", "kv_identity", "kv_caller_layouts",
+           "external_measured")
 
 
 def builder(fn):
