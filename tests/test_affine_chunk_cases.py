@@ -2,8 +2,9 @@
 external_chunks.toml): the digests the cases state are the builder's NumPy formulas, the reference passes
 every case, and each case fails at least one runtime that chunks its work with one realistic bug: the
 partial last chunk dropped or decoded from the previous chunk's start, parameter indices restarting in
-every chunk, the codes of the last partial byte (or of a scalar remainder loop) read most-significant
-first, an external extent read from its offset rounded down to a page or to 1 MiB."""
+every chunk, the later pieces of one axis position's long run decoded from the run's start, the codes of
+the last partial byte (or of a scalar remainder loop) read most-significant first, an external extent read
+from its offset rounded down to a page or to 1 MiB."""
 
 from __future__ import annotations
 
@@ -116,6 +117,31 @@ class ParameterIndexPerChunk(Fault):
         return [wrap(affine, "dequantize", make)]
 
 
+class PieceFromRunStart(Fault):
+    """Splits each axis position's run of ``inner`` consecutive elements (per-axis or blocked along an axis
+    that is not the last) into pieces of ``piece`` elements, but decodes every piece after the first from
+    the run's start (its codes and parameters addressed without the piece's offset in the run)."""
+
+    def __init__(self, piece: int):
+        super().__init__()
+        self.piece, self.fault_id = piece, f"AFF-AXIS.long-run-piece-from-run-start-{piece}"
+
+    def patches(self):
+        def make(original):
+            def dequantize(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype=None,
+                           out=None):
+                result = original(codes, storage_type, scale, zero_point, axis, block_size, shape, output_dtype)
+                inner = math.prod(shape[axis + 1:]) if axis is not None else 1
+                if inner > self.piece:
+                    runs = result.reshape(-1, inner)
+                    for start in range(self.piece, inner, self.piece):
+                        stop = min(start + self.piece, inner)
+                        runs[:, start:stop] = runs[:, :stop - start].copy()
+                return _finish(result, out)
+            return dequantize
+        return [wrap(affine, "dequantize", make)]
+
+
 def _reverse_codes(raw: np.ndarray, width: int) -> np.ndarray:
     """Each byte's codes in the opposite order (most-significant first)."""
     per_byte, mask = 8 // width, (1 << width) - 1
@@ -189,6 +215,7 @@ CATCHERS = [
     (RemainderCodesReversed(None), _ids(*(f"{s}PerTensor1Mi" for s in _SUB_BYTE), "Int4BlockedLast16Mi",
                                         "Uint2PerAxisInner16Mi")),
     (RemainderCodesReversed(64), _ids(*(f"{s}BlockedLast1Mi" for s in _SUB_BYTE), "Int2BlockedFirst16Mi")),
+    (PieceFromRunStart(1 << 19), _ids("Int4PerAxisLongRows1Mi", "Uint8BlockedLongRows1Mi")),
     (ExternalOffsetAlignedDown(4096), ("Required.External.Chunks.Uint8PerTensor16MiAtUnalignedOffset",
                                        "Required.External.Chunks.Int4BlockedLast1MiAtOddOffset",
                                        "Required.External.Chunks.Uint2PerAxisInner1MiAtOffsetThree")),

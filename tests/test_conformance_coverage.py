@@ -317,7 +317,7 @@ def test_every_scale_decoded_as_float_is_caught():
 
 @pytest.mark.clause("AFF-SCALE", "AFF-DQ")
 @pytest.mark.parametrize("scale_type", ["float", "float16", "bfloat16"])
-@pytest.mark.parametrize("granularity", ["tensor", "axis", "block"])
+@pytest.mark.parametrize("granularity", ["tensor", "axis", "block", "two_bit"])
 def test_scale_expectations_equal_onnx_dequantize_linear(scale_type, granularity):
     """The builder's formula and onnx's reference DequantizeLinear agree exactly for every scale type
     ONNX admits (DOUBLE is the spec's addition; its values follow the same formula)."""

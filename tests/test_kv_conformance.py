@@ -11,9 +11,11 @@ import pytest
 
 from conformance.adapters import Rejected, load_adapter
 from conformance.adapters.reference import ReferenceAdapter
+from conformance.audit.fault import Fault, wrap
 from conformance.audit.faults.kv_paged import KVZeroPointsDropped
 from conformance.cases import builders, load_cases, select
 from conformance.execute import FAILED, NOT_SUPPORTED, PASSED, run_case
+from reference_impl import affine
 from reference_impl.clauses import CLAUSES
 from reference_impl.errors import ErrorCode
 
@@ -214,3 +216,29 @@ def test_every_kv_fixture_model_satisfies_the_spec():
     broken.struct_types[-2].structure.field[2].type.Clear()
     broken.struct_types[-2].structure.field[2].type.struct_type.SetInParent()
     assert _kindless_outside_collections(broken) == ["struct_types[2].structure.field[2]"]
+
+
+class _GroupedBlocksSealedPerHead(Fault):
+    """Seals a block of a grouped format (group smaller than head_size) with the first group's scale and
+    zero point over the whole head: the layout says groups, the codes were quantized per head."""
+
+    fault_id = "KV-PAGED-FORMATS.grouped-block-sealed-per-head"
+
+    def patches(self):
+        def make(original):
+            def quantize(x, storage_type, scale, zero_point=None, axis=None, block_size=None):
+                if axis is not None and block_size and block_size < np.shape(x)[axis]:
+                    first = np.take(np.asarray(scale), [0], axis=axis)
+                    zero = None if zero_point is None else np.take(np.asarray(zero_point), [0], axis=axis)
+                    return original(x, storage_type, first, zero, axis, np.shape(x)[axis])
+                return original(x, storage_type, scale, zero_point, axis, block_size)
+            return quantize
+        return [wrap(affine, "quantize", make)]
+
+
+@pytest.mark.clause("KV-PAGED-FORMATS")
+def test_a_grouped_block_sealed_per_head_fails_the_grouped_conversion_case():
+    (case,) = select(load_cases(), ["Recommended.KV.PagedConversion.GroupedInt8KeysGroupedUint4Values"])
+    assert run_case(case, ReferenceAdapter()).verdict == PASSED
+    result = run_case(case, _GroupedBlocksSealedPerHead())
+    assert result.verdict == FAILED and not result.traceback, result.message

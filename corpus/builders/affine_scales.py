@@ -33,6 +33,9 @@ GRANULARITIES = {
     "axis": (2, (2, 3), 1, None, [[0, 128, 255], [7, 200, 13]], [128, 0, 255], [0.1, 2.5, 0.003]),
     # INT4 codes in blocks of 2 along axis 1 of a [2, 4] value, no zero point.
     "block": (22, (2, 4), 1, 2, [[-8, 7, 1, -1], [3, -3, 0, 5]], None, [[0.1, 1.5], [0.3, 7.0]]),
+    # INT2 codes (four a byte) per tensor, no zero point: a few codes of the narrowest type decoded straight
+    # to the scale's type, the one combination whose per-byte table rows (four DOUBLE values) are 32 bytes.
+    "two_bit": (26, (7,), None, None, [-2, -1, 0, 1, 1, 0, -2], None, 0.1),
 }
 
 

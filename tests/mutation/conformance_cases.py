@@ -10,9 +10,10 @@ manifests, never from ``reference_impl``'s runtime logic, and mutmut forks every
 process that already holds them, so a mutant never changes what a case expects.
 
 The oracle memoizes a few results (the default decoder registry, dtype and LUT lookups, onnx operator
-classes). Filled by the first case in the parent, a memo would hide a mutant in the code that fills it from
-every forked run; each test starts with them empty (``forget_memos``), so that code runs, mutated, in the
-case that needs it.
+classes, the affine module's per-byte code tables). Filled by the first case in the parent, a memo would
+hide a mutant in the code that fills it from every forked run; each test starts with them empty (or, for
+the code tables built at import, rebuilt: ``forget_memos``), so that code runs, mutated, in the case that
+needs it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ def forget_memos() -> None:
     values = sys.modules.get("reference_impl.values")
     if values is not None:
         values._DTYPE_CACHE.clear()
+    affine = sys.modules.get("reference_impl.affine")
+    if affine is not None:  # the code tables are built at import, before any mutant is forked
+        affine._LUTS = {storage: affine._byte_lut(storage) for storage in affine._LUTS}
 
 
 @pytest.fixture(autouse=True)
