@@ -235,3 +235,13 @@ def test_a_spec_naming_a_retired_fault_module_finds_the_fault_in_its_area():
 
 def _a_fault_class(module: str) -> str:
     return next(cls.__name__ for cls in FAULTS if cls.__module__ == f"conformance.audit.faults.{module}")
+
+
+def test_through_the_testee_in_process_only_cases_are_left_out():
+    """The measured profile cannot be observed through the protocol: the reference behind the testee is not
+    failed by it, and no fault is judged by it."""
+    cases = select(load_cases(), ["Required.Catalogue.Accepts.EmptyCatalogue", "Recommended.ZeroCopy.Measured.*"])
+    assert any(case.profile == "measured" for case in cases)
+    result = audit.run([LastDuplicateWins], cases, progress=False, testee=f"{sys.executable} -m conformance.testee",
+                       complete=False)
+    assert not result.reference_failures and result.case_ids == ["Required.Catalogue.Accepts.EmptyCatalogue"]

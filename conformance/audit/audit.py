@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from conformance import SPEC_REVISION, SUITE_VERSION
-from conformance.adapters import load_adapter
+from conformance.adapters import IN_PROCESS_PROFILES, load_adapter
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.audit.catalogue import CHECKABLE_KINDS, adapter_spec, checkable_clauses
 from conformance.audit.fault import INSTALLER, Fault
@@ -196,8 +196,15 @@ def _init_worker(cases: dict[str, Case]) -> None:
 def run(fault_classes: Iterable[type[Fault]], cases: list[Case], jobs: int = 1, timeout: float = 30.0,
         testee: str | None = None, cases_for: dict[str, list[str]] | None = None,
         progress: bool = True, complete: bool = True) -> Audit:
-    """Run ``cases`` on the reference and on every fault; ``cases_for`` narrows the cases per fault ID."""
+    """Run ``cases`` on the reference and on every fault; ``cases_for`` narrows the cases per fault ID.
+    Through the testee, the cases of profiles observable in process only are left out: no runtime behind
+    the protocol can be judged by them, the reference included."""
     fault_classes = list(fault_classes)
+    if testee:
+        cases = [case for case in cases if case.profile not in IN_PROCESS_PROFILES]
+        kept = {case.id for case in cases}
+        if cases_for is not None:
+            cases_for = {fault_id: [cid for cid in ids if cid in kept] for fault_id, ids in cases_for.items()}
     start = time.perf_counter()
     by_id = {case.id: case for case in cases}
     for case in cases:
