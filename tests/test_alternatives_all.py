@@ -22,7 +22,7 @@ import test_alternatives_repr as repr_toys
 import test_alternatives_state as state_toys
 import test_alternatives_wire as wire_toys
 import test_conformance_alternatives as alt
-import test_conformance_kv_alternatives as kv
+import test_kv_alternatives as kv
 
 from conformance.audit.fault import Fault
 from conformance.cases import load_cases, select

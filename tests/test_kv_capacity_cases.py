@@ -4,7 +4,7 @@ dequantized or copied cache; max_tokens not enforced; TensorScatter clipping wha
 Required cases as far as the spec's words reach and the Recommended ones at the suite's tighter figures; a
 runtime without counters gets "not supported" for the counter cases, never a pass; onnxruntime, which
 copies the past into every present, fails the Recommended buffer-sharing cases (tests/
-test_conformance_kv_alternatives.py shows the behaviours the spec allows pass every Required case)."""
+test_kv_alternatives.py shows the behaviours the spec allows pass every Required case)."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ def test_in_place_append_behind_a_shared_prefix_is_caught(monkeypatch):
 def test_a_cancellation_that_keeps_the_new_values_is_caught():
     """The run completes and publishes its values, then reports STATE_CANCELLED: the caller is told nothing
     changed while the state moved on. (Completing the run and saying so is allowed:
-    tests/test_conformance_kv_alternatives.py.)"""
+    tests/test_kv_alternatives.py.)"""
     class CancelledButPublished(ReferenceAdapter):
         def open_state(self, *args):
             handle = super().open_state(*args)
