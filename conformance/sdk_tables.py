@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 
 from conformance.adapters import PROFILES
 from conformance.cases import Case, load_cases
+from conformance.generated_section import replace_section
 from reference_impl.errors import ErrorCode
 
 README = pathlib.Path(__file__).resolve().parent / "sdk" / "cpp" / "README.md"
@@ -205,11 +206,10 @@ def updated(text: str, tables: dict[str, str]) -> str:
 
     for name, table in tables.items():
         start, end = _markers(name)
-        if start not in text or end not in text:
-            raise SuiteError(f"{README} has no markers for the {name} table ({start!r} ... {end!r})")
-        head, rest = text.split(start, 1)
-        _, tail = rest.split(end, 1)
-        text = f"{head}{start}\n{table}{end}{tail}"
+        try:
+            text = replace_section(text, start, end, table)
+        except ValueError:
+            raise SuiteError(f"{README} has no markers for the {name} table ({start!r} ... {end!r})") from None
     return text
 
 
