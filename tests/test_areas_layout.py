@@ -7,6 +7,8 @@ from __future__ import annotations
 import pathlib
 import re
 
+import pytest
+
 from conformance.areas import AREAS, BY_NAME, UNCASED_PREFIXES, area_of_clause
 from conformance.cases import load_cases
 from reference_impl.clauses import CLAUSES, SPEC_FILE
@@ -98,3 +100,12 @@ def test_every_fault_module_is_named_after_an_area():
     modules = [path.stem for path in (ROOT / "conformance" / "audit" / "faults").glob("*.py")
                if path.stem not in ("__init__", "shared")]
     assert [name for name in modules if not name.startswith(folders)] == []
+
+
+def test_a_generated_section_is_replaced_whole_and_missing_markers_are_refused():
+    from conformance.generated_section import replace_section
+
+    text = "intro\n<!-- a -->\nold\nlines\n<!-- b -->\nrest\n"
+    assert replace_section(text, "<!-- a -->", "<!-- b -->", "new\n") == "intro\n<!-- a -->\nnew\n<!-- b -->\nrest\n"
+    with pytest.raises(ValueError, match="no markers"):
+        replace_section("no markers here", "<!-- a -->", "<!-- b -->", "new\n")
