@@ -77,8 +77,7 @@ def cmd_audit(args) -> int:
         case.build()
     cases_for = None
     if not args.full:
-        traces = scope.trace(cases, args.timeout)
-        cases_for = scope.cases_for(classes, cases, traces)
+        cases_for = scope.scoped_cases(classes, cases, jobs=args.jobs, timeout=args.timeout)
         timing["scoping (reference traced, cases per fault)"] = time.perf_counter() - start
     result = audit.run(classes, cases, jobs=args.jobs, timeout=args.timeout, testee=args.testee,
                        cases_for=cases_for, progress=not args.quiet, complete=not (args.faults or args.sample))

@@ -59,10 +59,7 @@ class Patch:
     def expand(self) -> list[Patch]:
         if not self.aliases or not isinstance(self.target, types.ModuleType):
             return [self]
-        original = self._get()
-        aliases = [module for key, module in sorted(sys.modules.items())
-                   if key.startswith("reference_impl") and module is not self.target
-                   and getattr(module, self.name, _ABSENT) is original]
+        aliases = _aliases(self.target, self.name, self._get())
         return [self] + [Patch(module, self.name, self.value) for module in aliases]
 
     def _get(self):
@@ -87,6 +84,24 @@ class Patch:
             self.target[self.name] = value
         else:
             setattr(self.target, self.name, value)
+
+
+#: (module, name) -> (modules loaded, original, the other reference_impl modules holding the original):
+#: faults install their patches on every adapter call, and scanning every loaded module each time was a
+#: fifth of an audit's run time. Valid while no module was loaded since and the original is the same.
+_ALIAS_CACHE: dict[tuple[int, str], tuple[int, Any, list]] = {}
+
+
+def _aliases(target: types.ModuleType, name: str, original: Any) -> list:
+    key, loaded = (id(target), name), len(sys.modules)
+    cached = _ALIAS_CACHE.get(key)
+    if cached is not None and cached[0] == loaded and cached[1] is original:
+        return cached[2]
+    found = [module for key_, module in sorted(sys.modules.items())
+             if key_.startswith("reference_impl") and module is not target
+             and getattr(module, name, _ABSENT) is original]
+    _ALIAS_CACHE[key] = (loaded, original, found)
+    return found
 
 
 def wrap(target: Any, name: str, make: Callable[[Callable], Callable], aliases: bool = True) -> Patch:

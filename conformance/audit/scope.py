@@ -7,16 +7,20 @@ refuses the case's model. So a case whose reference run calls none of a fault's 
 whose operation the fault does not override and whose model the fault reads unchanged, passes on the
 fault exactly as on the reference. ``trace`` records the functions every case's reference run
 calls (all threads); ``cases_for`` keeps, per fault, the cases that reach one of its seams. A patch of
-something that is not a function (a constant, a table) puts every case in scope. ``audit --full`` runs
+something that is not a function (a constant, a table) puts every case in scope. ``scoped_cases`` does
+both over worker processes (``audit -j``). ``audit --full`` runs
 every case on every fault instead, and ``tests/test_audit.py`` checks both give the same kill matrix.
 """
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
 
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.audit.fault import Fault, cache_accessor_codes, cache_resets, patch_codes
@@ -86,18 +90,22 @@ def seams(cls: type[Fault]) -> tuple[frozenset[str], frozenset, bool]:
     return frozenset(ops), codes, opaque
 
 
-def _edits(fault: Fault, case: Case, base_dir: str) -> bool:
-    """Whether the fault's ``prepare`` reads this case's model differently from the reference."""
+def _reserialized(data: bytes) -> bytes:
+    """The model bytes as a prepare that edits nothing gives them back (parsed and serialized again)."""
+    try:
+        return schema.parse_model(data).SerializeToString()
+    except Exception:  # noqa: BLE001 - unparsable bytes reach the fault's prepare unchanged or not
+        return data
+
+
+def _edits(fault: Fault, case: Case, base_dir: str, plain: Callable[[], bytes]) -> bool:
+    """Whether the fault's ``prepare`` reads this case's model differently from the reference (``plain``:
+    the case's model re-serialized, computed once per case)."""
     ops = READ_OPS | (WRITE_OPS if fault.prepares_writes else set())
     if case.op not in ops or type(fault).prepare is Fault.prepare and not fault._edits_model():
         return False
-    data = case.model_bytes()
     try:
-        plain = schema.parse_model(data).SerializeToString()
-    except Exception:  # noqa: BLE001 - unparsable bytes reach the fault's prepare unchanged or not
-        plain = data
-    try:
-        return fault.prepare(data, base_dir) != plain
+        return fault.prepare(case.model_bytes(), base_dir) != plain()
     except Exception:  # noqa: BLE001 - a refusal (or a crash) is a departure from the reference
         return True
 
@@ -111,12 +119,51 @@ def cases_for(fault_classes: Iterable[type[Fault]], cases: list[Case],
     for cls in fault_classes:
         scoped[cls.fault_id] = []
     for case in cases:
+        case_ops, reached = trace_ops(case), traces[case.id]
+        plain = functools.cache(lambda case=case: _reserialized(case.model_bytes()))
         with tempfile.TemporaryDirectory(prefix="audit-scope-") as base_dir:
             case.write_files(base_dir)
             for cls in fault_classes:
                 ops, codes, opaque = seam_of[cls.fault_id]
-                if opaque or case.op in ops or not ops.isdisjoint(trace_ops(case)) or \
-                        not codes.isdisjoint(traces[case.id]) or \
-                        _edits(instances[cls.fault_id], case, base_dir):
+                if opaque or case.op in ops or not ops.isdisjoint(case_ops) or not codes.isdisjoint(reached) or \
+                        _edits(instances[cls.fault_id], case, base_dir, plain):
                     scoped[cls.fault_id].append(case.id)
+    return scoped
+
+
+_SCOPING: dict = {}
+
+
+def _scope_run(bounds: tuple[int, int]) -> dict[str, list[str]]:
+    """``cases_for`` over one contiguous run of the cases, traced in this worker."""
+    fault_classes, cases, timeout = _SCOPING["args"]
+    chunk = cases[bounds[0]:bounds[1]]
+    return cases_for(fault_classes, chunk, trace(chunk, timeout))
+
+
+def _init_scoping(fault_classes: list[type[Fault]], cases: list[Case], timeout: float) -> None:
+    _SCOPING["args"] = (fault_classes, cases, timeout)
+
+
+def scoped_cases(fault_classes: Iterable[type[Fault]], cases: list[Case], jobs: int = 1,
+                 timeout: float = 30.0) -> dict[str, list[str]]:
+    """fault ID -> the IDs of the cases that can observe it, traced and scoped in ``jobs`` processes.
+
+    The cases are split into contiguous runs, each traced in a fresh worker and merged back in order.
+    A run's first cases may call more (memos its worker has not filled yet) than they would after
+    their predecessors in one process, so a split can only widen a fault's scope, never narrow it:
+    the kill matrix is the same, which ``audit --check`` confirms against the committed one.
+    """
+    fault_classes = list(fault_classes)
+    if jobs <= 1 or len(cases) < 2 * jobs:
+        return cases_for(fault_classes, cases, trace(cases, timeout))
+    runs = min(len(cases), 4 * jobs)  # more runs than workers, so a run of slow cases does not hold the rest
+    edges = [len(cases) * index // runs for index in range(runs + 1)]
+    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    scoped: dict[str, list[str]] = {cls.fault_id: [] for cls in fault_classes}
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_scoping,
+                             initargs=(fault_classes, cases, timeout)) as pool:
+        for part in pool.map(_scope_run, zip(edges, edges[1:])):
+            for fault_id, ids in part.items():
+                scoped[fault_id].extend(ids)
     return scoped
