@@ -92,12 +92,19 @@ def build(literal: Any, refs: Callable[[str], Any] | None = None) -> Any:
     if "encoded" in literal:
         from reference_impl import schema
 
-        proto = schema.parse_text(literal["encoded"], "EncodedValueProto")
+        text = literal["encoded"]
+        data = _ENCODED.get(text)
+        if data is None:
+            data = _ENCODED[text] = schema.parse_text(text, "EncodedValueProto").SerializeToString()
+        proto = schema.MESSAGE_CLASSES["EncodedValueProto"].FromString(data)  # a new message per call
         payload = np.frombuffer(proto.raw_data, dtype=np.uint8).copy()  # writable, like a caller's buffer
         proto.ClearField("raw_data")
         return Encoded(proto, payload)
     raise LiteralError(f"unrecognized value literal {dict(literal)!r}")
 
+
+#: An encoded literal's text -> its message's bytes: text is parsed once, a fresh message made per call.
+_ENCODED: dict[str, bytes] = {}
 
 #: Literal keys that ask for a caller buffer layout (conformance/layouts.py).
 _LAYOUTS = ("reversed", "byteswapped", "offset", "window")
