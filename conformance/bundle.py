@@ -293,7 +293,7 @@ def _check_results(directory: pathlib.Path, entries: list[dict]) -> list[str]:
 # ----------------------------------------------------------------------------------------------- verify
 def verify(directory: str | pathlib.Path, corpus: str | None = None, *, trusted_keys: list[Any] = (),
            rerun_adapter: str | None = None, rerun_testee: str | None = None, timeout: float = 30.0,
-           integrity_only: bool = False) -> Verification:
+           integrity_only: bool = False, jobs: int = 1) -> Verification:
     """Check the bundle, then authenticate its claim: by a signature under one of ``trusted_keys``, or by
     rerunning every claimed profile on the runtime the verifier names (``rerun_adapter``/``rerun_testee``).
     With ``integrity_only`` (and no key or rerun) a bundle that checks out is reported as unauthenticated."""
@@ -306,7 +306,7 @@ def verify(directory: str | pathlib.Path, corpus: str | None = None, *, trusted_
         except BundleError as error:
             outcome.problems.append(f"signature: {error}")
     if rerun_adapter or rerun_testee:
-        differences = rerun(manifest, corpus, rerun_adapter, rerun_testee, timeout)
+        differences = rerun(manifest, corpus, rerun_adapter, rerun_testee, timeout, jobs)
         outcome.problems += differences
         if not differences:
             named = f"--testee {rerun_testee}" if rerun_testee else f"--adapter {rerun_adapter}"
@@ -337,7 +337,7 @@ def _check_signature(directory: pathlib.Path, manifest: dict, trusted: list[Any]
 
 
 def rerun(manifest: dict, corpus: str | None, adapter: str | None, testee: str | None,
-          timeout: float = 30.0) -> list[str]:
+          timeout: float = 30.0, jobs: int = 1) -> list[str]:
     """Run the full corpus selection of every profile the bundle claims on the verifier's runtime and list
     every case whose verdict, and every profile whose status, differs from the bundle's."""
     from conformance.failure_list import Entry, apply
@@ -349,7 +349,7 @@ def rerun(manifest: dict, corpus: str | None, adapter: str | None, testee: str |
     if not selection:
         return ["rerun: the bundle claims no profile of this corpus"]
     results, _ = run(selection, RunConfig(adapter=adapter, testee=testee, corpus=corpus, timeout=timeout,
-                                          progress=False))
+                                          jobs=jobs, progress=False))
     waivers = [Entry(w["pattern"], w["message"], n) for n, w in enumerate(manifest["waivers"], start=1)]
     apply(waivers, results, [c.id for c in all_cases])
     recorded = {e["id"]: e["verdict"] for e in manifest["cases"]}

@@ -111,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     bundle.add_argument("--adapter", help="the runtime to rerun on (as for run --adapter)")
     bundle.add_argument("--testee", help="the runtime to rerun on (as for run --testee)")
     bundle.add_argument("--timeout", type=float, default=30.0, help="seconds per case of a rerun")
+    bundle.add_argument("-j", "--jobs", type=int, default=1, help="worker processes of a rerun (as for run -j)")
     bundle.add_argument("--integrity-only", action="store_true",
                         help="only check that the bundle is consistent with itself and this corpus; this does not "
                              "prove who ran it")
@@ -391,7 +392,7 @@ def cmd_verify_bundle(args) -> int:
     outcome = bundle.verify(args.directory, args.corpus, trusted_keys=_trusted_keys(args.trusted_key),
                             rerun_adapter=args.adapter if args.rerun else None,
                             rerun_testee=args.testee if args.rerun else None, timeout=args.timeout,
-                            integrity_only=args.integrity_only)
+                            integrity_only=args.integrity_only, jobs=args.jobs)
     for problem in outcome.problems:
         print(clip(f"BUNDLE: {problem}", MESSAGE_WIDTH * 2))
     if outcome.problems:
