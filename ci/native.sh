@@ -23,19 +23,8 @@ phase() {  # phase NAME: record how long the previous phase took
 }
 
 # ------------------------------------------------------------------------------------- toolchain
-# Debian packages, installed non-interactively when missing (with sudo unless already root).
-missing=()
-command -v cmake > /dev/null || missing+=(cmake)
-command -v g++ > /dev/null || missing+=(g++)
-command -v protoc > /dev/null || missing+=(protobuf-compiler)
-[ -f /usr/include/google/protobuf/message_lite.h ] || missing+=(libprotobuf-dev)
-if ((${#missing[@]})); then
-  echo "native: installing ${missing[*]}"
-  as_root=()
-  [ "$(id -u)" -eq 0 ] || as_root=(sudo)
-  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+# Debian packages, installed when missing (ci/system-packages.sh).
+bash ci/system-packages.sh native
 generator="Unix Makefiles"
 command -v ninja > /dev/null && generator="Ninja"
 phase "toolchain"

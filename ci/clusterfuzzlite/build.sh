@@ -17,10 +17,19 @@ bundle=(--collect-submodules fuzz --collect-submodules reference_impl --collect-
         --exclude-module conformance._corpus --exclude-module matplotlib --exclude-module onnxruntime --exclude-module torch
         --exclude-module pytest --exclude-module _pytest --exclude-module tkinter)
 
+# The executables are built side by side, as many at once as there are cores (each PyInstaller run is
+# one process with its own work directory and spec file); the first failure stops the build.
+builds=()
+for fuzzer in fuzz/*_fuzzer.py; do
+  compile_python_fuzzer "$fuzzer" "${bundle[@]}" &
+  builds+=("$!")
+  while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n; done
+done
+for build in "${builds[@]}"; do wait "$build"; done
+
 for fuzzer in fuzz/*_fuzzer.py; do
   name=$(basename "$fuzzer" .py)
   target=${name%_fuzzer}
-  compile_python_fuzzer "$fuzzer" "${bundle[@]}"
   if [ -d "corpus/seeds/$target" ]; then
     (cd "corpus/seeds/$target" && zip -q -j "$OUT/${name}_seed_corpus.zip" ./*)
   fi
