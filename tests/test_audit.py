@@ -136,6 +136,36 @@ def test_a_fault_is_caught_through_the_testee():
     assert not result.reference_failures and not result.problems()
 
 
+def _matrix(fault_id: str, caught_by: list[str]) -> dict:
+    cls = next(c for c in FAULTS if c.fault_id == fault_id)
+    return {"faults": [{"id": fault_id, "adapter": catalogue.adapter_spec(cls), "clauses": list(cls.clauses),
+                        "pending": cls.pending, "testee_blind": cls.testee_blind, "boundary": cls.boundary,
+                        "caught_by": caught_by, "incidental": []}]}
+
+
+def test_checking_the_committed_claims_fails_exactly_where_a_whole_run_fails():
+    """``audit --check --claims`` runs a fault only on the cases the matrix names: an honest matrix passes, a
+    forged catcher or a catcher that went missing from the corpus fails, as in a whole run; a fault the
+    matrix does not know is run on its whole scope."""
+    cases = select(load_cases(), ["Required.Catalogue.Identity.Duplicate*", "Required.Catalogue.Accepts"])
+    fault_id = LastDuplicateWins.fault_id
+    catchers = ["Required.Catalogue.Identity.DuplicateIdenticalDeclaration",
+                "Required.Catalogue.Identity.DuplicateTypeId"]
+    forged, removed = "Required.Catalogue.Accepts", "Required.Catalogue.Identity.Removed"
+    whole = audit.run([LastDuplicateWins], cases, progress=False, complete=False).to_json()
+    for claimed, lost in ((catchers, []), (catchers + [forged], [forged]), (catchers + [removed], [removed])):
+        committed = _matrix(fault_id, claimed)
+        chosen = scope.claimed_cases(committed, [LastDuplicateWins], cases, lambda unclaimed: pytest.fail(unclaimed))
+        assert chosen == {fault_id: [case.id for case in cases if case.id in claimed]}
+        narrowed = audit.run([LastDuplicateWins], cases, progress=False, cases_for=chosen, complete=False).to_json()
+        problems = report.stale(committed, narrowed)[0]
+        assert problems == report.stale(committed, whole)[0]
+        assert problems == ([f"{fault_id} is no longer caught by {', '.join(lost)}"] if lost else [])
+    unknown = scope.claimed_cases({"faults": []}, [LastDuplicateWins], cases,
+                                  lambda unclaimed: {cls.fault_id: ["scoped"] for cls in unclaimed})
+    assert unknown == {fault_id: ["scoped"]}
+
+
 def _outcome(fault_id, caught_by=(), pending=""):
     return FaultOutcome(fault_id, "m:C", (fault_id.split(".")[0],), False, pending, caught_by=list(caught_by))
 

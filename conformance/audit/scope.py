@@ -167,3 +167,23 @@ def scoped_cases(fault_classes: Iterable[type[Fault]], cases: list[Case], jobs: 
             for fault_id, ids in part.items():
                 scoped[fault_id].extend(ids)
     return scoped
+
+
+def claimed_cases(committed: dict, fault_classes: Iterable[type[Fault]], cases: list[Case],
+                  scoped: Callable[[list[type[Fault]]], dict[str, list[str]]]) -> dict[str, list[str]]:
+    """fault ID -> the cases that verify the committed kill matrix's claims about it: the cases it names
+    as catching the fault (those still in the corpus, in corpus order). A fault the matrix does not know,
+    or a pending one (whose claim is that nothing catches it), gets its whole scope from ``scoped``.
+
+    Run on these, a fault departs from the committed matrix exactly where a whole run would make
+    ``audit --check`` fail: a named catcher no longer catching it, a pending fault caught, the catalogue
+    or a fault's metadata changed. Only new catchers, which a whole run reports as a note, go unseen."""
+    fault_classes = list(fault_classes)
+    claims = {fault["id"]: set(fault["caught_by"]) for fault in committed.get("faults", [])}
+    order = [case.id for case in cases]
+    unclaimed = [cls for cls in fault_classes if cls.pending or cls.fault_id not in claims]
+    chosen = scoped(unclaimed) if unclaimed else {}
+    for cls in fault_classes:
+        if cls.fault_id not in chosen:
+            chosen[cls.fault_id] = [case_id for case_id in order if case_id in claims[cls.fault_id]]
+    return chosen
