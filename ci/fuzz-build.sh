@@ -33,17 +33,19 @@ start=$SECONDS
 (cd "$SRC" && bash -eu build.sh)
 echo "fuzz build: $(find "$OUT" -name '*.pkg' | wc -l) executables in $((SECONDS - start)) s"
 
-# Run each fuzzer as the infrastructure does: its launcher, its options, its dictionary, its seeds.
-# Outside the venv, so the executables can rely on nothing but what they bundle.
+# Run each fuzzer as the infrastructure does: its launcher, its options, its dictionary, its seeds; two at a
+# time (two cores), each into its own log. Outside the venv, so the executables can rely on nothing but what
+# they bundle.
 export PATH="${PATH#"$root/ci/oss-fuzz-local:$WORK/venv/bin:"}"
 cd "$WORK"
-for launcher in "$OUT"/*_fuzzer; do
+run_fuzzer() {  # run_fuzzer LAUNCHER: prints one line, or the log's tail and fails
+  local launcher=$1 name seeds count options=() start=$SECONDS log
   name=$(basename "$launcher")
   seeds="$WORK/seeds/$name"
+  log="$WORK/$name.log"
   mkdir -p "$seeds"
   unzip -q "$OUT/${name}_seed_corpus.zip" -d "$seeds"
   count=$(find "$seeds" -type f | wc -l)
-  options=()
   if [ -f "$OUT/$name.options" ]; then
     while IFS= read -r option; do options+=("$option"); done \
       < <(sed -n 's/^\([a-z_]*\) *= *\(.*\)$/-\1=\2/p' "$OUT/$name.options")
@@ -51,12 +53,22 @@ for launcher in "$OUT"/*_fuzzer; do
   if [ -f "$OUT/$name.dict" ]; then
     options+=("-dict=$OUT/$name.dict")
   fi
-  start=$SECONDS
-  log="$WORK/$name.log"
   if ! "$launcher" "${options[@]}" -runs="$runs" -seed=1 "$seeds" > "$log" 2>&1; then
     tail -n 60 "$log"
-    echo "fuzz build: $name failed on its seed corpus (log above)" >&2
-    exit 1
+    echo "fuzz build: $name failed on its seed corpus (log above)"
+    return 1
   fi
   echo "fuzz build: $name ran $runs inputs from $count seeds in $((SECONDS - start)) s"
+}
+jobs_started=()
+for launcher in "$OUT"/*_fuzzer; do
+  run_fuzzer "$launcher" > "$WORK/$(basename "$launcher").result" 2>&1 &
+  jobs_started+=("$!:$WORK/$(basename "$launcher").result")
+  while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n || true; done
 done
+status=0
+for entry in "${jobs_started[@]}"; do
+  wait "${entry%%:*}" || status=1
+  cat "${entry#*:}"
+done
+exit "$status"
