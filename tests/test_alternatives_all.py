@@ -68,7 +68,7 @@ ALLOWED = [Toy(cls) for cls in (
     alt.ChecksBindingNamesFirst, alt.TypesOperatorsAtLoad, alt.Int4BlockReadByField,
     kv.StrictOwnership, kv.TightGrowth, kv.RewritesOpenBlock, kv.LongTiles, kv.CompletesCancelledRuns,
     kv.ConvertsCallerBlocks, kv.RoleWithoutExtensions, kv.OtherCheckOrder, kv.ValidatesCachesAtOpen,
-    repr_toys.ChecksLoopArity, repr_toys.PinsNestedCodecsAsMismatch,
+    repr_toys.ChecksLoopArity, repr_toys.PinsNestedCodecsAsMismatch, repr_toys.ChecksScaleRankBeforeAxis,
     state_toys.BlockDecoderCheckedOutputs, state_toys.ChecksPlainOnnx, state_toys.RefusesMisplacedCategories,
     state_toys.SerializesRunsAcrossStates, state_toys.LeavesFeedTypesToKernels,
     wire_toys.InvokesDeclaredDecoder, wire_toys.RefusesEncodedTensorOutputs, wire_toys.DiscardsValueInfo,

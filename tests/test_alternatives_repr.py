@@ -148,3 +148,52 @@ def _refusal(adapter, case_id: str) -> str:
         adapter.decode(case.model_bytes(), case.value, None)
     assert refused.value.code == adapter.code
     return refused.value.message
+
+
+# ------------------------------------------------------------------- the order of the affine checks
+class ChecksScaleRankBeforeAxis(ReferenceAdapter):
+    """Refuses a per-axis scale that is not one-dimensional before it normalizes the axis: "Setting axis
+    selects per-axis parameters", and a per-axis parameter is a vector whatever the axis says. The spec
+    orders no two checks, so a layout breaking both rules may be refused for either; a case expecting one
+    code must break one rule only."""
+
+    def _check(self, model_bytes: bytes) -> None:
+        for value in schema.parse_model(model_bytes).graph.encoded_initializer:
+            layout = value.affine
+            if value.WhichOneof("layout") == "affine" and layout.HasField("axis") and not layout.block_size \
+                    and len(layout.scale.dims) != 1:
+                raise Rejected("AFFINE_PARAM_SHAPE", f"{value.name}: a per-axis scale is one-dimensional")
+
+    def verify(self, model_bytes, base_dir):
+        self._check(model_bytes)
+        return super().verify(model_bytes, base_dir)
+
+    def decode(self, model_bytes, value_name, base_dir, *args, **kwargs):
+        self._check(model_bytes)
+        return super().decode(model_bytes, value_name, base_dir, *args, **kwargs)
+
+
+AXIS_CASES = ["Required.Affine.Positions.AxisOutOfRange*", "Required.Affine.Axis.*"]
+
+
+@pytest.mark.clause("AFF-AXIS", "AFF-DQ")
+def test_a_runtime_checking_the_scale_rank_before_the_axis_passes_the_axis_cases():
+    assert len(select(CASES, ["Required.Affine.Positions.AxisOutOfRange*"])) == 3
+    assert not _failures(ChecksScaleRankBeforeAxis(), *AXIS_CASES)
+
+
+def test_a_scalar_scale_with_an_axis_out_of_range_breaks_two_rules():
+    """Why the out-of-range axis cases give a one-dimensional scale: with a scalar one, the reference and a
+    runtime checking the scale first refuse the same layout with different codes, both right."""
+    case = select(CASES, ["Required.Affine.Positions.AxisOutOfRangeFirst"])[0]
+    model = schema.parse_model(case.model_bytes())
+    scale = model.graph.encoded_initializer[0].affine.scale
+    del scale.dims[:]
+    del scale.float_data[1:]
+    both = model.SerializeToString()
+    codes = []
+    for adapter in (ReferenceAdapter(), ChecksScaleRankBeforeAxis()):
+        with pytest.raises(Exception) as refused:
+            adapter.verify(both, None)
+        codes.append(getattr(refused.value, "code", None))
+    assert [getattr(code, "value", code) for code in codes] == ["AFFINE_AXIS_INVALID", "AFFINE_PARAM_SHAPE"]

@@ -98,6 +98,7 @@ _DUPLICATE = (f'struct_type {{ structure {{ field {{ name: "x" type {{ {U8} }} }
               f'field {{ name: "x" type {{ {U8} }} }} }} }}')
 _INLINE_WITH_ID = f'type {{ struct_type {{ type_id: 9 {_one_field(f"type {{ {U8} }}")} }} }}'
 _INT8 = "storage_type: 3 scale { data_type: 1 float_data: 0.5 }"
+_PER_AXIS_INT8 = "storage_type: 3 scale { dims: 4 data_type: 1 float_data: [0.5, 0.5, 0.5, 0.5] }"
 _STRUCT_IO = f'struct_type {{ structure {{ field {{ name: "x" type {{ {U8} }} }} }} }}'
 _DENSE_IO = 'tensor_type { elem_type: 1 shape { dim { dim_value: 2 } } }'
 
@@ -177,7 +178,9 @@ SLOTS: dict[str, Slot] = {
         {"PayloadShort": lambda i: _affine(i, _INT8, "\\x01\\x02\\x03"),
          "ZeroPointType": lambda i: _affine(i, _INT8 + " zero_point { data_type: 2 int32_data: 0 }"),
          "ScaleNotFloat": lambda i: _affine(i, "storage_type: 3 scale { data_type: 6 int32_data: 1 }"),
-         "AxisOutOfRange": lambda i: _affine(i, _INT8 + " axis: 1")}),
+         # a per-axis scale of the one dimension's length: the axis is the only thing wrong (a scalar scale
+         # with an axis would break AFFINE_PARAM_SHAPE too, and the spec orders no two checks)
+         "AxisOutOfRange": lambda i: _affine(i, _PER_AXIS_INT8 + " axis: 1")}),
     # external payloads of declaration 6, two bytes each from payload.bin (six bytes)
     "external": Slot(
         HEAD + LEAF6 + 'graph { name: "g" ITEMS }\n',
