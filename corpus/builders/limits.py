@@ -1,7 +1,9 @@
-"""Builders for the implementation-limit cases (corpus/cases/limits/nesting.toml): nesting measured through
-reference chains whether or not a value uses them, inline and reference levels adding up, and bindings
-carrying the field-path tags of an earlier draft. Levels are counted by hand in each docstring:
-every TypeProto and every type_ref expansion is one level (onnx-light's kMaxStructTypeDepth = 64).
+"""Builders for the implementation-limit cases (corpus/cases/limits/nesting.toml, and the depth and diamond
+cases of corpus/cases/declarations/ and corpus/cases/catalogue/): nesting measured through reference chains
+whether or not a value uses them, inline and reference levels adding up (in a declaration or a graph input),
+a layout whose deepest level is a type_ref expansion, a catalogue of nested diamonds, and bindings carrying
+the field-path tags of an earlier draft. Levels are counted by hand in each docstring: every TypeProto and
+every type_ref expansion is one level (onnx-light's kMaxStructTypeDepth = 64).
 """
 
 from __future__ import annotations
@@ -42,17 +44,65 @@ def unused_reference_chain(depth: int, used: bool = False):
 
 
 @builder
-def inline_and_reference_nesting(sequences: int, chain: int):
+def inline_and_reference_nesting(sequences: int, chain: int, graph_input: bool = False):
     """Declaration 100 holds a field typed by ``sequences`` nested sequence types around a reference to
     a ``chain``-declaration chain starting at type 1: its deepest level is the field's TypeProto (1),
     each sequence element type (``sequences``), the type_ref expansion (1) and the chain
-    (2 * chain - 1): sequences + 2 * chain + 1 levels, while each part alone stays far below 64."""
+    (2 * chain - 1): sequences + 2 * chain + 1 levels, while each part alone stays far below 64.
+    With ``graph_input`` the same type is graph input ``deep``'s instead, counted the same way from the
+    input's TypeProto (1): no declaration holds the whole depth, only the input's type reaches it."""
     m = model("mixed")
     _chain(m, 1, chain)
-    tp = m.struct_types.add(type_id=100).structure.field.add(name="deep").type
+    if graph_input:
+        tp = m.graph.input.add(name="deep").type
+    else:
+        tp = m.struct_types.add(type_id=100).structure.field.add(name="deep").type
     for _ in range(sequences):
         tp = tp.sequence_type.elem_type
     tp.struct_type.type_ref = 1
+    return {"model": m}
+
+
+@builder
+def reference_chain_to_packing(depth: int):
+    """Declarations 1 .. ``depth``: each but the last holds one UINT8 ``b`` and ``next`` referencing the one
+    after it; the last is a bit packing of one 8-bit component. Value ``v``'s inline layout holds field
+    ``f`` referencing type 1. Levels: ``f``'s TypeProto (1), the type_ref expansion to type 1 (2), and per
+    declaration after it its ``next`` TypeProto and type_ref expansion (2 each): the expansion to the bit
+    packing, the deepest level (nothing below it), is level 2 * depth. One record of ``depth`` bytes."""
+    from reference_impl import schema
+
+    m = model("chain_to_packing")
+    for k in range(1, depth + 1):
+        decl = m.struct_types.add(type_id=k)
+        if k == depth:
+            decl.bit_packing.component.add(name="a", bit_width=8)
+            decl.bit_packing.dimension = 1
+            continue
+        leaf = decl.structure.field.add(name="b").type.tensor_type
+        leaf.elem_type = 2
+        leaf.shape.SetInParent()
+        decl.structure.field.add(name="next").type.struct_type.type_ref = k + 1
+    value = schema.EncodedValueProto(name="v", raw_data=bytes(depth))
+    value.struct_type.structure.field.add(name="f").type.struct_type.type_ref = 1
+    m.graph.encoded_initializer.append(value)
+    return {"model": m}
+
+
+@builder
+def reference_diamonds(levels: int):
+    """Declarations 1 .. ``levels``, each a structure of fields ``a`` and ``b`` both referencing the next
+    declaration, and ``levels + 1`` holding one UINT8: 2 ** ``levels`` reference paths lead to the last one.
+    Type 1 reaches 2 * ``levels`` + 1 levels (a TypeProto and a type_ref expansion per declaration, then the
+    leaf's TypeProto). No value uses them: only the catalogue is verified."""
+    m = model("diamonds")
+    for k in range(1, levels + 1):
+        fields = m.struct_types.add(type_id=k).structure.field
+        for name in ("a", "b"):
+            fields.add(name=name).type.struct_type.type_ref = k + 1
+    leaf = m.struct_types.add(type_id=levels + 1).structure.field.add(name="x").type.tensor_type
+    leaf.elem_type = 2
+    leaf.shape.SetInParent()
     return {"model": m}
 
 
