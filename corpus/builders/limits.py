@@ -91,16 +91,21 @@ def reference_chain_to_packing(depth: int):
 
 @builder
 def reference_diamonds(levels: int):
-    """Declarations 1 .. ``levels``, each a structure of fields ``a`` and ``b`` both referencing the next
-    declaration, and ``levels + 1`` holding one UINT8: 2 ** ``levels`` reference paths lead to the last one.
-    Type 1 reaches 2 * ``levels`` + 1 levels (a TypeProto and a type_ref expansion per declaration, then the
-    leaf's TypeProto). No value uses them: only the catalogue is verified."""
+    """``levels`` layers of two declarations each (types 2k - 1 and 2k in layer k), every one a structure of
+    fields ``a`` and ``b`` referencing the two declarations of the next layer, and type 2 * ``levels`` + 1, one
+    UINT8, below the last layer (both fields of the last layer reference it): 2 ** (``levels`` - 1) reference
+    paths lead from type 1 to it, through distinct declarations at every step. Type 1 reaches 2 * ``levels``
+    + 1 levels (a TypeProto and a type_ref expansion per layer, then the leaf's TypeProto). No value uses
+    them: only the catalogue is verified."""
     m = model("diamonds")
+    leaf_id = 2 * levels + 1
     for k in range(1, levels + 1):
-        fields = m.struct_types.add(type_id=k).structure.field
-        for name in ("a", "b"):
-            fields.add(name=name).type.struct_type.type_ref = k + 1
-    leaf = m.struct_types.add(type_id=levels + 1).structure.field.add(name="x").type.tensor_type
+        below = (2 * k + 1, 2 * k + 2) if k < levels else (leaf_id, leaf_id)
+        for type_id in (2 * k - 1, 2 * k):
+            fields = m.struct_types.add(type_id=type_id).structure.field
+            for name, ref in zip(("a", "b"), below):
+                fields.add(name=name).type.struct_type.type_ref = ref
+    leaf = m.struct_types.add(type_id=leaf_id).structure.field.add(name="x").type.tensor_type
     leaf.elem_type = 2
     leaf.shape.SetInParent()
     return {"model": m}
