@@ -36,9 +36,9 @@ def add_parsers(sub) -> None:
     audit.add_argument("--check", action="store_true",
                        help="also fail when docs/audit/kill-matrix.json claims what no longer holds")
     audit.add_argument("--claims", action="store_true",
-                       help="with --check: run each fault only on the cases the committed kill matrix says catch "
-                            "it (pending and unknown faults on their whole scope): the same failures as a whole "
-                            "run, in a fraction of the time; only new catchers go unseen")
+                       help="with --check (or --testee): run each fault only on the cases the committed kill matrix "
+                            "says catch it (pending and unknown faults on their whole scope): the same failures as "
+                            "a whole run, in a fraction of the time; only new catchers go unseen")
     audit.add_argument("--list", action="store_true", help="list the built-in faults and exit")
     audit.add_argument("--corpus")
     audit.add_argument("--quiet", action="store_true")
@@ -70,9 +70,9 @@ def cmd_audit(args) -> int:
     complete = not args.faults and not args.sample and args.testee is None and args.corpus is None
     if (args.write or args.check) and not complete:
         raise SuiteError("--write and --check need the whole catalogue, in process, on the default corpus")
-    if args.claims and (not args.check or args.write or args.full):
-        raise SuiteError("--claims checks the committed kill matrix's claims: use it with --check, without "
-                         "--write or --full")
+    if args.claims and (not (args.check or args.testee) or args.write or args.full):
+        raise SuiteError("--claims checks the committed kill matrix's claims: use it with --check or --testee, "
+                         "without --write or --full")
     _refuse_write_outside_checkout(args)
     # A faulty runtime's arithmetic may overflow: that is its bug, not news (testee processes inherit this).
     warnings.simplefilter("ignore", RuntimeWarning)
