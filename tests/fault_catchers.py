@@ -5,7 +5,8 @@ of the file is listed for some fault (none is there without a bug it kills)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -48,3 +49,27 @@ def assert_every_case_listed(catchers: Mapping[str, Sequence[str]], source: str)
     new = {case.id for case in _cases().values() if case.source == source}
     listed = {case_id for case_ids in catchers.values() for case_id in case_ids}
     assert new and new <= listed, sorted(new - listed)
+
+
+def wrong_runtime_tests(cases: Callable[[], Mapping[str, Any]], count: int,
+                        catchers: Sequence[tuple[Any, Sequence[str]]]) -> tuple[Callable, Callable, Callable]:
+    """The three tests of a file that proves its cases with wrong runtimes written in it (``catchers``: each
+    runtime with the cases it must fail): the reference passes each of the ``count`` cases ``cases()`` gives,
+    each runtime fails its cases without a traceback, and every case fails some runtime. Assign them to
+    ``test_*`` names of the module."""
+
+    @pytest.mark.parametrize("case_id", sorted(cases()))
+    def reference_passes(case_id):
+        result = run_case(cases()[case_id], ReferenceAdapter())
+        assert result.verdict == PASSED, result.message
+
+    @pytest.mark.parametrize(("fault", "case_ids"), catchers, ids=[fault.fault_id for fault, _ in catchers])
+    def bug_fails_its_cases(fault, case_ids):
+        for case_id in case_ids:
+            result = run_case(cases()[case_id], fault)
+            assert result.verdict == FAILED and not result.traceback, f"{fault.fault_id} on {case_id}: {result.message}"
+
+    def every_case_fails_some_bug():
+        assert {case_id for _, case_ids in catchers for case_id in case_ids} == set(cases()) and len(cases()) == count
+
+    return reference_passes, bug_fails_its_cases, every_case_fails_some_bug

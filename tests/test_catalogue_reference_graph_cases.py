@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import functools
 
-import pytest
+from fault_catchers import wrong_runtime_tests
 
-from conformance.adapters.reference import ReferenceAdapter
 from conformance.audit.fault import Fault, wrap
 from conformance.cases import load_cases
-from conformance.execute import FAILED, PASSED, run_case
 from corpus.builders import limits
 from reference_impl import structs
 from reference_impl.errors import ErrorCode as E
@@ -105,18 +103,5 @@ def test_the_cycle_avoids_the_first_declaration_and_the_diamonds_have_2_to_the_2
     assert paths[1] == 2 ** 29 and refs[61] == []
 
 
-@pytest.mark.parametrize("case_id", sorted(_cases()))
-def test_the_reference_passes(case_id):
-    result = run_case(_cases()[case_id], ReferenceAdapter())
-    assert result.verdict == PASSED, result.message
-
-
-@pytest.mark.parametrize(("fault", "case_ids"), CATCHERS, ids=[fault.fault_id for fault, _ in CATCHERS])
-def test_the_bug_fails_its_cases(fault, case_ids):
-    for case_id in case_ids:
-        result = run_case(_cases()[case_id], fault)
-        assert result.verdict == FAILED and not result.traceback, f"{fault.fault_id} on {case_id}: {result.message}"
-
-
-def test_every_case_fails_some_bug():
-    assert {case_id for _, case_ids in CATCHERS for case_id in case_ids} == set(_cases()) and len(_cases()) == 2
+test_the_reference_passes, test_the_bug_fails_its_cases, test_every_case_fails_some_bug = \
+    wrong_runtime_tests(_cases, 2, CATCHERS)

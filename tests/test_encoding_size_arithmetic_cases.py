@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import functools
 
-import pytest
+from fault_catchers import wrong_runtime_tests
 
-from conformance.adapters.reference import ReferenceAdapter
 from conformance.audit.fault import Fault, wrap
 from conformance.cases import load_cases
-from conformance.execute import FAILED, PASSED, run_case
 from reference_impl import structs
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import violation
@@ -84,18 +82,5 @@ def test_the_roots_are_uint64_max_bits_and_the_constant_first_record_three_bytes
     assert 0 + 8 + 16 == 3 * 8  # constant c (0 bits), UINT8 a, UINT16 b: 6 payload bytes are two records
 
 
-@pytest.mark.parametrize("case_id", sorted(_cases()))
-def test_the_reference_passes(case_id):
-    result = run_case(_cases()[case_id], ReferenceAdapter())
-    assert result.verdict == PASSED, result.message
-
-
-@pytest.mark.parametrize(("fault", "case_ids"), CATCHERS, ids=[fault.fault_id for fault, _ in CATCHERS])
-def test_the_bug_fails_its_cases(fault, case_ids):
-    for case_id in case_ids:
-        result = run_case(_cases()[case_id], fault)
-        assert result.verdict == FAILED and not result.traceback, f"{fault.fault_id} on {case_id}: {result.message}"
-
-
-def test_every_case_fails_some_bug():
-    assert {case_id for _, case_ids in CATCHERS for case_id in case_ids} == set(_cases()) and len(_cases()) == 3
+test_the_reference_passes, test_the_bug_fails_its_cases, test_every_case_fails_some_bug = \
+    wrong_runtime_tests(_cases, 3, CATCHERS)
