@@ -40,6 +40,26 @@ def test_patches_of_lazily_exported_names_are_undone():
     assert "read_fields" not in vars(reference_impl)
 
 
+def test_a_module_loaded_after_a_patch_was_expanded_is_patched_too():
+    """The aliases of a patched function are remembered between calls, but a module imported since holding the
+    same function is found: the cache is keyed by the number of loaded modules and the original itself."""
+    import sys
+    import types
+
+    from conformance.audit.fault import Patch
+
+    patch = Patch(structs, "check_struct", lambda *args, **kwargs: None)
+    before = {id(p.target) for p in patch.expand()}
+    late = types.ModuleType("reference_impl._loaded_late")
+    late.check_struct = structs.check_struct
+    sys.modules[late.__name__] = late
+    try:
+        after = {id(p.target) for p in patch.expand()}
+    finally:
+        del sys.modules[late.__name__]
+    assert id(late) not in before and after == before | {id(late)}
+
+
 def test_every_checkable_clause_has_a_fault_and_no_other_kind_does():
     covered = {clause for cls in FAULTS for clause in cls.clauses}
     assert [cid for cid in catalogue.checkable_clauses() if cid not in covered] == []

@@ -300,3 +300,17 @@ def test_uint64_literals_beyond_int64_keep_every_bit():
     values = [2**64 - 1, 2**63 + 1, 5, 0]
     array = build({"dtype": "uint64", "shape": [4], "data": values})
     assert array.dtype == np.uint64 and [int(v) for v in array] == values
+
+
+def test_an_encoded_literal_is_a_new_message_and_payload_on_every_build():
+    """Encoded literals are parsed from text once, yet each build hands out its own header and writable
+    payload: a runtime editing one call's value never changes the next call's."""
+    from conformance.values import build
+
+    literal = {"encoded": 'struct_type { type_ref: 2001 } raw_data: "\\001\\002"'}
+    first, second = build(literal), build(literal)
+    assert first.header is not second.header and first.payload is not second.payload
+    first.header.struct_type.type_ref = 7
+    first.payload[0] = 9
+    assert second.header.struct_type.type_ref == 2001 and second.payload.tolist() == [1, 2]
+    assert not second.header.HasField("raw_data") and build(literal).payload.tolist() == [1, 2]
