@@ -66,6 +66,15 @@ def _call(adapter, fn, *args) -> Outcome:
                       origin(error.__traceback__)) from None
 
 
+def end_case(adapter) -> None:
+    """Release what ``adapter`` lent for the input just judged (a subprocess testee's ownerless answers are
+    held until the case ends): without it a campaign's inputs pile them up until the per-case limit refuses
+    an honest answer, a testee failure the subject never had."""
+    release = getattr(adapter, "end_case", None)
+    if callable(release):
+        release()
+
+
 def value_names(model_bytes: bytes) -> list[tuple[str, bool]]:
     """Names of root-graph encoded values and whether each has a registered decoder to try first."""
     from reference_impl import schema

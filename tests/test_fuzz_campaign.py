@@ -472,3 +472,29 @@ def test_only_jobs_that_stop_on_a_finding_are_restarted(tmp_path, monkeypatch):
     assert report["job_failures"] == [] and report["restarts"] >= 1
     assert len(report["findings"]) == report["restarts"] + 1 and report["executions"] == 7 * len(report["findings"])
     assert _failure(report) is None
+
+
+def test_a_testee_lending_ownerless_answers_is_judged_afresh_on_every_input(monkeypatch, tmp_path):
+    """A testee may answer with ownerless data, which the runner holds until the case ends (at most one frame's
+    worth per case). The fuzz targets end a case after each input: otherwise a long campaign piles the answers
+    up until the limit refuses one, and reports a testee failure the subject never had. The flood testee
+    answers every decode with 32 MiB of ownerless bytes; three inputs exceed the 64 MiB limit."""
+    from conformance.adapters import load_adapter
+    from conformance.adapters.reference import ReferenceAdapter
+    from fuzz.targets import differential
+    from reference_impl import affine, dtypes, schema
+
+    model = schema.ModelProto(ir_version=10)
+    model.graph.encoded_initializer.append(
+        affine.make_affine_value(np.arange(4, dtype=np.float32), dtypes.INT8, np.float32(1), name="w"))
+    data = b"\x01" + model.SerializeToString()  # a raw input: one value to decode
+    hostile = ROOT / "tests" / "hostile_testee.py"
+    subject = load_adapter(None, testee=f"{sys.executable} {hostile} flood 0 {tmp_path / 'mark'}", timeout=60)
+    monkeypatch.setattr(differential, "_ADAPTERS", {"oracle": ReferenceAdapter(), "subject": subject})
+    try:
+        for _ in range(3):
+            with pytest.raises(Finding) as found:
+                differential.one_input(data)
+            assert found.value.kind == "disagreement", found.value
+    finally:
+        subject.shutdown()

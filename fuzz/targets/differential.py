@@ -19,7 +19,7 @@ import os
 
 from fuzz.cases import FuzzCase, scratch
 from fuzz.invariants import Finding, SubjectUnavailable, guarded
-from fuzz.subjects import canonical_bytes, compare, observe, parse_disagreement
+from fuzz.subjects import canonical_bytes, compare, end_case, observe, parse_disagreement
 
 INSTRUMENT = ("reference_impl", "conformance.adapters", "fuzz.subjects")
 DICTIONARY = "onnx_light.dict"
@@ -69,7 +69,10 @@ def prepared(data: bytes) -> tuple[FuzzCase, dict[str, str]]:
 
 def one_input(data: bytes) -> None:
     oracle, subject = adapters()
-    problems = disagreements(oracle, subject, data)[1]
+    try:
+        problems = disagreements(oracle, subject, data)[1]
+    finally:
+        end_case(subject)
     if problems:
         key, kind, _ = problems[0]
         operation = key.split(":", 1)[0]

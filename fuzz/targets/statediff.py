@@ -44,18 +44,23 @@ def build(data: bytes, held: bool):
 
 def one_input(data: bytes) -> None:
     from fuzz import statediff
+    from fuzz.subjects import end_case
     from fuzz.targets.differential import adapters
 
     oracle, subject = adapters()
     scn = guarded(lambda: build(data, _holds(subject)), what="generate")
     by_value = _by_value(subject)
-    want = guarded(lambda: statediff.play(oracle, scn, by_value), what="oracle")
-    got = guarded(lambda: statediff.play(subject, scn, by_value), what="subject")
-    again = guarded(lambda: statediff.play(subject, scn, by_value), what="subject")
-    if statediff.digest(got) != statediff.digest(again):
-        raise Finding("nondeterministic", f"the subject answered a scenario differently twice: {scn.describe()}",
-                      f"{getattr(subject, 'name', 'subject')}:{scn.family}")
-    problems = statediff.compare(scn, want, got)
+    try:
+        want = guarded(lambda: statediff.play(oracle, scn, by_value), what="oracle")
+        got = guarded(lambda: statediff.play(subject, scn, by_value), what="subject")
+        again = guarded(lambda: statediff.play(subject, scn, by_value), what="subject")
+        if statediff.digest(got) != statediff.digest(again):
+            raise Finding("nondeterministic",
+                          f"the subject answered a scenario differently twice: {scn.describe()}",
+                          f"{getattr(subject, 'name', 'subject')}:{scn.family}")
+        problems = statediff.compare(scn, want, got)
+    finally:
+        end_case(subject)
     if problems:
         key, kind, message = problems[0]
         raise Finding("disagreement", f"{message} [{scn.describe()}]",
