@@ -63,8 +63,6 @@ def _repeated_later(index, decl, decls) -> bool:
 LastDuplicateWins = fault("CAT-ID-UNIQUE.last-declaration-wins", ("CAT-ID-UNIQUE",),
     """Indexes the catalogue in a dict: a second declaration with the same ID silently replaces the first instead of
     being rejected.""", transform=_dropping(_repeated_later))
-
-
 ResolvesReferencesLazily = fault("CAT-REF-RESOLVED.lazy-resolution", ("CAT-REF-RESOLVED",),
     """Resolves a type_ref only when a value's layout needs it: a declaration (or a graph input type) referring to an ID
     nobody declared is accepted.""",
@@ -199,13 +197,9 @@ def _aliases_resolved(model, base_dir):
 AcceptsAliasDeclarations = fault("CAT-DECL-CONCRETE.alias-declaration", ("CAT-DECL-CONCRETE",),
     """Accepts a catalogue declaration that is itself a type_ref, treating it as an alias of the referenced
     declaration.""", transform=_aliases_resolved)
-
-
 GraphStructTypesNotValidated = fault("GRAPH-STRUCT-IO.io-types-unchecked", ("GRAPH-STRUCT-IO",),
     """Never validates the struct types of graph inputs, outputs and value_info (only catalogue declarations and encoded
     layouts).""", patches=lambda: [Patch(verifier, "contains_struct", lambda tp: False, aliases=False)])
-
-
 StructFirstFieldToTensorOps = fault("GRAPH-TENSOR-OPS.first-field-passed", ("GRAPH-TENSOR-OPS",),
     """Hands a struct reaching a tensor-only operator its first field, instead of refusing it without an explicit
     decoder or registered consumer.""", patches=lambda: [

@@ -14,7 +14,6 @@ from reference_impl.tensors import check_tensor_data, element_count
 FieldWithoutContentAccepted = fault("DECL-FIELD-CONTENT.empty-field-accepted", ("DECL-FIELD-CONTENT",),
     """Accepts a structure field that selects neither a type nor a constant.""",
     patches=lambda: [skip(structs, "check_struct", "FIELD_CONTENT_MISSING", returns=enclosing_depth)])
-
 FieldTypesNotValidated = fault("DECL-TYPE-RULES.field-types-unchecked", ("DECL-TYPE-RULES",),
     """Does not apply TypeProto's validation rules to struct field and array element types (undefined element types,
     negative dimensions, maps with float keys, sequences without elements pass).""",
@@ -37,32 +36,22 @@ RejectsDynamicFieldDims = fault("DECL-DYNAMIC-DIMS.dynamic-dims-rejected", ("DEC
     for types that are not byte-encoded.""", precheck=refusing(
         E.TYPE_INVALID, "model.struct_types", "struct fields need concrete dimensions",
         lambda model: any(d.WhichOneof("value") != "dim_value" for d in _member_dims(model))))
-
-
 ZeroCountsAccepted = fault("DECL-COUNTS-CONCRETE.zero-count-accepted", ("DECL-COUNTS-CONCRETE",),
     """Accepts arrays and bit packings whose count is missing (zero).""",
     patches=lambda: [skip(structs, "check_struct", "DIMENSION_INVALID", returns=enclosing_depth)])
-
 ConstantsNotChecked = fault("DECL-CONSTANT.constants-unchecked", ("DECL-CONSTANT",),
     """Stores field constants as given, without checking their dimensions or that their data matches.""",
     patches=lambda: [Patch(structs, "check_constant", lambda tensor, path: None)])
-
 FieldNamesNotChecked = fault("DECL-WELLFORMED.names-unchecked", ("DECL-WELLFORMED",),
     """Never checks field and component names: empty and repeated names pass.""",
     patches=lambda: [Patch(structs, "_check_names", lambda names, path: None)])
-
-
 BitWidth64Rejected = fault("DECL-WELLFORMED.bit-width-64-rejected", ("DECL-WELLFORMED",),
     """Checks bit-packing widths with ``1 <= width < 64``: the widest component, 64 bits, is refused.""", boundary=True,
     precheck=refusing(E.BIT_WIDTH_INVALID, "model", "bit width 64 is outside 1..63", lambda model: any(
         c.bit_width == 64 for st, _ in struct_types(model) if struct_kind(st) == "bit_packing"
         for c in st.bit_packing.component)))
-
-
 NoNestingLimit = fault("DECL-DEPTH.no-limit", ("DECL-DEPTH",), """Has no limit on type nesting: arbitrarily deep
     reference chains are resolved recursively.""", patches=lambda: [Patch(structs, "MAX_DEPTH", 10**9)])
-
-
 GetFieldIgnoresConstants = fault("DECL-CONSTANT.get-field-constants-missing", ("DECL-CONSTANT", "ENC-PER-VALUE-PARAMS"),
     """Its GetField reads a struct value's stored fields only: a constant field of the struct's declared type is not
     found.""", patches=lambda: [Patch(session.Executor, "struct_constant", lambda self, type_id, name: None)])
@@ -163,16 +152,13 @@ NestedCountsUnchecked = fault("DECL-COUNTS-CONCRETE.nested-counts-unchecked", ("
     """Checks array lengths and bit-packing counts on catalogue declarations only: an inline array or bit packing inside
     a field type, graph type or layout may leave its count unset.""", boundary=True,
     patches=lambda: [wrap(structs, "check_struct", _skip_where(("DIMENSION_INVALID",), _outside_declarations))])
-
 FieldContentCheckedInCatalogueOnly = fault("DECL-FIELD-CONTENT.catalogue-only", ("DECL-FIELD-CONTENT",),
     """Checks that every structure field selects a type or a constant in catalogue declarations only: an inline struct
     (in a field type, a graph type or an encoded layout) may hold an empty field.""", boundary=True,
     patches=lambda: [wrap(structs, "check_struct", _skip_where(("FIELD_CONTENT_MISSING",), _outside_declarations))])
-
 NestingLimitOneTooMany = fault("DECL-DEPTH.one-level-over", ("DECL-DEPTH",),
     """Compares the nesting depth with ``>`` one level late: 65 levels pass where the limit is 64.""", boundary=True,
     patches=lambda: [Patch(structs, "MAX_DEPTH", structs.MAX_DEPTH + 1)])
-
 NestingLimitOneShort = fault("DECL-DEPTH.one-level-short", ("DECL-DEPTH",),
     """Counts the root as a level of its own: a type exactly 64 levels deep is refused.""", boundary=True,
     patches=lambda: [Patch(structs, "MAX_DEPTH", structs.MAX_DEPTH - 1)])

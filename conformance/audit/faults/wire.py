@@ -102,7 +102,6 @@ StructTypesInUpstreamRange = _renumbered("WIRE-LOCAL-RANGE.struct-types-at-27", 
 BindingsInUpstreamRange = _renumbered("WIRE-LOCAL-RANGE.bindings-at-18", ("WIRE-LOCAL-RANGE", "WIRE-BINDINGS-FIELD"),
     """Puts ``GraphProto.persistent_bindings`` at field 18, in the upstream range, instead of the reserved local range:
     conforming bindings (1001) are unknown to it, so stateful models run stateless.""", (_GRAPH,), {1001: 18})
-
 RejectsUnknownFields = fault("WIRE-LOCAL-EXTENSION.strict-parser", ("WIRE-LOCAL-EXTENSION",),
     """Parses strictly: a model carrying fields its schema does not know (future upstream fields, other local
     extensions) is refused as unparseable instead of being read with them kept as unknown fields.""",
