@@ -5,11 +5,13 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import itertools
 
 import numpy as np
 
-from conformance.audit.fault import Fault, Patch, enclosing_depth, fault, name_faults, skip, struct_types, wrap
+from conformance.audit.fault import Patch, enclosing_depth, fault, name_faults, skip, struct_types, wrap
 from conformance.audit.faults.shared import _implicit_operand
+from conformance.audit.faults.wire import cleared, refusing, replace_all
 from reference_impl import decoders, records, schema, structs, verifier
 from reference_impl.errors import ContractError, violation
 from reference_impl.errors import ErrorCode as E
@@ -18,61 +20,49 @@ from reference_impl.structs import struct_kind
 from reference_impl.values import is_struct
 
 
-def _free_ids(used: set[int]):
-    candidate = 1
-    while True:
-        if candidate not in used:
-            yield candidate
-        candidate += 1
+def _zero_ids_keyed(model, base_dir):
+    used = {decl.type_id for decl in model.struct_types}
+    fresh = (candidate for candidate in itertools.count(1) if candidate not in used)
+    for decl in model.struct_types:
+        if not decl.HasField("type_id") or decl.type_id == 0:
+            decl.type_id = next(fresh)
 
 
-class AcceptsZeroTypeId(Fault):
-    """Never checks that a declaration's type_id is present and nonzero: it keys such a declaration like
-    any other."""
-
-    fault_id = "CAT-ID-NONZERO.zero-accepted"
-    clauses = ("CAT-ID-NONZERO",)
-
-    def transform(self, model, base_dir):
-        fresh = _free_ids({decl.type_id for decl in model.struct_types})
-        for decl in model.struct_types:
-            if not decl.HasField("type_id") or decl.type_id == 0:
-                decl.type_id = next(fresh)
+AcceptsZeroTypeId = fault("CAT-ID-NONZERO.zero-accepted", ("CAT-ID-NONZERO",),
+    """Never checks that a declaration's type_id is present and nonzero: it keys such a declaration like any other.""",
+    transform=_zero_ids_keyed)
 
 
-class SignedTypeIds(Fault):
-    """Stores type IDs in a signed 64-bit integer and checks ``type_id > 0``: the largest uint64 IDs
-    (2**63 and above) read as negative and are refused."""
-
-    fault_id = "CAT-ID-NONZERO.signed-type-id"
-    clauses = ("CAT-ID-NONZERO",)
-    boundary = True
-
-    def precheck(self, model, base_dir):
-        for st, _ in struct_types(model):
-            ids = [st.type_id] if st.HasField("type_id") else []
-            ids += [st.type_ref] if st.WhichOneof("kind") == "type_ref" else []
-            if any(i >= 2**63 for i in ids):
-                raise violation(E.TYPE_ID_ZERO, "model.struct_types", "type_id must be positive")
+def _ids(st) -> list[int]:
+    """The type_id and type_ref a StructTypeProto carries."""
+    return ([st.type_id] if st.HasField("type_id") else []) + ([st.type_ref] if struct_kind(st) == "type_ref" else [])
 
 
-class LastDuplicateWins(Fault):
-    """Indexes the catalogue in a dict: a second declaration with the same ID silently replaces the
-    first instead of being rejected."""
-
-    fault_id = "CAT-ID-UNIQUE.last-declaration-wins"
-    clauses = ("CAT-ID-UNIQUE",)
-
-    def transform(self, model, base_dir):
-        last = {decl.type_id: index for index, decl in enumerate(model.struct_types)}
-        kept = [type(decl)() for decl in model.struct_types]
-        for copy, decl in zip(kept, model.struct_types):
-            copy.CopyFrom(decl)
-        kept = [copy for index, copy in enumerate(kept) if last[copy.type_id] == index]
-        del model.struct_types[:]
-        model.struct_types.extend(kept)
+SignedTypeIds = fault("CAT-ID-NONZERO.signed-type-id", ("CAT-ID-NONZERO",),
+    """Stores type IDs in a signed 64-bit integer and checks ``type_id > 0``: the largest uint64 IDs (2**63 and above)
+    read as negative and are refused.""", boundary=True,
+    precheck=refusing(E.TYPE_ID_ZERO, "model.struct_types", "type_id must be positive",
+                      lambda model: any(i >= 2**63 for st, _ in struct_types(model) for i in _ids(st))))
 
 
+def _dropping(dropped):
+    """A transform reading the catalogue without the declarations ``dropped(index, decl, decls)`` selects (a
+    runtime that never sees them)."""
+    def transform(model, base_dir):
+        decls = list(model.struct_types)
+        kept = [decl for index, decl in enumerate(decls) if not dropped(index, decl, decls)]
+        if len(kept) != len(decls):
+            replace_all(model.struct_types, kept)
+    return transform
+
+
+def _repeated_later(index, decl, decls) -> bool:
+    return any(later.type_id == decl.type_id for later in decls[index + 1:])
+
+
+LastDuplicateWins = fault("CAT-ID-UNIQUE.last-declaration-wins", ("CAT-ID-UNIQUE",),
+    """Indexes the catalogue in a dict: a second declaration with the same ID silently replaces the first instead of
+    being rejected.""", transform=_dropping(_repeated_later))
 ResolvesReferencesLazily = fault("CAT-REF-RESOLVED.lazy-resolution", ("CAT-REF-RESOLVED",),
     """Resolves a type_ref only when a value's layout needs it: a declaration (or a graph input type) referring to an ID
     nobody declared is accepted.""",
@@ -169,125 +159,69 @@ DecoderIgnoresConstants = fault("CAT-ID-CHANGE.constants-not-checked", ("CAT-ID-
                      wrap(decoders.DecoderRegistry, "bind", _bind_by_physical_layout)])
 
 
-class TypeRefReadsOnlyTheId(Fault):
-    """Reads only the ID of a type_ref and ignores everything else in it (a name, codecs, metadata, a
-    type_id): references carrying declaration fields are accepted."""
-
-    fault_id = "CAT-REF-ONLY-ID.extras-ignored"
-    clauses = ("CAT-REF-ONLY-ID",)
-
-    def transform(self, model, base_dir):
-        for st, role in struct_types(model):
-            if role != "declaration" and st.WhichOneof("kind") == "type_ref":
-                for name in ("decoder", "encoder", "name", "doc_string", "metadata_props", "type_id"):
-                    st.ClearField(name)
+def _struct_types(where):
+    """The model's StructTypeProtos (beside their roles) for which ``where(st, role)`` holds."""
+    return lambda model: [st for st, role in struct_types(model) if where(st, role)]
 
 
-class InlineTypeIdIgnored(Fault):
-    """Ignores the type_id of an inline declaration instead of rejecting it."""
+_INLINE = (None, "type_ref")  # the kinds of a StructTypeProto that is not an inline declaration
 
-    fault_id = "CAT-INLINE-NO-ID.inline-id-ignored"
-    clauses = ("CAT-INLINE-NO-ID",)
-
-    def transform(self, model, base_dir):
-        for st, role in struct_types(model):
-            if role != "declaration" and st.WhichOneof("kind") not in (None, "type_ref"):
-                st.ClearField("type_id")
-
-
-class SkipsKindlessDeclarations(Fault):
-    """Skips catalogue entries that select no kind instead of rejecting them as declarations."""
-
-    fault_id = "CAT-KINDLESS.kindless-declaration-skipped"
-    clauses = ("CAT-KINDLESS",)
-
-    def transform(self, model, base_dir):
-        kept = [decl for decl in model.struct_types if decl.WhichOneof("kind") is not None]
-        if len(kept) != len(model.struct_types):
-            copies = []
-            for decl in kept:
-                copy = type(decl)()
-                copy.CopyFrom(decl)
-                copies.append(copy)
-            del model.struct_types[:]
-            model.struct_types.extend(copies)
+TypeRefReadsOnlyTheId = fault("CAT-REF-ONLY-ID.extras-ignored", ("CAT-REF-ONLY-ID",),
+    """Reads only the ID of a type_ref and ignores everything else in it (a name, codecs, metadata, a type_id):
+    references carrying declaration fields are accepted.""",
+    transform=cleared(_struct_types(lambda st, role: role != "declaration" and struct_kind(st) == "type_ref"),
+                      "decoder", "encoder", "name", "doc_string", "metadata_props", "type_id"))
+InlineTypeIdIgnored = fault("CAT-INLINE-NO-ID.inline-id-ignored", ("CAT-INLINE-NO-ID",),
+    """Ignores the type_id of an inline declaration instead of rejecting it.""", transform=cleared(
+        _struct_types(lambda st, role: role != "declaration" and struct_kind(st) not in _INLINE), "type_id"))
+SkipsKindlessDeclarations = fault("CAT-KINDLESS.kindless-declaration-skipped", ("CAT-KINDLESS",),
+    """Skips catalogue entries that select no kind instead of rejecting them as declarations.""",
+    transform=_dropping(lambda index, decl, decls: struct_kind(decl) is None))
+RejectsKindlessCategory = fault("CAT-KINDLESS.category-rejected", ("CAT-KINDLESS",),
+    """Requires every StructTypeProto to select a kind, even inside TypeProto where an unset kind is the unconstrained
+    category of heterogeneous sequences and maps.""", boundary=True,
+    precheck=refusing(E.KINDLESS_MISPLACED, "model", "a struct type must select a kind",
+                      _struct_types(lambda st, role: role == "type" and struct_kind(st) is None)))
 
 
-class RejectsKindlessCategory(Fault):
-    """Requires every StructTypeProto to select a kind, even inside TypeProto where an unset kind is the
-    unconstrained category of heterogeneous sequences and maps."""
-
-    fault_id = "CAT-KINDLESS.category-rejected"
-    clauses = ("CAT-KINDLESS",)
-    boundary = True
-
-    def precheck(self, model, base_dir):
-        for st, role in struct_types(model):
-            if role == "type" and st.WhichOneof("kind") is None:
-                raise violation(E.KINDLESS_MISPLACED, "model", "a struct type must select a kind")
+def _aliases_resolved(model, base_dir):
+    concrete = {d.type_id: d for d in model.struct_types if struct_kind(d) not in _INLINE}
+    for decl in model.struct_types:
+        target = concrete.get(decl.type_ref) if struct_kind(decl) == "type_ref" else None
+        if target is not None:
+            type_id = decl.type_id
+            decl.CopyFrom(target)
+            decl.type_id = type_id
 
 
-class AcceptsAliasDeclarations(Fault):
-    """Accepts a catalogue declaration that is itself a type_ref, treating it as an alias of the
-    referenced declaration."""
-
-    fault_id = "CAT-DECL-CONCRETE.alias-declaration"
-    clauses = ("CAT-DECL-CONCRETE",)
-
-    def transform(self, model, base_dir):
-        concrete = {d.type_id: d for d in model.struct_types if d.WhichOneof("kind") not in (None, "type_ref")}
-        for decl in model.struct_types:
-            target = concrete.get(decl.type_ref) if decl.WhichOneof("kind") == "type_ref" else None
-            if target is not None:
-                type_id = decl.type_id
-                decl.CopyFrom(target)
-                decl.type_id = type_id
-
-
+AcceptsAliasDeclarations = fault("CAT-DECL-CONCRETE.alias-declaration", ("CAT-DECL-CONCRETE",),
+    """Accepts a catalogue declaration that is itself a type_ref, treating it as an alias of the referenced
+    declaration.""", transform=_aliases_resolved)
 GraphStructTypesNotValidated = fault("GRAPH-STRUCT-IO.io-types-unchecked", ("GRAPH-STRUCT-IO",),
     """Never validates the struct types of graph inputs, outputs and value_info (only catalogue declarations and encoded
     layouts).""", patches=lambda: [Patch(verifier, "contains_struct", lambda tp: False, aliases=False)])
+StructFirstFieldToTensorOps = fault("GRAPH-TENSOR-OPS.first-field-passed", ("GRAPH-TENSOR-OPS",),
+    """Hands a struct reaching a tensor-only operator its first field, instead of refusing it without an explicit
+    decoder or registered consumer.""", patches=lambda: [
+        wrap(program, "_tensor_operand", _implicit_operand(struct_to_tensor=lambda s: next(iter(s.values()))))])
 
 
-class StructFirstFieldToTensorOps(Fault):
-    """Hands a struct reaching a tensor-only operator its first field, instead of refusing it without an
-    explicit decoder or registered consumer."""
-
-    fault_id = "GRAPH-TENSOR-OPS.first-field-passed"
-    clauses = ("GRAPH-TENSOR-OPS",)
-
-    def patches(self):
-        return [wrap(program, "_tensor_operand", _implicit_operand(struct_to_tensor=lambda s: next(iter(s.values()))))]
+def _ids_in_32_bits(model, base_dir):
+    for st, _ in struct_types(model):
+        if st.HasField("type_id"):
+            st.type_id &= 0xFFFFFFFF
+        if struct_kind(st) == "type_ref":
+            st.type_ref &= 0xFFFFFFFF
 
 
-class TypeIdsIn32Bits(Fault):
-    """Stores type_ids and type_refs in 32-bit integers: IDs above 2**32 - 1 lose their high bits, so
-    IDs differing by a multiple of 2**32 are one identity."""
-
-    fault_id = "CAT-REF-RESOLVED.ids-truncated-to-32-bits"
-    clauses = ("CAT-REF-RESOLVED", "CAT-ID-UNIQUE", "CAT-ID-NONZERO")
-    boundary = True
-
-    def transform(self, model, base_dir):
-        for st, _ in struct_types(model):
-            if st.HasField("type_id"):
-                st.type_id &= 0xFFFFFFFF
-            if st.WhichOneof("kind") == "type_ref":
-                st.type_ref &= 0xFFFFFFFF
-
-
-class MaximumTypeIdIsASentinel(Fault):
-    """Uses UINT64_MAX as its "no type_id" sentinel: a declaration whose type_id is 2**64 - 1 counts as
-    one without a type_id."""
-
-    fault_id = "CAT-ID-NONZERO.max-id-sentinel"
-    clauses = ("CAT-ID-NONZERO",)
-    boundary = True
-
-    def transform(self, model, base_dir):
-        for st, _ in struct_types(model):
-            if st.HasField("type_id") and st.type_id == 2**64 - 1:
-                st.ClearField("type_id")
+TypeIdsIn32Bits = fault("CAT-REF-RESOLVED.ids-truncated-to-32-bits",
+    ("CAT-REF-RESOLVED", "CAT-ID-UNIQUE", "CAT-ID-NONZERO"), """Stores type_ids and type_refs in 32-bit integers: IDs
+    above 2**32 - 1 lose their high bits, so IDs differing by a multiple of 2**32 are one identity.""", boundary=True,
+    transform=_ids_in_32_bits)
+MaximumTypeIdIsASentinel = fault("CAT-ID-NONZERO.max-id-sentinel", ("CAT-ID-NONZERO",),
+    """Uses UINT64_MAX as its "no type_id" sentinel: a declaration whose type_id is 2**64 - 1 counts as one without a
+    type_id.""", boundary=True, transform=cleared(
+        _struct_types(lambda st, role: st.HasField("type_id") and st.type_id == 2**64 - 1), "type_id"))
 
 
 _CONTAINERS = (".sequence_type", ".map_type", ".optional_type")
@@ -323,65 +257,48 @@ CyclesThroughContainersMissed = fault("CAT-REF-ACYCLIC.container-cycles-missed",
     refused as a reference cycle.""", patches=lambda: [Patch(structs.Catalogue, "check_all", _fixed_path_cycles_only)])
 
 
-class DuplicateIdsCheckedPairwise(Fault):
-    """Looks for duplicate type_ids by comparing each declaration with the one before it only (as if the
-    catalogue were sorted): two declarations of one ID with another between them pass, and the later
-    one wins in its ID map."""
-
-    fault_id = "CAT-REORDER.adjacent-duplicates-only"
-    clauses = ("CAT-REORDER", "CAT-ID-UNIQUE")
-
-    def transform(self, model, base_dir):
-        ids = [decl.type_id if decl.HasField("type_id") else None for decl in model.struct_types]
-        if any(a is not None and a == b for a, b in zip(ids, ids[1:])):
-            return  # an adjacent pair: its check reports the duplicate
-        last = {type_id: index for index, type_id in enumerate(ids) if type_id is not None}
-        kept = []
-        for index, decl in enumerate(model.struct_types):
-            if ids[index] is None or last[ids[index]] == index:
-                copy = type(decl)()
-                copy.CopyFrom(decl)
-                kept.append(copy)
-        del model.struct_types[:]
-        model.struct_types.extend(kept)
+def _id(decl) -> int | None:
+    return decl.type_id if decl.HasField("type_id") else None
 
 
-def _inputs_only(original):
-    def verify_graph(graph, path, verified):
-        # the reference's own walk over a copy whose outputs and value_info carry no struct type to check
-        probe = type(graph)()
-        probe.CopyFrom(graph)
-        for group in (probe.output, probe.value_info):
-            for info in group:
+def _separated_duplicate(index, decl, decls) -> bool:
+    """A declaration whose ID a later one repeats, in a catalogue with no adjacent pair (which its check reports)."""
+    if any(_id(a) is not None and _id(a) == _id(b) for a, b in zip(decls, decls[1:])):
+        return False
+    return _id(decl) is not None and any(_id(later) == _id(decl) for later in decls[index + 1:])
+
+
+DuplicateIdsCheckedPairwise = fault("CAT-REORDER.adjacent-duplicates-only", ("CAT-REORDER", "CAT-ID-UNIQUE"),
+    """Looks for duplicate type_ids by comparing each declaration with the one before it only (as if the catalogue were
+    sorted): two declarations of one ID with another between them pass, and the later one wins in its ID map.""",
+    transform=_dropping(_separated_duplicate))
+
+
+def _io_unchecked(groups: tuple[str, ...], root_too: bool):
+    """A patch of the graph walk skipping the struct types of the graph value ``groups`` (in subgraphs only unless
+    ``root_too``): the reference's own walk over a copy whose values there carry no struct type to check."""
+    def make(original):
+        def verify_graph(graph, path, verified):
+            if path == "model.graph" and not root_too:
+                return original(graph, path, verified)
+            probe = type(graph)()
+            probe.CopyFrom(graph)
+            for info in (info for group in groups for info in getattr(probe, group)):
                 if info.HasField("type") and verifier.contains_struct(info.type):
                     info.ClearField("type")
-        return original(probe, path, verified)
-    return verify_graph
-
-
-def _root_io_only(original):
-    def verify_graph(graph, path, verified):
-        if path == "model.graph":
-            return original(graph, path, verified)
-        probe = type(graph)()
-        probe.CopyFrom(graph)
-        for group in (probe.input, probe.output, probe.value_info):
-            for info in group:
-                if info.HasField("type") and verifier.contains_struct(info.type):
-                    info.ClearField("type")
-        return original(probe, path, verified)
-    return verify_graph
+            return original(probe, path, verified)
+        return verify_graph
+    return wrap(verifier, "_verify_graph", make)
 
 
 SubgraphIoStructTypesUnchecked = fault("GRAPH-STRUCT-IO.subgraph-io-unchecked", ("GRAPH-STRUCT-IO",),
     """Validates the struct types of the root graph's inputs, outputs and value_info, but walks control-flow subgraphs
     only for their initializers and nodes: a branch or loop body typed by an undeclared or malformed struct is
-    accepted.""", boundary=True, patches=lambda: [wrap(verifier, "_verify_graph", _root_io_only)])
-
+    accepted.""", boundary=True, patches=lambda: [_io_unchecked(("input", "output", "value_info"), root_too=False)])
 StructOutputTypesUnchecked = fault("GRAPH-STRUCT-IO.outputs-unchecked", ("GRAPH-STRUCT-IO",),
     """Validates the struct types of graph inputs (which it must bind to feeds) but not of graph outputs and value_info:
     an output or intermediate typed by an undeclared or malformed struct is accepted.""",
-    patches=lambda: [wrap(verifier, "_verify_graph", _inputs_only)])
+    patches=lambda: [_io_unchecked(("output", "value_info"), root_too=True)])
 
 
 def _top_level_struct(tp) -> bool:
@@ -394,109 +311,56 @@ NestedIoStructTypesUnchecked = fault("GRAPH-STRUCT-IO.nested-io-unchecked", ("GR
     patches=lambda: [Patch(verifier, "contains_struct", _top_level_struct, aliases=False)])
 
 
-class KindlessCategoryOnlyInSequences(Fault):
-    """Accepts the kind-less category as a sequence element but refuses it as a map value."""
-
-    fault_id = "CAT-KINDLESS.map-value-category-rejected"
-    clauses = ("CAT-KINDLESS",)
-
-    def patches(self):
-        def make(original):
-            def check(tp, path, catalogue, depth=0, refs=None):
-                if tp.WhichOneof("value") == "map_type":
-                    value = tp.map_type.value_type
-                    if value.WhichOneof("value") == "struct_type" and struct_kind(value.struct_type) is None:
-                        raise violation(E.KINDLESS_MISPLACED, f"{path}.map_type.value_type",
-                                        "a kind-less struct is only a sequence element category")
-                return original(tp, path, catalogue, depth, refs)
-            return check
-        return [wrap(structs, "check_type", make)]
+def _map_value_category_refused(original):
+    def check(tp, path, catalogue, depth=0, refs=None):
+        if tp.WhichOneof("value") == "map_type":
+            value = tp.map_type.value_type
+            if value.WhichOneof("value") == "struct_type" and struct_kind(value.struct_type) is None:
+                raise violation(E.KINDLESS_MISPLACED, f"{path}.map_type.value_type",
+                                "a kind-less struct is only a sequence element category")
+        return original(tp, path, catalogue, depth, refs)
+    return check
 
 
-class NestedInlineTypeIdIgnored(Fault):
-    """Rejects a type_id on an encoded value's inline layout but not on inline declarations inside a
-    TypeProto (graph inputs and outputs, field and element types), which it reads as anonymous."""
-
-    fault_id = "CAT-INLINE-NO-ID.nested-inline-id-ignored"
-    clauses = ("CAT-INLINE-NO-ID",)
-
-    def transform(self, model, base_dir):
-        for st, role in struct_types(model):
-            if role == "type" and st.WhichOneof("kind") not in (None, "type_ref"):
-                st.ClearField("type_id")
-
-
-class TypeRefMetadataUnchecked(Fault):
-    """Checks that a type_ref carries no other singular field (HasField on each) but forgets the
-    repeated metadata_props, which it ignores."""
-
-    fault_id = "CAT-REF-ONLY-ID.metadata-props-ignored"
-    clauses = ("CAT-REF-ONLY-ID",)
-
-    def transform(self, model, base_dir):
-        for st, _ in struct_types(model):
-            if st.WhichOneof("kind") == "type_ref":
-                st.ClearField("metadata_props")
+KindlessCategoryOnlyInSequences = fault("CAT-KINDLESS.map-value-category-rejected", ("CAT-KINDLESS",),
+    """Accepts the kind-less category as a sequence element but refuses it as a map value.""",
+    patches=lambda: [wrap(structs, "check_type", _map_value_category_refused)])
+NestedInlineTypeIdIgnored = fault("CAT-INLINE-NO-ID.nested-inline-id-ignored", ("CAT-INLINE-NO-ID",),
+    """Rejects a type_id on an encoded value's inline layout but not on inline declarations inside a TypeProto (graph
+    inputs and outputs, field and element types), which it reads as anonymous.""", transform=cleared(
+        _struct_types(lambda st, role: role == "type" and struct_kind(st) not in _INLINE), "type_id"))
+TypeRefMetadataUnchecked = fault("CAT-REF-ONLY-ID.metadata-props-ignored", ("CAT-REF-ONLY-ID",),
+    """Checks that a type_ref carries no other singular field (HasField on each) but forgets the repeated
+    metadata_props, which it ignores.""",
+    transform=cleared(_struct_types(lambda st, role: struct_kind(st) == "type_ref"), "metadata_props"))
 
 
-class StructLogicalTypeUnvalidated(Fault):
-    """Validates a struct-layout value's optional logical_type only when a decoder checks its output
-    against it: on load, an unresolved type_ref or a malformed type there passes."""
-
-    fault_id = "CAT-REF-RESOLVED.logical-type-unvalidated"
-    clauses = ("CAT-REF-RESOLVED", "ENC-LOGICAL-OPTIONAL")
-
-    def patches(self):
-        def make(original):
-            def check(tp, path, catalogue, depth=0, refs=None):
-                if path.endswith(".logical_type"):
-                    return depth
-                return original(tp, path, catalogue, depth, refs)
-            return check
-        return [wrap(verifier, "check_type", make, aliases=False)]
+def _logical_type_unchecked(original):
+    def check(tp, path, catalogue, depth=0, refs=None):
+        return depth if path.endswith(".logical_type") else original(tp, path, catalogue, depth, refs)
+    return check
 
 
-class TypeRefDeclarationsSkipped(Fault):
-    """Skips catalogue entries that select type_ref (as forward declarations) instead of rejecting them:
-    the model loads, and a reference to such an ID is reported unresolved."""
-
-    fault_id = "CAT-DECL-CONCRETE.type-ref-declarations-skipped"
-    clauses = ("CAT-DECL-CONCRETE",)
-
-    def transform(self, model, base_dir):
-        kept = []
-        for decl in model.struct_types:
-            if decl.WhichOneof("kind") != "type_ref":
-                copy = type(decl)()
-                copy.CopyFrom(decl)
-                kept.append(copy)
-        if len(kept) != len(model.struct_types):
-            del model.struct_types[:]
-            model.struct_types.extend(kept)
+StructLogicalTypeUnvalidated = fault("CAT-REF-RESOLVED.logical-type-unvalidated",
+    ("CAT-REF-RESOLVED", "ENC-LOGICAL-OPTIONAL"), """Validates a struct-layout value's optional logical_type only when a
+    decoder checks its output against it: on load, an unresolved type_ref or a malformed type there passes.""",
+    patches=lambda: [wrap(verifier, "check_type", _logical_type_unchecked, aliases=False)])
+TypeRefDeclarationsSkipped = fault("CAT-DECL-CONCRETE.type-ref-declarations-skipped", ("CAT-DECL-CONCRETE",),
+    """Skips catalogue entries that select type_ref (as forward declarations) instead of rejecting them: the model
+    loads, and a reference to such an ID is reported unresolved.""",
+    transform=_dropping(lambda index, decl, decls: struct_kind(decl) == "type_ref"))
 
 
-class IdenticalDuplicatesMerged(Fault):
-    """Treats a repeated type_id whose declaration is byte-for-byte identical as a harmless
-    redeclaration (merged, as a linker merges identical definitions); only differing duplicates are
-    rejected."""
+def _identical_to_first(index, decl, decls) -> bool:
+    first = next((earlier for earlier in decls[:index] if earlier.type_id == decl.type_id), None)
+    data = decl.SerializeToString(deterministic=True)
+    return first is not None and first.SerializeToString(deterministic=True) == data
 
-    fault_id = "CAT-ID-UNIQUE.identical-duplicates-merged"
-    clauses = ("CAT-ID-UNIQUE",)
 
-    def transform(self, model, base_dir):
-        seen: dict[int, bytes] = {}
-        kept = []
-        for decl in model.struct_types:
-            data = decl.SerializeToString(deterministic=True)
-            if seen.get(decl.type_id) == data:
-                continue
-            seen.setdefault(decl.type_id, data)
-            copy = type(decl)()
-            copy.CopyFrom(decl)
-            kept.append(copy)
-        if len(kept) != len(model.struct_types):
-            del model.struct_types[:]
-            model.struct_types.extend(kept)
+IdenticalDuplicatesMerged = fault("CAT-ID-UNIQUE.identical-duplicates-merged", ("CAT-ID-UNIQUE",),
+    """Treats a repeated type_id whose declaration is byte-for-byte identical as a harmless redeclaration (merged, as a
+    linker merges identical definitions); only differing duplicates are rejected.""",
+    transform=_dropping(_identical_to_first))
 
 
 def _registered_leaves_only(original):
@@ -537,29 +401,15 @@ SingleFieldStructUnwrapped = fault("GRAPH-TENSOR-OPS.single-field-unwrapped",
     patches=lambda: [wrap(program, "_tensor_operand", _single_field_unwrapped)])
 
 
-class DuplicatesFoundOnLookupOnly(Fault):
-    """Keeps the catalogue as a multimap and reports a duplicate ID only when a reference looks it up:
-    a repeated ID that no type_ref names is never noticed."""
+def _unreferenced_duplicates(model, base_dir):
+    referenced = {st.type_ref for st, _ in struct_types(model) if struct_kind(st) == "type_ref"}
+    _dropping(lambda index, decl, decls: decl.type_id not in referenced
+              and any(earlier.type_id == decl.type_id for earlier in decls[:index]))(model, base_dir)
 
-    fault_id = "CAT-ID-UNIQUE.found-on-lookup-only"
-    clauses = ("CAT-ID-UNIQUE",)
 
-    def transform(self, model, base_dir):
-        from conformance.audit.fault import struct_types
-
-        referenced = {st.type_ref for st, _ in struct_types(model) if st.WhichOneof("kind") == "type_ref"}
-        seen: set[int] = set()
-        kept = []
-        for decl in model.struct_types:
-            if decl.type_id in seen and decl.type_id not in referenced:
-                continue
-            seen.add(decl.type_id)
-            copy = type(decl)()
-            copy.CopyFrom(decl)
-            kept.append(copy)
-        if len(kept) != len(model.struct_types):
-            del model.struct_types[:]
-            model.struct_types.extend(kept)
+DuplicatesFoundOnLookupOnly = fault("CAT-ID-UNIQUE.found-on-lookup-only", ("CAT-ID-UNIQUE",),
+    """Keeps the catalogue as a multimap and reports a duplicate ID only when a reference looks it up: a repeated ID
+    that no type_ref names is never noticed.""", transform=_unreferenced_duplicates)
 
 
 name_faults(globals())

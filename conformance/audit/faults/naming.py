@@ -3,58 +3,49 @@ and initializers doubling as graph inputs."""
 
 from __future__ import annotations
 
-from conformance.audit.fault import Fault, fault, graphs, name_faults, wrap
+from conformance.audit.fault import fault, graphs, name_faults, wrap
 from reference_impl import verifier
 from reference_impl.errors import ErrorCode as E
 from reference_impl.errors import violation
 
 
-def _encoded_names_only(original):
-    return lambda graph, path: [(where, name) for where, name in original(graph, path)
-                                if ".encoded_initializer[" in where]
+def _names_where(keep):
+    """A patch of the initializer-name listing keeping the names whose place ``keep(where)`` accepts."""
+    return wrap(verifier, "_initializer_names", lambda original: lambda graph, path: [
+        (where, name) for where, name in original(graph, path) if keep(where)])
+
+
+def _names_checked_where(checked):
+    """A patch of the uniqueness check running it only on the graphs whose path ``checked(path)`` accepts."""
+    return wrap(verifier, "_check_initializer_names", lambda original: lambda graph, path: original(graph, path)
+                if checked(path) else None)
+
+
+def _doubling_as_input(names, graphs_of):
+    """A precheck refusing an initializer named as a graph input: ``names(graph)`` of each of ``graphs_of(model)``."""
+    def precheck(model, base_dir):
+        for graph in graphs_of(model):
+            inputs = {vi.name for vi in graph.input}
+            for name in names(graph):
+                if name in inputs:
+                    raise violation(E.INITIALIZER_NAME_DUPLICATE, "model.graph", f"{name!r} is also a graph input")
+    return precheck
 
 
 NamesUniqueOnlyAmongEncoded = fault("INIT-NAMES-UNIQUE.encoded-only", ("INIT-NAMES-UNIQUE",),
     """Checks initializer names for uniqueness among encoded initializers only, not across dense, sparse and encoded
-    ones.""", patches=lambda: [wrap(verifier, "_initializer_names", _encoded_names_only)])
-
-
-class NamesUniqueInRootGraphOnly(Fault):
-    """Checks initializer names in the root graph only, not in control-flow subgraphs."""
-
-    fault_id = "INIT-NAMES-UNIQUE.root-graph-only"
-    clauses = ("INIT-NAMES-UNIQUE",)
-    boundary = True
-
-    def patches(self):
-        def make(original):
-            return lambda graph, path: original(graph, path) if path == "model.graph" else None
-        return [wrap(verifier, "_check_initializer_names", make)]
-
-
-class InitializerNameClashesWithInput(Fault):
-    """Treats an encoded initializer that is also named as a graph input (a default the caller may
-    override) as a duplicate name."""
-
-    fault_id = "INIT-AS-INPUT.input-name-rejected"
-    clauses = ("INIT-AS-INPUT",)
-
-    def precheck(self, model, base_dir):
-        inputs = {vi.name for vi in model.graph.input}
-        for value in model.graph.encoded_initializer:
-            if value.name in inputs:
-                raise violation(E.INITIALIZER_NAME_DUPLICATE, "model.graph", f"{value.name!r} is also a graph input")
-
-
-def _names_without_sparse(original):
-    return lambda graph, path: [(where, name) for where, name in original(graph, path)
-                                if ".sparse_initializer[" not in where]
-
-
+    ones.""", patches=lambda: [_names_where(lambda where: ".encoded_initializer[" in where)])
+NamesUniqueInRootGraphOnly = fault("INIT-NAMES-UNIQUE.root-graph-only", ("INIT-NAMES-UNIQUE",),
+    """Checks initializer names in the root graph only, not in control-flow subgraphs.""", boundary=True,
+    patches=lambda: [_names_checked_where(lambda path: path == "model.graph")])
+InitializerNameClashesWithInput = fault("INIT-AS-INPUT.input-name-rejected", ("INIT-AS-INPUT",),
+    """Treats an encoded initializer that is also named as a graph input (a default the caller may override) as a
+    duplicate name.""", precheck=_doubling_as_input(lambda graph: [value.name for value in graph.encoded_initializer],
+                                                    lambda model: [model.graph]))
 SparseNamesNotCounted = fault("INIT-NAMES-UNIQUE.sparse-not-counted", ("INIT-NAMES-UNIQUE",),
     """Checks initializer names across dense and encoded initializers but forgets sparse ones (whose name lives in
     ``values.name``): an encoded value reusing a sparse initializer's name is accepted.""",
-    patches=lambda: [wrap(verifier, "_initializer_names", _names_without_sparse)])
+    patches=lambda: [_names_where(lambda where: ".sparse_initializer[" not in where)])
 
 
 def _sparse_indices_names(original):
@@ -71,12 +62,15 @@ SparseNameReadFromIndices = fault("INIT-NAMES-UNIQUE.sparse-name-from-indices", 
     patches=lambda: [wrap(verifier, "_initializer_names", _sparse_indices_names)])
 
 
+def _dense_names(graph) -> list[str]:
+    return [t.name for t in graph.initializer] + [s.values.name for s in graph.sparse_initializer]
+
+
 def _case_folded(original):
     def check_initializer_names(graph, path):
         original(graph, path)
         seen: set[str] = set()
-        groups = [t.name for t in graph.initializer] + [s.values.name for s in graph.sparse_initializer]
-        for name in groups + [v.name for v in graph.encoded_initializer]:
+        for name in _dense_names(graph) + [v.name for v in graph.encoded_initializer]:
             if name.casefold() in seen:
                 raise violation(E.INITIALIZER_NAME_DUPLICATE, path, f"name {name!r} is already used")
             seen.add(name.casefold())
@@ -87,36 +81,14 @@ NamesComparedCaseInsensitively = fault("INIT-NAMES-UNIQUE.case-insensitive", ("I
     """Keeps initializer names in a case-insensitive table (as a file-system-backed store would): two distinct names
     that differ only in case are refused as duplicates.""",
     patches=lambda: [wrap(verifier, "_check_initializer_names", _case_folded)])
-
-
-class DenseInitializerInputRejected(Fault):
-    """Allows an initializer to double as a graph input only for encoded initializers: a dense or sparse
-    initializer also listed among the graph inputs is refused as a duplicate name."""
-
-    fault_id = "INIT-AS-INPUT.dense-input-rejected"
-    clauses = ("INIT-AS-INPUT",)
-
-    def precheck(self, model, base_dir):
-        for graph in graphs(model):
-            inputs = {vi.name for vi in graph.input}
-            names = [t.name for t in graph.initializer] + [s.values.name for s in graph.sparse_initializer]
-            for name in names:
-                if name in inputs:
-                    raise violation(E.INITIALIZER_NAME_DUPLICATE, "model.graph", f"{name!r} is also a graph input")
-
-
-class NamesUncheckedInFunctionBodies(Fault):
-    """Checks initializer names in the root graph and the subgraphs of its nodes, but not in the
-    control-flow subgraphs of function bodies (walked by a second loop that only validates values)."""
-
-    fault_id = "INIT-NAMES-UNIQUE.function-subgraphs-skipped"
-    clauses = ("INIT-NAMES-UNIQUE",)
-    boundary = True
-
-    def patches(self):
-        def make(original):
-            return lambda graph, path: None if path.startswith("model.functions") else original(graph, path)
-        return [wrap(verifier, "_check_initializer_names", make)]
+DenseInitializerInputRejected = fault("INIT-AS-INPUT.dense-input-rejected", ("INIT-AS-INPUT",),
+    """Allows an initializer to double as a graph input only for encoded initializers: a dense or sparse initializer
+    also listed among the graph inputs is refused as a duplicate name.""",
+    precheck=_doubling_as_input(_dense_names, graphs))
+NamesUncheckedInFunctionBodies = fault("INIT-NAMES-UNIQUE.function-subgraphs-skipped", ("INIT-NAMES-UNIQUE",),
+    """Checks initializer names in the root graph and the subgraphs of its nodes, but not in the control-flow subgraphs
+    of function bodies (walked by a second loop that only validates values).""", boundary=True,
+    patches=lambda: [_names_checked_where(lambda path: not path.startswith("model.functions"))])
 
 
 name_faults(globals())
