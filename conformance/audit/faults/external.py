@@ -78,19 +78,6 @@ def _mapping_indexed_with_offset(original):
     return open_payload
 
 
-def _empty_extent_unopened(original):
-    def open_external(extent, base_dir, path):
-        if extent.length == 0:  # nothing to read: the backing file is never looked at
-            return os.open(os.devnull, os.O_RDONLY)
-        return original(extent, base_dir, path)
-    return open_external
-
-
-def _basename(extent, path):
-    name = extent.location.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
-    return replace(extent, location=name or extent.location)
-
-
 MappingIndexedWithWholeOffset = fault("PAY-EXTERNAL-EXTENT.mapping-offset-twice", ("PAY-EXTERNAL-EXTENT",),
     """Maps an external extent from the allocation-granularity boundary below its offset, as mmap requires, then indexes
     the mapping with the whole offset instead of ``offset - start``: right for offsets below one page (4096 bytes),
@@ -115,7 +102,8 @@ EmptyExtentOffsetUnchecked = fault("PAY-EXTERNAL-EXTENT.empty-extent-offset-unch
 EmptyExtentFileNotOpened = fault("PAY-EXTERNAL-EXTENT.empty-extent-file-not-opened",
     ("PAY-EXTERNAL-EXTENT", "PAY-EMPTY"), """Skips the backing file entirely for a zero-length extent (nothing to read,
     so nothing is opened): an empty external payload whose location names no file is accepted.""", boundary=True,
-    patches=lambda: [wrap(payload, "open_external", _empty_extent_unopened, aliases=False)])
+    patches=lambda: [wrap(payload, "open_external", lambda original: lambda extent, base_dir, path: original(
+        extent, base_dir, path) if extent.length else os.open(os.devnull, os.O_RDONLY), aliases=False)])
 ExternalOffsetIgnored = fault("PAY-EXTERNAL-EXTENT.offset-ignored", ("PAY-EXTERNAL-EXTENT",), """Maps an external
     payload from the start of its file, ignoring the offset.""", boundary=True,
     patches=lambda: [on_extent("open_payload", lambda e, path: replace(e, offset=0) if e.external else e)])
@@ -127,7 +115,8 @@ ExtentCheckedPartByPart = fault("PAY-EXTERNAL-EXTENT.offset-length-checked-apart
 LocationBasenameOnly = fault("PAY-EXTERNAL-EXTENT.location-basename-only", ("PAY-EXTERNAL-EXTENT",), """Opens an
     external payload by the last component of its location, in the model directory itself (``os.path.basename``): a
     backing file in a subdirectory is not found, or a same-named file beside the model is read instead.""",
-    patches=lambda: [on_extent("open_external", _basename, aliases=False)])
+    patches=lambda: [on_extent("open_external", lambda e, path: replace(
+        e, location=e.location.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or e.location), aliases=False)])
 ExternalNumbersThirtyTwoBit = fault("PAY-EXTERNAL-EXTENT.numbers-thirty-two-bit",
     ("PAY-EXTERNAL-EXTENT", "PAY-EXTERNAL-KEYS"), """Parses external offset and length into 32-bit integers
     (``(uint32_t)strtoull(...)``): numbers of 2**32 and beyond wrap, so an extent far beyond a small file is read from
@@ -172,16 +161,12 @@ def _read_wrapping(original):
     return open_payload
 
 
-def _wrapped_end(extent, path):
-    wrapped = _wrapped(extent)  # the size check compares the wrapped end
-    return extent if wrapped is None else replace(extent, offset=0, length=wrapped)
-
-
 ExtentSumWraps = fault("PAY-EXTERNAL-EXTENT.extent-sum-wraps", ("PAY-EXTERNAL-EXTENT",), """Computes an external
     extent's end as ``offset + length`` in wrapping uint64 arithmetic: an extent whose end overflows wraps to a small
     number, passes the file-size check, and is accepted (reading it then fails).""", boundary=True,
     patches=lambda: [wrap(payload, "payload_extent", _extent_wrapping),
-                     on_extent("open_external", _wrapped_end, aliases=False),
+                     on_extent("open_external", lambda e, path: e if _wrapped(e) is None else replace(
+                         e, offset=0, length=_wrapped(e)), aliases=False),  # the size check: the wrapped end
                      wrap(payload, "open_payload", _read_wrapping)])
 
 

@@ -26,9 +26,8 @@ from reference_impl.values import TensorSpec, is_struct, numpy_dtype
 
 # ------------------------------------------------------ mechanisms (the bindings and payload faults use them too)
 def hooked(init: Callable | None = None, **hooks: Callable) -> type[FaultState]:
-    """A state handle whose calls named in ``hooks`` (run, run_cancelled, run_held, reset, close, values) go through
-    ``hooks[name](handle, call, *arguments)``, ``call`` being the reference call with the fault's patches installed.
-    Each handle takes the ``note`` its fault's ``open_state`` left (see ``opening``), then ``init(handle)`` runs."""
+    """A state handle whose calls named in ``hooks`` (run, reset, close, values...) are ``hooks[name](handle, call,
+    *arguments)``, ``call`` making the reference call; ``init(handle)`` prepares each (after it took its ``note``)."""
     def through(name, hook):
         return lambda self, *args: hook(self, functools.partial(getattr(FaultState, name), self), *args)
 
@@ -51,8 +50,7 @@ def edited(name: str, edit: Callable) -> type[FaultState]:
 
 
 def after_run(edit: Callable, **hooks: Callable) -> type[FaultState]:
-    """A state handle whose runs end with ``edit(handle, values_before_the_run, outputs)``, which returns the outputs
-    (and may replace the published values)."""
+    """A state handle whose runs end with ``edit(handle, values_before, outputs)`` (which returns the outputs)."""
     def run(handle, call, feeds):
         before = handle.state._values
         return edit(handle, before, call(feeds))
@@ -60,8 +58,7 @@ def after_run(edit: Callable, **hooks: Callable) -> type[FaultState]:
 
 
 def opening(edit: Callable) -> Callable:
-    """An ``open_state`` opening the state on ``edit(fault, model_bytes, initial)``, what the buggy runtime takes on;
-    ``edit`` may leave on the fault a ``note`` that the handle made next takes."""
+    """An ``open_state`` on ``edit(fault, model_bytes, initial)`` (which may leave the next handle a ``note``)."""
     def open_state(self, model_bytes, initial, base_dir=None):
         return Fault.open_state(self, model_bytes, edit(self, model_bytes, initial), base_dir)
     return open_state
@@ -92,11 +89,12 @@ def _zeros(spec):
     return None
 
 
-def _first(work: Callable) -> Callable:
-    """A hook doing ``work(state)`` (on a state that has an executor) before the reference call."""
+def _first(work: Callable, counter: str) -> Callable:
+    """A hook doing ``work(executor)`` before the reference call, reported honestly in the state's ``counter``."""
     def hook(handle, call, *args):
         if handle.state._executor is not None:
-            work(handle.state)
+            work(handle.state._executor)
+            setattr(handle.state.counters, counter, getattr(handle.state.counters, counter) + 1)
         return call(*args)
     return hook
 
@@ -107,28 +105,20 @@ def _kept_before(handle, before, outputs):
     return outputs
 
 
-def _serialized(state):
-    state._executor.model.SerializeToString(deterministic=True)  # hashed to detect mutation
-    state.counters.model_serializations += 1
-
-
-def _resolved(state):
-    validate_bindings(state._executor.model, state._executor.catalogue)
-    state.counters.binding_resolutions += 1
-
-
+_resolving = _first(lambda executor: validate_bindings(executor.model, executor.catalogue), "binding_resolutions")
 NeverAdvances = fault("STATE-EQUIV-LOOP.never-advances", ("STATE-EQUIV-LOOP",), """Returns each call's outputs but
     never stores the selected ones: every call starts again from the initial values, unlike the manual output-to-input
     loop.""", state=after_run(_kept_before))
 ModelHashedEachRun = fault("STATE-NO-MODEL-SCAN.model-hashed-each-run", ("STATE-NO-MODEL-SCAN",), """Serializes
     and hashes the model on every call to detect whether the caller mutated it (and reports it honestly in its
-    ``model_serializations`` counter).""", state=hooked(run=_first(_serialized)))
+    ``model_serializations`` counter).""", state=hooked(run=_first(  # hashed to detect mutation
+        lambda executor: executor.model.SerializeToString(deterministic=True), "model_serializations")))
 BindingsResolvedEachRun = fault("STATE-RESOLVE-ONCE.resolved-each-run", ("STATE-RESOLVE-ONCE",), """Resolves and
     validates the model's bindings again on every call instead of once when the state is made (reported in its
-    ``binding_resolutions`` counter).""", state=hooked(run=_first(_resolved)))
+    ``binding_resolutions`` counter).""", state=hooked(run=_resolving))
 BindingsResolvedOnReset = fault("STATE-RESOLVE-ONCE.resolved-on-reset", ("STATE-RESOLVE-ONCE",), """Resolves and
     validates the model's bindings again at every reset (reset rebuilds the state as make_state does) instead of once;
-    reported in its ``binding_resolutions`` counter.""", state=hooked(reset=_first(_resolved)))
+    reported in its ``binding_resolutions`` counter.""", state=hooked(reset=_resolving))
 
 
 def _cloned(handle):
@@ -174,14 +164,10 @@ InlineStructsRefused = fault("STATE-WHOLE-STRUCT.inline-structs-refused", ("STAT
     open_state=opening(_structs_refused(lambda struct: struct.type_id is None, "a struct without a type_id")))
 
 
-def _selected_moved(handle, before, outputs):
-    retained = {b.output_name for b in handle.state.bindings}
-    return {name: value for name, value in outputs.items() if name not in retained}
-
-
 RetainedOutputsNotReturned = fault("STATE-UNSELECTED.selected-outputs-moved", ("STATE-UNSELECTED",), """Moves the
     selected outputs into the state and returns only the others: a call's outputs are no longer all returned.""",
-    state=after_run(_selected_moved))
+    state=after_run(lambda handle, before, outputs: {name: value for name, value in outputs.items()
+                                                     if name not in {b.output_name for b in handle.state.bindings}}))
 
 
 def _casting_initial_values(original):
@@ -321,22 +307,17 @@ def _published_anyway(handle, run, feeds):
 _PublishingState = hooked(run=_published_anyway)
 
 
-class PublishesAfterFailure(Fault):
-    """Publishes the next state before validating it: when a run fails validation (or execution of a
-    later step), the outputs it computed still become the retained values."""
+def _publishing_open(self, model_bytes, initial, base_dir=None):
+    handle = Fault.open_state(self, model_bytes, initial, base_dir)
+    publishing = _PublishingState(handle.state, self, handle)
+    publishing.executor = Executor(schema.parse_model(model_bytes), base_dir=base_dir,
+                                   kernels=handle.state._executor.kernels)
+    return publishing
 
-    fault_id = "STATE-ATOMIC.published-before-validation"
-    clauses = ("STATE-ATOMIC", "ZC-FAILURE")
 
-    def open_state(self, model_bytes, initial, base_dir=None):
-        handle = super().open_state(model_bytes, initial, base_dir)
-        publishing = _PublishingState(handle.state, self, handle)
-        publishing.executor = Executor(schema.parse_model(model_bytes), base_dir=base_dir,
-                                       kernels=handle.state._executor.kernels)
-        return publishing
-
-    def make_state(self, handle):
-        return handle
+PublishesAfterFailure = fault("STATE-ATOMIC.published-before-validation", ("STATE-ATOMIC", "ZC-FAILURE"), """Publishes
+    the next state before validating it: when a run fails validation (or execution of a later step), the outputs it
+    computed still become the retained values.""", open_state=_publishing_open, make_state=lambda self, handle: handle)
 
 
 def _one_state_per_model(self, model_bytes, initial, base_dir=None):
@@ -671,16 +652,12 @@ def _parsed(model_bytes):
         return None
 
 
-def _default_reset(handle, initial):
-    executor = handle.state._executor
-    return _with_defaults(executor.model if executor is not None else None, initial)
-
-
 InitializerAsInitialValue = fault("STATE-INITIAL.initializer-default", ("STATE-INITIAL",), """Starts a bound input
     that has a same-named dense initializer (its default value) from that initializer when the caller supplies no
     initial value (at open and at reset), instead of requiring the initial contents. One reading of the spec allows this
     (it never defines which inputs are required and lets initializer names appear as graph inputs), so only Recommended
-    cases catch it.""", state=edited("reset", _default_reset),
+    cases catch it.""", state=edited("reset", lambda handle, initial: _with_defaults(
+        getattr(handle.state._executor, "model", None), initial)),
     open_state=opening(lambda fault, model_bytes, initial: _with_defaults(_parsed(model_bytes), initial)))
 
 
