@@ -10,7 +10,7 @@ from types import MappingProxyType
 import numpy as np
 
 from conformance.audit.fault import Fault, Patch, fault, name_faults, wrap
-from conformance.audit.faults.state import after_run, fresh, hooked, opening
+from conformance.audit.faults.state import after_run, fresh, hooked, noting
 from reference_impl import bindings, schema
 from reference_impl import values as values_module
 from reference_impl.errors import ContractError, violation
@@ -28,9 +28,10 @@ def _declared(model) -> tuple[dict, dict]:
 
 
 def _rebinding(edit: Callable) -> Callable:
-    """A transform replacing the graph's bindings by the (input, output) pairs ``edit(model, pairs)`` gives."""
+    """A transform replacing the graph's bindings by the (input, output) pairs ``edit(pairs, inputs, outputs)`` gives
+    (``inputs``, ``outputs``: the graph's, by name)."""
     def transform(model, base_dir):
-        pairs = edit(model, [(b.input_name, b.output_name) for b in model.graph.persistent_bindings])
+        pairs = edit([(b.input_name, b.output_name) for b in model.graph.persistent_bindings], *_declared(model))
         del model.graph.persistent_bindings[:]
         for input_name, output_name in pairs:
             model.graph.persistent_bindings.add(input_name=input_name, output_name=output_name)
@@ -57,22 +58,8 @@ def _as_path(name: str, declared: dict) -> str:
     return normalized
 
 
-def _both_sides(name: Callable) -> Callable:
-    """A ``_rebinding`` edit mapping each side of every binding through ``name(name, declared)``."""
-    def edit(model, pairs):
-        inputs, outputs = _declared(model)
-        return [(name(i, inputs), name(o, outputs)) for i, o in pairs]
-    return edit
-
-
-def _known_only(model, pairs):
-    inputs, outputs = _declared(model)
-    return [(i, o) for i, o in pairs if i in inputs and o in outputs]
-
-
-def _last_wins(model, pairs):
-    by_output = {o: i for i, o in dict(pairs).items()}
-    return [(i, o) for o, i in by_output.items()]
+def _whole(name: str, declared: dict) -> str:
+    return name if name in declared else _as_path(name, declared)
 
 
 def _matched_loosely(name: str, declared: dict) -> str:
@@ -106,22 +93,24 @@ def _inferred_from_names(model, base_dir):
 
 
 UnknownBindingsIgnored = fault("BIND-EXACT-NAMES.unknown-names-ignored", ("BIND-EXACT-NAMES",), """Ignores a binding
-    that names no whole input or output of the graph instead of rejecting it.""", transform=_rebinding(_known_only))
+    that names no whole input or output of the graph instead of rejecting it.""", transform=_rebinding(
+    lambda pairs, inputs, outputs: [(i, o) for i, o in pairs if i in inputs and o in outputs]))
 NamesMatchedLoosely = fault("BIND-EXACT-NAMES.names-matched-loosely", ("BIND-EXACT-NAMES",), """Looks binding names
     up after trimming spaces and folding case: ``PAST`` or ``past `` selects the input ``past`` instead of naming no
     whole input.""", transform=_renaming(_matched_loosely))
 DotsAreFieldPaths = fault("BIND-LITERAL-NAMES.dots-split", ("BIND-LITERAL-NAMES",), """Reads dots (and backslashes)
     in binding names as field separators: ``cache.keys`` selects the whole struct ``cache`` instead of the input
-    literally named ``cache.keys``.""", transform=_rebinding(_both_sides(_as_path)))
+    literally named ``cache.keys``.""", transform=_rebinding(
+    lambda pairs, inputs, outputs: [(_as_path(i, inputs), _as_path(o, outputs)) for i, o in pairs]))
 BackslashesUnescaped = fault("BIND-LITERAL-NAMES.backslash-escapes", ("BIND-LITERAL-NAMES",), """Parses binding names
     as escaped strings (a backslash escapes the next character and disappears), while graph input and output names stay
     raw: ``a\\b`` in a binding looks for ``ab``.""", transform=_renaming(_unescaped))
 FieldSelectionWidened = fault("BIND-WHOLE.field-selection-widened", ("BIND-WHOLE",), """Accepts a binding that selects
     a field of a struct input or output by binding the whole struct, instead of rejecting partial field selection.""",
-    transform=_rebinding(_both_sides(lambda name, declared: name if name in declared else _as_path(name, declared))))
+    transform=_rebinding(lambda pairs, inputs, outputs: [(_whole(i, inputs), _whole(o, outputs)) for i, o in pairs]))
 LastBindingWins = fault("BIND-DUPLICATES.last-binding-wins", ("BIND-DUPLICATES",), """Keeps bindings in dicts keyed
     by input and by output name: a repeated selection silently replaces the earlier one instead of being rejected.""",
-    transform=_rebinding(_last_wins))
+    transform=_rebinding(lambda pairs, *declared: [(i, o) for o, i in {o: i for i, o in dict(pairs).items()}.items()]))
 LegacyFieldPathsDropped = fault("BIND-NO-CONTENTS.legacy-paths-dropped", ("BIND-NO-CONTENTS", "BIND-WHOLE"), """Parses
     bindings with a generated class that discards unknown fields: a binding carrying the legacy field-path tags (3, 4)
     is silently read as a plain whole-value binding.""", transform=_legacy_paths_dropped)
@@ -342,7 +331,7 @@ def _struct_bindings_on_type(model):
             kept.append((binding.input_name, binding.output_name))
         else:
             decl.metadata_props.add(key="onnx_light.persistent", value=f"{binding.input_name}<-{binding.output_name}")
-    _rebinding(lambda model, pairs: kept)(model, None)
+    _rebinding(lambda *args: kept)(model, None)
 
 
 BindingsFlaggedOnSave = fault("BIND-GRAPH-LEVEL.saved-as-metadata-flag", ("BIND-GRAPH-LEVEL",), """Saves persistence
@@ -379,11 +368,6 @@ class PersistenceFollowsTheType(Fault):
         typed.bound = {b.input_name for b in model.graph.persistent_bindings}
         typed.persistent = {typed.types[name] for name in typed.bound if name in typed.types}
         return typed
-
-
-def _noting_types(fault, model_bytes, initial):
-    fault.note = _struct_types_of_inputs(schema.parse_model(model_bytes))
-    return initial
 
 
 def _slots_per_type(handle):
@@ -437,7 +421,8 @@ def _memoized_decode(original):
 
 OneStateSlotPerType = fault("BIND-SHARED-TYPE.one-slot-per-type", ("BIND-SHARED-TYPE",), """Keeps retained state in
     one slot per struct type: two bound inputs of the same type share it, so after a call both receive the output of the
-    last binding of that type.""", open_state=opening(_noting_types),
+    last binding of that type.""", open_state=noting(
+        lambda model_bytes, initial: _struct_types_of_inputs(schema.parse_model(model_bytes))),
     state=after_run(_slot_shared, init=_slots_per_type))
 StatelessRetainsOutputs = fault("BIND-STATELESS-DEFAULT.outputs-retained", ("BIND-STATELESS-DEFAULT",), """Without
     bindings, keeps the last call's outputs as the state's values instead of running ordinary stateless execution with

@@ -13,7 +13,7 @@ from conformance.audit.fault import TESTEE_COPIES_RETURNED_VALUES, Patch, encode
 from conformance.audit.fault import decode_module as decode
 from conformance.audit.faults.external import ReusedAfterCall, refusing, returning
 from conformance.audit.faults.shared import _EXTERNAL, _INDEX_PATH, _map_neutral
-from conformance.audit.faults.state import after_run, edited, flagged, hooked, noting_model, opening, per_model
+from conformance.audit.faults.state import after_run, by_model, edited, flagged, hooked, opening, per_model
 from conformance.values import Struct
 from reference_impl import payload, records, verifier
 from reference_impl import state as state_module
@@ -195,10 +195,6 @@ def _contiguous_when(copied: Callable) -> Callable:
     return lambda: [wrap(state_module, "_adopt_array", make)]
 
 
-def _contiguous(array, in_struct):
-    return np.ascontiguousarray(array) if array.dtype.kind not in "OUS" else array
-
-
 _FIELD_PATH = re.compile(r"\]\.|^\.")
 
 StructFieldsRegrouped = fault("PAY-FIELD-OWNERS.fields-regrouped", ("PAY-FIELD-OWNERS",), """Packs the fields of a
@@ -217,7 +213,8 @@ ResetRepairsStridedLayout = fault("PAY-UNSUPPORTED-OWNERSHIP.reset-strided-copie
     ("PAY-UNSUPPORTED-OWNERSHIP", "ZC-ENTRY-POINTS"), """The reset path normalizes every initial value with a contiguous
     conversion, so a strided buffer given to ``reset`` is silently copied (``open`` and ``run`` still reject it).""",
     state=edited("reset", lambda handle, initial: {
-        name: _map_neutral(value, on_array=_contiguous) for name, value in initial.items()}))
+        name: _map_neutral(value, on_array=lambda array, in_struct: np.ascontiguousarray(array)
+                          if array.dtype.kind not in "OUS" else array) for name, value in initial.items()}))
 CallerBuffersTakenAsOwned = fault("PAY-OWNERLESS.borrowed-feed-retained", ("PAY-OWNERLESS",), """Does not track which
     buffers the caller only lent for the call: a borrowed raw pointer (an ownerless borrow) is retained or returned like
     any buffer, although nothing keeps its memory alive after the call.""",
@@ -286,7 +283,7 @@ ClosedStateBuffersPooled = fault("PAY-ARENA.closed-state-buffers-pooled",
     ("PAY-ARENA", "ZC-OUTSTANDING", "STATE-CLOSE"),
     """Returns the buffers a closed state retained to a per-model pool, from which the next call of any state of that
     model takes its output buffers, although the caller may still hold views of them.""",
-    testee_blind=TESTEE_COPIES_RETURNED_VALUES, open_state=opening(noting_model),
+    testee_blind=TESTEE_COPIES_RETURNED_VALUES, open_state=by_model,
     state=after_run(_recycling(_pooled_slot), close=_close_to_pool,
                     init=lambda handle: setattr(handle, "pool", per_model(handle.fault, "pools", list))))
 

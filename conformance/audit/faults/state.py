@@ -64,9 +64,28 @@ def opening(edit: Callable) -> Callable:
     return open_state
 
 
-def noting_model(fault, model_bytes, initial):
-    fault.note = model_bytes  # the handle made next belongs to this model
-    return initial
+def flagged(flags: threading.local, name: str, value: Callable) -> Callable:
+    """A hook setting ``flags.<name>`` to ``value(handle)`` while the reference call runs (None again after it), so
+    that a fault's patches see which handle (or which of its calls) they run under."""
+    def hook(handle, call, *args):
+        setattr(flags, name, value(handle))
+        try:
+            return call(*args)
+        finally:
+            setattr(flags, name, None)
+    return hook
+
+
+def noting(pick: Callable) -> Callable:
+    """An ``open_state`` leaving the handle made next the ``note`` ``pick(model_bytes, initial)``."""
+    def edit(fault, model_bytes, initial):
+        fault.note = pick(model_bytes, initial)
+        return initial
+    return opening(edit)
+
+
+#: an ``open_state`` noting the model: the handle made next belongs to it
+by_model = noting(lambda model_bytes, initial: model_bytes)
 
 
 def per_model(fault, name: str, make: Callable):
@@ -90,12 +109,13 @@ def _zeros(spec):
 
 
 def _first(work: Callable, counter: str) -> Callable:
-    """A hook doing ``work(executor)`` before the reference call, reported honestly in the state's ``counter``."""
-    def hook(handle, call, *args):
+    """A hook (or an ``init``) doing ``work(executor)`` before the reference call, reported honestly in the state's
+    ``counter``."""
+    def hook(handle, call=None, *args):
         if handle.state._executor is not None:
             work(handle.state._executor)
             setattr(handle.state.counters, counter, getattr(handle.state.counters, counter) + 1)
-        return call(*args)
+        return call(*args) if call is not None else None
     return hook
 
 
@@ -120,15 +140,10 @@ BindingsResolvedOnReset = fault("STATE-RESOLVE-ONCE.resolved-on-reset", ("STATE-
     validates the model's bindings again at every reset (reset rebuilds the state as make_state does) instead of once;
     reported in its ``binding_resolutions`` counter.""", state=hooked(reset=_resolving))
 
-
-def _cloned(handle):
-    schema.ModelProto().CopyFrom(handle.state._executor.model)
-    handle.state.counters.model_serializations += 1
-
-
 ModelClonedAtOpen = fault("STATE-NO-MODEL-SCAN.model-cloned-at-open", ("STATE-NO-MODEL-SCAN",), """Takes a private
     deep copy of the model when the state is made (to be safe from later edits by the caller), and reports the clone
-    honestly in its ``model_serializations`` counter.""", state=hooked(init=_cloned))
+    honestly in its ``model_serializations`` counter.""", state=hooked(init=_first(
+        lambda executor: schema.ModelProto().CopyFrom(executor.model), "model_serializations")))
 
 
 def _zero_filled(fault, model_bytes, initial):
@@ -162,7 +177,6 @@ StructInitialRefused = fault("STATE-WHOLE-STRUCT.structs-refused", ("STATE-WHOLE
 InlineStructsRefused = fault("STATE-WHOLE-STRUCT.inline-structs-refused", ("STATE-WHOLE-STRUCT",), """Retains structs
     by their catalogue type_id: a whole struct of an inline declaration (no type_id) cannot be bound state.""",
     open_state=opening(_structs_refused(lambda struct: struct.type_id is None, "a struct without a type_id")))
-
 
 RetainedOutputsNotReturned = fault("STATE-UNSELECTED.selected-outputs-moved", ("STATE-UNSELECTED",), """Moves the
     selected outputs into the state and returns only the others: a call's outputs are no longer all returned.""",
@@ -344,13 +358,9 @@ AllowsConcurrentCalls = fault("STATE-NO-CONCURRENCY.calls-queued", ("STATE-NO-CO
     state=hooked(init=fresh(lock=threading.Lock), run=_queued, run_held=_queued, reset=_queued, close=_queued))
 
 
-def _noting_initial(fault, model_bytes, initial):
-    fault.note = initial
-    return initial
-
-
 ResetRestoresOpenValues = fault("STATE-RESET.restores-open-values", ("STATE-RESET",), """``reset(initial)`` restores
-    the values the state was opened with, ignoring the ones passed.""", open_state=opening(_noting_initial),
+    the values the state was opened with, ignoring the ones passed.""",
+    open_state=noting(lambda model_bytes, initial: initial),
     state=hooked(init=lambda handle: setattr(handle, "opened_with", dict(handle.note)),
                  reset=lambda handle, reset, initial: reset(handle.opened_with)))
 
@@ -372,18 +382,6 @@ CloseIsNoOp = fault("STATE-CLOSE.close-ignored", ("STATE-CLOSE",), """``close()`
 ResetCloseRaceActiveCall = fault("STATE-NO-RACE.reset-close-unguarded", ("STATE-NO-RACE",), """Guards runs against
     each other but lets ``reset`` and ``close`` proceed during an active call.""",
     state=hooked(reset=_unguarded_reset, close=_unguarded_close))
-
-
-def flagged(flags: threading.local, name: str, value: Callable) -> Callable:
-    """A hook setting ``flags.<name>`` to ``value(handle)`` while the reference call runs (None again after it), so
-    that a fault's patches see which handle (or which of its calls) they run under."""
-    def hook(handle, call, *args):
-        setattr(flags, name, value(handle))
-        try:
-            return call(*args)
-        finally:
-            setattr(flags, name, None)
-    return hook
 
 
 _ACTIVE = threading.local()
@@ -493,11 +491,11 @@ def _resets_siblings(handle, reset, initial):
 
 CloseReleasesSiblings = fault("STATE-ISOLATION.close-closes-siblings", ("STATE-ISOLATION", "STATE-CLOSE"), """Keeps
     one execution context per loaded model and releases it when any state of that model is closed, so closing one
-    request's state closes every other state of the same model.""", open_state=opening(noting_model),
+    request's state closes every other state of the same model.""", open_state=by_model,
     state=hooked(init=_joins_family, close=_closes_siblings))
 ResetSharedAcrossStates = fault("STATE-ISOLATION.reset-shared", ("STATE-ISOLATION", "STATE-RESET"), """Stores the
     values a reset restores on the loaded model, so resetting one request's state replaces the retained values of every
-    other state of the same model.""", open_state=opening(noting_model),
+    other state of the same model.""", open_state=by_model,
     state=hooked(init=_joins_family, reset=_resets_siblings))
 
 
@@ -543,7 +541,7 @@ def _refused_during_model_calls(what: str) -> Callable:
 ResetCloseGuardedPerModel = fault("STATE-ISOLATION.reset-close-guarded-per-model", ("STATE-ISOLATION", "STATE-NO-RACE"),
     """Keeps "reset or close cannot race with a call" with one count of active calls per loaded model, so a reset or
     close of one state is refused while a call on another state of the same model is active.""",
-    open_state=opening(noting_model),
+    open_state=by_model,
     state=hooked(init=_counts_model_calls, run=_counted, run_cancelled=_counted, run_held=_counted,
                  reset=_refused_during_model_calls("reset"), close=_refused_during_model_calls("close")))
 
@@ -559,7 +557,7 @@ def _guarded_per_model(handle, call, *args):
 
 CallGuardPerModel = fault("STATE-NO-CONCURRENCY.guard-per-model", ("STATE-NO-CONCURRENCY", "STATE-ISOLATION"),
     """Implements the rejection of simultaneous calls with one busy flag per loaded model instead of per state: a call
-    on another request's state over the same model is rejected too.""", open_state=opening(noting_model),
+    on another request's state over the same model is rejected too.""", open_state=by_model,
     state=hooked(init=lambda handle: setattr(handle, "model_lock", per_model(handle.fault, "locks", threading.Lock)),
                  run=_guarded_per_model, run_cancelled=_guarded_per_model, run_held=_guarded_per_model))
 
