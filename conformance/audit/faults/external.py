@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import mmap
 import os
 import pathlib
 import stat
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -21,22 +21,60 @@ from reference_impl.errors import ErrorCode as E
 from reference_impl.values import EncodedValue
 
 
+# ------------------------------------------------------ mechanisms (the payload ownership faults use them too)
+def returning(target, name: str, edit: Callable, aliases: bool = True) -> Patch:
+    """A patch replacing ``target.name`` by the function whose result ``edit`` changes."""
+    return wrap(target, name, lambda original: lambda *a, **k: edit(original(*a, **k)), aliases)
+
+
+def on_extent(name: str, edit: Callable, aliases: bool = True) -> Patch:
+    """A patch replacing ``payload.name`` (open_payload or open_external, whose last three arguments are the extent,
+    the base directory and the path) by the function handing the original ``edit(extent, path)`` as the extent."""
+    def make(original):
+        def replaced(*args):
+            *head, extent, base_dir, path = args
+            return original(*head, edit(extent, path), base_dir, path)
+        return replaced
+    return wrap(payload, name, make, aliases)
+
+
+def refusing(name: str, refused: Callable, why: str, aliases: bool = True) -> Patch:
+    """A patch making ``payload.name`` refuse the extents ``refused(extent)`` holds for (``why`` may name the
+    ``{offset}``)."""
+    def edit(extent, path):
+        if refused(extent):
+            raise violation(E.EXTERNAL_FILE_INVALID, path, why.format(offset=extent.offset))
+        return extent
+    return on_extent(name, edit, aliases)
+
+
+def _file_refusing(refused: Callable, why: str) -> Patch:
+    """A patch making ``payload.open_external`` also refuse a backing file ``refused(extent, file_size)`` holds for."""
+    def make(original):
+        def open_external(extent, base_dir, path):
+            fd = original(extent, base_dir, path)
+            if refused(extent, os.fstat(fd).st_size):
+                os.close(fd)
+                raise violation(E.EXTERNAL_FILE_INVALID, path, why.format(offset=extent.offset))
+            return fd
+        return open_external
+    return wrap(payload, "open_external", make)
+
+
+# ------------------------------------------------------------------------------------------------- the faults
 def _mapping_indexed_with_offset(original):
     def open_payload(value, extent, base_dir, path):
         granularity = mmap.ALLOCATIONGRANULARITY
-        if extent.external and extent.length and extent.offset >= granularity:
-            start = extent.offset - extent.offset % granularity  # the mapping starts at the page below ...
-            fd = payload.open_external(extent, base_dir, path)
-            try:
-                size = os.fstat(fd).st_size
-                if start + extent.offset + extent.length > size:  # ... and is indexed at the whole offset
-                    raise violation(E.EXTERNAL_FILE_INVALID, path, "read past the end of the mapping")
-                data = os.pread(fd, extent.length, start + extent.offset)
-            finally:
-                os.close(fd)
-            array = np.frombuffer(data, np.uint8)
-            return array
-        return original(value, extent, base_dir, path)
+        if not extent.external or not extent.length or extent.offset < granularity:
+            return original(value, extent, base_dir, path)
+        start = extent.offset - extent.offset % granularity  # the mapping starts at the page below ...
+        fd = payload.open_external(extent, base_dir, path)
+        try:
+            if start + extent.offset + extent.length > os.fstat(fd).st_size:  # ... and is indexed at the whole offset
+                raise violation(E.EXTERNAL_FILE_INVALID, path, "read past the end of the mapping")
+            return np.frombuffer(os.pread(fd, extent.length, start + extent.offset), np.uint8)
+        finally:
+            os.close(fd)
     return open_payload
 
 
@@ -44,223 +82,53 @@ MappingIndexedWithWholeOffset = fault("PAY-EXTERNAL-EXTENT.mapping-offset-twice"
     """Maps an external extent from the allocation-granularity boundary below its offset, as mmap requires, then indexes
     the mapping with the whole offset instead of ``offset - start``: right for offsets below one page (4096 bytes),
     wrong beyond.""", boundary=True, patches=lambda: [wrap(payload, "open_payload", _mapping_indexed_with_offset)])
-
-
-def _end_of_file_exclusive(original):
-    def open_external(extent, base_dir, path):
-        fd = original(extent, base_dir, path)
-        if os.fstat(fd).st_size <= extent.offset + extent.length:
-            os.close(fd)
-            raise violation(E.EXTERNAL_FILE_INVALID, path, "backing file does not cover offset + length")
-        return fd
-    return open_external
-
-
-ExtentAtEndOfFileRefused = fault("PAY-EXTERNAL-EXTENT.end-of-file-exclusive", ("PAY-EXTERNAL-EXTENT",),
-    """Checks the backing file's size with ``size <= offset + length`` (off by one): an extent ending exactly at the end
-    of its file is refused.""", boundary=True, patches=lambda: [wrap(payload, "open_external", _end_of_file_exclusive)])
-
-
-def _empty_extent_anywhere(original):
-    def open_external(extent, base_dir, path):
-        if extent.length == 0:  # nothing to read: only the file itself is checked
-            extent = type(extent)(0, extent.location, 0)
-        return original(extent, base_dir, path)
-    return open_external
-
-
+ExtentAtEndOfFileRefused = fault("PAY-EXTERNAL-EXTENT.end-of-file-exclusive", ("PAY-EXTERNAL-EXTENT",), """Checks
+    the backing file's size with ``size <= offset + length`` (off by one): an extent ending exactly at the end of its
+    file is refused.""", boundary=True, patches=lambda: [_file_refusing(
+        lambda extent, size: size <= extent.offset + extent.length, "backing file does not cover offset + length")])
+OffsetAtEndOfFileRefused = fault("PAY-EXTERNAL-EXTENT.offset-at-end-refused", ("PAY-EXTERNAL-EXTENT", "PAY-EMPTY"),
+    """Checks ``offset < file_size`` as well as ``offset + length <= file_size``: an empty extent at the very end of its
+    backing file is refused.""", boundary=True, patches=lambda: [_file_refusing(
+        lambda extent, size: extent.offset >= size, "offset {offset} is not inside the backing file")])
+UnalignedOffsetRefused = fault("PAY-EXTERNAL-EXTENT.unaligned-offset-refused", ("PAY-EXTERNAL-EXTENT",), """Refuses
+    external offsets that are not a multiple of 4 (it maps payloads as typed views and will not read a FLOAT or INT32
+    from an unaligned address) instead of reading the bytes at any offset.""", boundary=True,
+    patches=lambda: [refusing("open_external", lambda extent: extent.offset % 4,
+                              "offset {offset} is not 4-byte aligned: no typed view of the extent", aliases=False)])
 EmptyExtentOffsetUnchecked = fault("PAY-EXTERNAL-EXTENT.empty-extent-offset-unchecked", ("PAY-EXTERNAL-EXTENT",),
     """Skips the extent check for a zero-length external payload (there is nothing to read): an offset beyond the end of
-    the backing file passes.""", boundary=True,
-    patches=lambda: [wrap(payload, "open_external", _empty_extent_anywhere)])
-
-
-class ExtentKeyedByLocation(Fault):
-    """Maps each backing file once, keyed by its location, and hands every value in that file the extent
-    of the first one that named it: a second value at another offset of the same file reads the first
-    value's bytes."""
-
-    fault_id = "PAY-EXTERNAL-EXTENT.extent-keyed-by-location"
-    clauses = ("PAY-EXTERNAL-EXTENT",)
-
-    def transform(self, model, base_dir):
-        from conformance.audit.fault import encoded_values
-
-        first: dict[str, dict[str, str]] = {}
-        for value in encoded_values(model):
-            if value.data_location != payload.EXTERNAL:
-                continue
-            entries = {entry.key: entry.value for entry in value.external_data}
-            location = entries.get("location")
-            if location is None:
-                continue
-            if location not in first:
-                first[location] = entries
-                continue
-            value.ClearField("external_data")
-            for key, text in first[location].items():
-                value.external_data.add(key=key, value=text)
-
-
-class OverlappingExtentsRejected(Fault):
-    """Refuses two external values whose extents in one file overlap (as if each byte range had one owner),
-    although values may share payload bytes."""
-
-    fault_id = "PAY-EXTERNAL-EXTENT.overlap-rejected"
-    clauses = ("PAY-EXTERNAL-EXTENT",)
-
-    def precheck(self, model, base_dir):
-        from conformance.audit.fault import encoded_values
-
-        seen: dict[str, list[tuple[int, int]]] = {}
-        for value in encoded_values(model):
-            if value.data_location != payload.EXTERNAL:
-                continue
-            entries = {entry.key: entry.value for entry in value.external_data}
-            try:
-                start = int(entries.get("offset", "0"))
-                stop = start + int(entries["length"])
-                location = entries["location"]
-            except (KeyError, ValueError):
-                continue
-            for other_start, other_stop in seen.get(location, []):
-                if start < other_stop and other_start < stop:
-                    raise violation(E.EXTERNAL_FILE_INVALID, value.name, "extent overlaps another value's")
-            seen.setdefault(location, []).append((start, stop))
-
-
-def _entries(value) -> dict[str, str]:
-    return {entry.key: entry.value for entry in value.external_data}
-
-
-class LengthDefaultsToRestOfFile(Fault):
-    """Follows the ONNX TensorProto convention where ``length`` is optional: a missing length means the
-    rest of the backing file, instead of requiring an explicit length."""
-
-    fault_id = "PAY-EXTERNAL-KEYS.length-optional"
-    clauses = ("PAY-EXTERNAL-KEYS",)
-
-    def transform(self, model, base_dir):
-        for value in encoded_values(model):
-            entries = _entries(value)
-            if value.data_location != _EXTERNAL or "length" in entries or "location" not in entries:
-                continue
-            target = pathlib.Path(base_dir or ".") / entries["location"]
-            if base_dir is not None and target.is_file():
-                offset = int(entries["offset"]) if entries.get("offset", "").isdigit() else 0
-                value.external_data.add(key="length", value=str(max(target.stat().st_size - offset, 0)))
-
-
-def _lenient_number(text, path):
-    try:
-        return int(text, 0)
-    except (TypeError, ValueError):
-        raise violation(E.EXTERNAL_NUMBER_INVALID, path, f"{text!r} is not a number") from None
-
-
-LenientExternalNumbers = fault("PAY-EXTERNAL-KEYS.lenient-numbers", ("PAY-EXTERNAL-KEYS",),
-    """Parses offset and length with a general integer parser (``strtoll``-like: spaces, signs and ``0x`` prefixes
-    accepted) instead of as decimal uint64 strings.""", boundary=True,
-    patches=lambda: [Patch(payload, "_decimal", _lenient_number)])
-
-
-class MappingReleasedEarly(Fault):
-    """Maps the backing file in a scoped block and unmaps it when the load returns, although the
-    payload views still point into the mapping (the mapping's owner is not retained).
-
-    Touching unmapped pages would crash the process; the fault shows what a runtime whose pages were
-    reused reads instead: the views it handed out (decoded values, a state's initial values) read zeros
-    once the call that loaded them has returned."""
-
-    fault_id = "PAY-EXTERNAL-OWNER.mapping-released"
-    clauses = ("PAY-EXTERNAL-OWNER",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._mapped: list[bytearray] = []
-
-    def patches(self):
-        def make(original):
-            def open_payload(value, extent, base_dir, path):
-                if not extent.external or extent.length == 0:
-                    return original(value, extent, base_dir, path)
-                fd = payload.open_external(extent, base_dir, path)
-                try:
-                    pages = bytearray(os.pread(fd, extent.length, extent.offset))
-                finally:
-                    os.close(fd)
-                self._mapped.append(pages)
-                view = np.frombuffer(pages, dtype=np.uint8)
-                view.flags.writeable = False
-                return view
-            return open_payload
-        return [wrap(payload, "open_payload", make)]
-
-    @contextlib.contextmanager
-    def injected(self):
-        with super().injected():
-            yield
-        if INSTALLER.idle:  # the loading call returned: its scoped mappings are gone
-            for pages in self._mapped:
-                pages[:] = bytes(len(pages))
-            self._mapped.clear()
-
-
-BackingFileNotChecked = fault("PAY-EXTERNAL-EXTENT.file-unchecked", ("PAY-EXTERNAL-EXTENT",),
-    """Never checks at load that the backing file exists and covers offset + length (reads fail later, or read
-    short).""", patches=lambda: [skip(payload, "check_file", "EXTERNAL_FILE_INVALID")])
-
-
-def _offset_ignored(original):
-    def open_payload(value, extent, base_dir, path):
-        if extent.external:
-            extent = type(extent)(extent.length, extent.location, 0)
-        return original(value, extent, base_dir, path)
-    return open_payload
-
-
-ExternalOffsetIgnored = fault("PAY-EXTERNAL-EXTENT.offset-ignored", ("PAY-EXTERNAL-EXTENT",),
-    """Maps an external payload from the start of its file, ignoring the offset.""", boundary=True,
-    patches=lambda: [wrap(payload, "open_payload", _offset_ignored)])
-
-
-def _uncontained_open(extent, base_dir, path):
-    """The backing file opened by joining its location to the model directory, as written: absolute
-    locations, '..' components and links lead wherever they point."""
-    if base_dir is None:
-        raise violation(E.EXTERNAL_FILE_INVALID, path, "external payload needs a base directory to resolve")
-    target = os.path.join(os.fspath(base_dir), extent.location.replace("\\", "/"))
-    try:
-        fd = os.open(target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except (OSError, ValueError) as err:
-        raise violation(E.EXTERNAL_FILE_INVALID, path,
-                        f"backing file {extent.location!r} cannot be opened: {err}") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_size < extent.offset + extent.length:
-        os.close(fd)
-        raise violation(E.EXTERNAL_FILE_INVALID, path, "backing file is not a regular file covering offset + length")
-    return fd
-
-
-LocationNotContained = fault("PAY-EXTERNAL-CONTAINED.no-containment", ("PAY-EXTERNAL-CONTAINED",),
-    """Joins the location to the model directory without checking that the result stays inside it (absolute paths, '..',
-    drive letters and NUL characters pass).""",
-    patches=lambda: [Patch(payload, "check_location", lambda location, path: None),
-                     Patch(payload, "open_external", _uncontained_open)])
-
-
-def _checked_apart(original):
-    def open_external(extent, base_dir, path):
-        loose = dataclasses.replace(extent, offset=0, length=max(extent.offset, extent.length))
-        return original(loose, base_dir, path)
-    return open_external
-
-
+    the backing file passes.""", boundary=True,  # only the file itself is checked
+    patches=lambda: [on_extent("open_external", lambda e, path: replace(e, offset=0) if e.length == 0 else e)])
+EmptyExtentFileNotOpened = fault("PAY-EXTERNAL-EXTENT.empty-extent-file-not-opened",
+    ("PAY-EXTERNAL-EXTENT", "PAY-EMPTY"), """Skips the backing file entirely for a zero-length extent (nothing to read,
+    so nothing is opened): an empty external payload whose location names no file is accepted.""", boundary=True,
+    patches=lambda: [wrap(payload, "open_external", lambda original: lambda extent, base_dir, path: original(
+        extent, base_dir, path) if extent.length else os.open(os.devnull, os.O_RDONLY), aliases=False)])
+ExternalOffsetIgnored = fault("PAY-EXTERNAL-EXTENT.offset-ignored", ("PAY-EXTERNAL-EXTENT",), """Maps an external
+    payload from the start of its file, ignoring the offset.""", boundary=True,
+    patches=lambda: [on_extent("open_payload", lambda e, path: replace(e, offset=0) if e.external else e)])
 ExtentCheckedPartByPart = fault("PAY-EXTERNAL-EXTENT.offset-length-checked-apart", ("PAY-EXTERNAL-EXTENT",),
     """Checks an external extent against its backing file part by part (``offset <= size`` and ``length <= size``)
     instead of ``offset + length <= size``: an extent that starts inside the file and runs past its end is accepted (its
-    bytes then read short).""", boundary=True,
-    patches=lambda: [wrap(payload, "open_external", _checked_apart, aliases=False)])
+    bytes then read short).""", boundary=True, patches=lambda: [on_extent(
+        "open_external", lambda e, path: replace(e, offset=0, length=max(e.offset, e.length)), aliases=False)])
+LocationBasenameOnly = fault("PAY-EXTERNAL-EXTENT.location-basename-only", ("PAY-EXTERNAL-EXTENT",), """Opens an
+    external payload by the last component of its location, in the model directory itself (``os.path.basename``): a
+    backing file in a subdirectory is not found, or a same-named file beside the model is read instead.""",
+    patches=lambda: [on_extent("open_external", lambda e, path: replace(
+        e, location=e.location.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or e.location), aliases=False)])
+ExternalNumbersThirtyTwoBit = fault("PAY-EXTERNAL-EXTENT.numbers-thirty-two-bit",
+    ("PAY-EXTERNAL-EXTENT", "PAY-EXTERNAL-KEYS"), """Parses external offset and length into 32-bit integers
+    (``(uint32_t)strtoull(...)``): numbers of 2**32 and beyond wrap, so an extent far beyond a small file is read from
+    its start.""", boundary=True, patches=lambda: [returning(payload, "_decimal", lambda number: number % (1 << 32))])
+ExternalOffsetTruncatedTo32Bits = fault("PAY-EXTERNAL-EXTENT.offset-truncated-32-bits", ("PAY-EXTERNAL-EXTENT",),
+    """Keeps the external offset in a 32-bit field: an offset of 2**32 or more is read modulo 2**32, so an extent beyond
+    the end of a small file reads bytes near its start instead of being refused.""", boundary=True,
+    patches=lambda: [returning(payload, "payload_extent", lambda e: replace(e, offset=e.offset & 0xFFFFFFFF)
+                               if e.external and e.offset >= 1 << 32 else e)])
+BackingFileNotChecked = fault("PAY-EXTERNAL-EXTENT.file-unchecked", ("PAY-EXTERNAL-EXTENT",), """Never checks at load
+    that the backing file exists and covers offset + length (reads fail later, or read short).""",
+    patches=lambda: [skip(payload, "check_file", "EXTERNAL_FILE_INVALID")])
 
 
 def _wrapped(extent) -> int | None:
@@ -276,21 +144,12 @@ def _extent_wrapping(original):
         except ContractError as error:
             if error.code != E.EXTERNAL_EXTENT_OVERFLOW:
                 raise
-            entries = {entry.key: entry.value for entry in value.external_data}
+            entries = _entries(value)
             offset, length = int(entries.get("offset", "0")), int(entries["length"])
             if (offset + length) % (UINT64_MAX + 1) > INT64_MAX:
                 raise
             return payload.Extent(length=length, location=entries["location"], offset=offset)
     return payload_extent
-
-
-def _open_wrapping(original):
-    def open_external(extent, base_dir, path):
-        wrapped = _wrapped(extent)
-        if wrapped is not None:  # the size check compares the wrapped end
-            extent = dataclasses.replace(extent, offset=0, length=wrapped)
-        return original(extent, base_dir, path)
-    return open_external
 
 
 def _read_wrapping(original):
@@ -302,67 +161,78 @@ def _read_wrapping(original):
     return open_payload
 
 
-ExtentSumWraps = fault("PAY-EXTERNAL-EXTENT.extent-sum-wraps", ("PAY-EXTERNAL-EXTENT",),
-    """Computes an external extent's end as ``offset + length`` in wrapping uint64 arithmetic: an extent whose end
-    overflows wraps to a small number, passes the file-size check, and is accepted (reading it then fails).""",
-    boundary=True,
+ExtentSumWraps = fault("PAY-EXTERNAL-EXTENT.extent-sum-wraps", ("PAY-EXTERNAL-EXTENT",), """Computes an external
+    extent's end as ``offset + length`` in wrapping uint64 arithmetic: an extent whose end overflows wraps to a small
+    number, passes the file-size check, and is accepted (reading it then fails).""", boundary=True,
     patches=lambda: [wrap(payload, "payload_extent", _extent_wrapping),
-                     wrap(payload, "open_external", _open_wrapping, aliases=False),
+                     on_extent("open_external", lambda e, path: e if _wrapped(e) is None else replace(
+                         e, offset=0, length=_wrapped(e)), aliases=False),  # the size check: the wrapped end
                      wrap(payload, "open_payload", _read_wrapping)])
 
 
-def _basename_only(original):
-    def open_external(extent, base_dir, path):
-        name = extent.location.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
-        return original(dataclasses.replace(extent, location=name or extent.location), base_dir, path)
-    return open_external
+def _entries(value) -> dict[str, str]:
+    return {entry.key: entry.value for entry in value.external_data}
 
 
-LocationBasenameOnly = fault("PAY-EXTERNAL-EXTENT.location-basename-only", ("PAY-EXTERNAL-EXTENT",),
-    """Opens an external payload by the last component of its location, in the model directory itself
-    (``os.path.basename``): a backing file in a subdirectory is not found, or a same-named file beside the model is read
-    instead.""", patches=lambda: [wrap(payload, "open_external", _basename_only, aliases=False)])
+def _external_entries(model) -> list:
+    """Every external encoded value of the model, with its external_data entries."""
+    return [(value, _entries(value)) for value in encoded_values(model) if value.data_location == _EXTERNAL]
 
 
-def _thirty_two_bit(original):
-    def decimal(text, path):
-        return original(text, path) % (1 << 32)
-    return decimal
+def _first_extent_per_location(model, base_dir):
+    first: dict[str, dict[str, str]] = {}
+    for value, entries in _external_entries(model):
+        location = entries.get("location")
+        if location is None or first.setdefault(location, entries) is entries:
+            continue
+        value.ClearField("external_data")
+        for key, text in first[location].items():
+            value.external_data.add(key=key, value=text)
 
 
-ExternalNumbersThirtyTwoBit = fault("PAY-EXTERNAL-EXTENT.numbers-thirty-two-bit",
-    ("PAY-EXTERNAL-EXTENT", "PAY-EXTERNAL-KEYS"), """Parses external offset and length into 32-bit integers
-    (``(uint32_t)strtoull(...)``): numbers of 2**32 and beyond wrap, so an extent far beyond a small file is read from
-    its start.""", boundary=True, patches=lambda: [wrap(payload, "_decimal", _thirty_two_bit)])
+def _overlaps_refused(model, base_dir):
+    seen: dict[str, list[tuple[int, int]]] = {}
+    for value, entries in _external_entries(model):
+        try:
+            start = int(entries.get("offset", "0"))
+            stop, location = start + int(entries["length"]), entries["location"]
+        except (KeyError, ValueError):
+            continue
+        if any(start < other_stop and other_start < stop for other_start, other_stop in seen.get(location, [])):
+            raise violation(E.EXTERNAL_FILE_INVALID, value.name, "extent overlaps another value's")
+        seen.setdefault(location, []).append((start, stop))
 
 
-def _empty_extent_unopened(original):
-    def open_external(extent, base_dir, path):
-        if extent.length == 0:  # nothing to read: the backing file is never looked at
-            return os.open(os.devnull, os.O_RDONLY)
-        return original(extent, base_dir, path)
-    return open_external
+def _length_to_end_of_file(model, base_dir):
+    for value, entries in _external_entries(model):
+        if "length" in entries or "location" not in entries or base_dir is None:
+            continue
+        target = pathlib.Path(base_dir) / entries["location"]
+        if target.is_file():
+            offset = int(entries["offset"]) if entries.get("offset", "").isdigit() else 0
+            value.external_data.add(key="length", value=str(max(target.stat().st_size - offset, 0)))
 
 
-EmptyExtentFileNotOpened = fault("PAY-EXTERNAL-EXTENT.empty-extent-file-not-opened",
-    ("PAY-EXTERNAL-EXTENT", "PAY-EMPTY"), """Skips the backing file entirely for a zero-length extent (nothing to read,
-    so nothing is opened): an empty external payload whose location names no file is accepted.""", boundary=True,
-    patches=lambda: [wrap(payload, "open_external", _empty_extent_unopened, aliases=False)])
+def _lenient_number(text, path):
+    try:
+        return int(text, 0)
+    except (TypeError, ValueError):
+        raise violation(E.EXTERNAL_NUMBER_INVALID, path, f"{text!r} is not a number") from None
 
 
-def _aligned_only(original):
-    def open_external(extent, base_dir, path):
-        if extent.offset % 4:
-            raise violation(E.EXTERNAL_FILE_INVALID, path,
-                            f"offset {extent.offset} is not 4-byte aligned: no typed view of the extent")
-        return original(extent, base_dir, path)
-    return open_external
-
-
-UnalignedOffsetRefused = fault("PAY-EXTERNAL-EXTENT.unaligned-offset-refused", ("PAY-EXTERNAL-EXTENT",),
-    """Refuses external offsets that are not a multiple of 4 (it maps payloads as typed views and will not read a FLOAT
-    or INT32 from an unaligned address) instead of reading the bytes at any offset.""", boundary=True,
-    patches=lambda: [wrap(payload, "open_external", _aligned_only, aliases=False)])
+ExtentKeyedByLocation = fault("PAY-EXTERNAL-EXTENT.extent-keyed-by-location", ("PAY-EXTERNAL-EXTENT",), """Maps each
+    backing file once, keyed by its location, and hands every value in that file the extent of the first one that named
+    it: a second value at another offset of the same file reads the first value's bytes.""",
+    transform=_first_extent_per_location)
+OverlappingExtentsRejected = fault("PAY-EXTERNAL-EXTENT.overlap-rejected", ("PAY-EXTERNAL-EXTENT",), """Refuses two
+    external values whose extents in one file overlap (as if each byte range had one owner), although values may share
+    payload bytes.""", precheck=_overlaps_refused)
+LengthDefaultsToRestOfFile = fault("PAY-EXTERNAL-KEYS.length-optional", ("PAY-EXTERNAL-KEYS",), """Follows the ONNX
+    TensorProto convention where ``length`` is optional: a missing length means the rest of the backing file, instead of
+    requiring an explicit length.""", transform=_length_to_end_of_file)
+LenientExternalNumbers = fault("PAY-EXTERNAL-KEYS.lenient-numbers", ("PAY-EXTERNAL-KEYS",), """Parses offset and
+    length with a general integer parser (``strtoll``-like: spaces, signs and ``0x`` prefixes accepted) instead of as
+    decimal uint64 strings.""", boundary=True, patches=lambda: [Patch(payload, "_decimal", _lenient_number)])
 
 
 def _leading_parent_only(location, path):
@@ -376,7 +246,8 @@ def _leading_parent_only(location, path):
 
 
 def _joined_open(extent, base_dir, path):
-    """The backing file opened at base_dir joined with the location (the OS resolves '..' and links)."""
+    """The backing file opened at base_dir joined with the location, as written (the OS resolves absolute locations,
+    '..' components and links wherever they point)."""
     if base_dir is None:
         raise violation(E.EXTERNAL_FILE_INVALID, path, "external payload needs a base directory to resolve")
     target = os.path.join(os.fspath(base_dir), extent.location.replace("\\", "/"))
@@ -392,24 +263,6 @@ def _joined_open(extent, base_dir, path):
     return fd
 
 
-class OnlyLeadingParentRefused(Fault):
-    """Refuses a location that starts with '..' or '/', but lets the operating system resolve a '..'
-    further in ('weights/../../secret.bin' escapes)."""
-
-    fault_id = "PAY-EXTERNAL-CONTAINED.only-leading-parent-refused"
-    clauses = ("PAY-EXTERNAL-CONTAINED",)
-
-    def patches(self):
-        return [Patch(payload, "check_location", _leading_parent_only), Patch(payload, "open_external", _joined_open)]
-
-
-SymlinksFollowed = fault("PAY-EXTERNAL-CONTAINED.symlinks-followed", ("PAY-EXTERNAL-CONTAINED",),
-    """Checks the location's spelling (relative, no '..') but opens it by joining it to the model directory, so a
-    symbolic link inside the directory leads wherever it points.""",
-    pending="a case whose model directory holds a symbolic link to a file outside it (the case format "
-               "writes regular files only)", patches=lambda: [Patch(payload, "open_external", _joined_open)])
-
-
 def _decoded_from_file(original):
     def to_proto(self):
         if self.source is not None and len(self.source.external_data):
@@ -418,41 +271,70 @@ def _decoded_from_file(original):
     return to_proto
 
 
-ExternalValuesReopenedByName = fault("PAY-EXTERNAL-OWNER.reopened-by-name", ("PAY-EXTERNAL-OWNER",),
-    """Keeps an external encoded value as its message and opens the backing file by name whenever the value is decoded,
-    instead of retaining the mapping it validated at load: a file removed or replaced after loading breaks (or changes)
-    values the runtime still holds.""", patches=lambda: [wrap(EncodedValue, "to_proto", _decoded_from_file)])
+LocationNotContained = fault("PAY-EXTERNAL-CONTAINED.no-containment", ("PAY-EXTERNAL-CONTAINED",), """Joins the
+    location to the model directory without checking that the result stays inside it (absolute paths, '..', drive
+    letters and NUL characters pass).""", patches=lambda: [Patch(payload, "check_location", lambda *args: None),
+                                                          Patch(payload, "open_external", _joined_open)])
+OnlyLeadingParentRefused = fault("PAY-EXTERNAL-CONTAINED.only-leading-parent-refused", ("PAY-EXTERNAL-CONTAINED",),
+    """Refuses a location that starts with '..' or '/', but lets the operating system resolve a '..' further in
+    ('weights/../../secret.bin' escapes).""", patches=lambda: [Patch(payload, "check_location", _leading_parent_only),
+                                                               Patch(payload, "open_external", _joined_open)])
+SymlinksFollowed = fault("PAY-EXTERNAL-CONTAINED.symlinks-followed", ("PAY-EXTERNAL-CONTAINED",), """Checks the
+    location's spelling (relative, no '..') but opens it by joining it to the model directory, so a symbolic link inside
+    the directory leads wherever it points.""", pending="a case whose model directory holds a symbolic link to a file "
+    "outside it (the case format writes regular files only)", patches=lambda: [Patch(payload, "open_external",
+                                                                                     _joined_open)])
+ExternalValuesReopenedByName = fault("PAY-EXTERNAL-OWNER.reopened-by-name", ("PAY-EXTERNAL-OWNER",), """Keeps an
+    external encoded value as its message and opens the backing file by name whenever the value is decoded, instead of
+    retaining the mapping it validated at load: a file removed or replaced after loading breaks (or changes) values the
+    runtime still holds.""", patches=lambda: [wrap(EncodedValue, "to_proto", _decoded_from_file)])
 
 
-def _offset_at_end_refused(original):
-    def open_external(extent, base_dir, path):
-        fd = original(extent, base_dir, path)
-        if extent.offset >= os.fstat(fd).st_size:
-            os.close(fd)
-            raise violation(E.EXTERNAL_FILE_INVALID, path, f"offset {extent.offset} is not inside the backing file")
-        return fd
-    return open_external
+class ReusedAfterCall(Fault):
+    """A fault whose memory handed out during a call (``scratch``) is reused, and reads zeros, once none of the
+    fault's calls is active any more."""
+
+    @property
+    def scratch(self) -> list[bytearray]:
+        return vars(self).setdefault("_scratch", [])
+
+    @contextlib.contextmanager
+    def injected(self):
+        with super().injected():
+            yield
+        if INSTALLER.idle:  # the call that took the memory returned: it is reused
+            for pages in self.scratch:
+                pages[:] = bytes(len(pages))
+            self.scratch.clear()
 
 
-OffsetAtEndOfFileRefused = fault("PAY-EXTERNAL-EXTENT.offset-at-end-refused", ("PAY-EXTERNAL-EXTENT", "PAY-EMPTY"),
-    """Checks ``offset < file_size`` as well as ``offset + length <= file_size``: an empty extent at the very end of its
-    backing file is refused.""", boundary=True,
-    patches=lambda: [wrap(payload, "open_external", _offset_at_end_refused)])
+class MappingReleasedEarly(ReusedAfterCall):
+    """Maps the backing file in a scoped block and unmaps it when the load returns, although the
+    payload views still point into the mapping (the mapping's owner is not retained).
 
+    Touching unmapped pages would crash the process; the fault shows what a runtime whose pages were
+    reused reads instead: the views it handed out (decoded values, a state's initial values) read zeros
+    once the call that loaded them has returned."""
 
-def _offset_32_bits(original):
-    def payload_extent(value, path):
-        extent = original(value, path)
-        if extent.external and extent.offset >= 1 << 32:
-            return replace(extent, offset=extent.offset & 0xFFFFFFFF)
-        return extent
-    return payload_extent
+    fault_id = "PAY-EXTERNAL-OWNER.mapping-released"
+    clauses = ("PAY-EXTERNAL-OWNER",)
 
-
-ExternalOffsetTruncatedTo32Bits = fault("PAY-EXTERNAL-EXTENT.offset-truncated-32-bits", ("PAY-EXTERNAL-EXTENT",),
-    """Keeps the external offset in a 32-bit field: an offset of 2**32 or more is read modulo 2**32, so an extent beyond
-    the end of a small file reads bytes near its start instead of being refused.""", boundary=True,
-    patches=lambda: [wrap(payload, "payload_extent", _offset_32_bits)])
+    def patches(self):
+        def make(original):
+            def open_payload(value, extent, base_dir, path):
+                if not extent.external or extent.length == 0:
+                    return original(value, extent, base_dir, path)
+                fd = payload.open_external(extent, base_dir, path)
+                try:
+                    pages = bytearray(os.pread(fd, extent.length, extent.offset))
+                finally:
+                    os.close(fd)
+                self.scratch.append(pages)
+                view = np.frombuffer(pages, dtype=np.uint8)
+                view.flags.writeable = False
+                return view
+            return open_payload
+        return [wrap(payload, "open_payload", make)]
 
 
 name_faults(globals())

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import threading
 import weakref
+from collections.abc import Callable
 from types import MappingProxyType
 
 import numpy as np
 
-from conformance.adapters.reference import ReferenceState, to_neutral, to_runtime
+from conformance.adapters.reference import to_neutral, to_runtime
 from conformance.audit.fault import Fault, FaultState, fault, name_faults, wrap
 from conformance.audit.faults.shared import _ExtraRetainedState
 from conformance.values import Struct
@@ -23,95 +24,164 @@ from reference_impl.tensors import to_array
 from reference_impl.values import TensorSpec, is_struct, numpy_dtype
 
 
-def _bound_outputs(state) -> set[str]:
-    return {b.output_name for b in state.bindings}
+# ------------------------------------------------------ mechanisms (the bindings and payload faults use them too)
+def hooked(init: Callable | None = None, **hooks: Callable) -> type[FaultState]:
+    """A state handle whose calls named in ``hooks`` (run, reset, close, values...) are ``hooks[name](handle, call,
+    *arguments)``, ``call`` making the reference call; ``init(handle)`` prepares each (after it took its ``note``)."""
+    def through(name, hook):
+        return lambda self, *args: hook(self, functools.partial(getattr(FaultState, name), self), *args)
+
+    def __init__(self, state, fault, like=None):
+        FaultState.__init__(self, state, fault, like)
+        self.note = getattr(fault, "note", None)
+        if init is not None:
+            init(self)
+    return type("HookedState", (FaultState,), {"__init__": __init__, **{n: through(n, h) for n, h in hooks.items()}})
 
 
-class _NeverAdvancesState(FaultState):
-    def run(self, feeds):
-        before = self.state._values
-        outputs = super().run(feeds)
-        self.state._values = before
-        return outputs
+def fresh(**values) -> Callable:
+    """An ``init`` giving each handle its own attributes (a callable value is a factory, called per handle)."""
+    return lambda handle: vars(handle).update({k: v() if callable(v) else v for k, v in values.items()})
 
 
-NeverAdvances = fault("STATE-EQUIV-LOOP.never-advances", ("STATE-EQUIV-LOOP",),
-    """Returns each call's outputs but never stores the selected ones: every call starts again from the initial values,
-    unlike the manual output-to-input loop.""", state=_NeverAdvancesState)
+def edited(name: str, edit: Callable) -> type[FaultState]:
+    """A state handle whose ``name`` call (run or reset) gets ``edit(handle, argument)`` instead of its argument."""
+    return hooked(**{name: lambda handle, call, argument: call(edit(handle, argument))})
 
 
-class _SerializingModelState(FaultState):
-    def run(self, feeds):
-        executor = self.state._executor
-        if executor is not None:
-            executor.model.SerializeToString(deterministic=True)  # hashed to detect mutation
-            self.state.counters.model_serializations += 1
-        return super().run(feeds)
+def after_run(edit: Callable, **hooks: Callable) -> type[FaultState]:
+    """A state handle whose runs end with ``edit(handle, values_before, outputs)`` (which returns the outputs)."""
+    def run(handle, call, feeds):
+        before = handle.state._values
+        return edit(handle, before, call(feeds))
+    return hooked(run=run, **hooks)
 
 
-ModelHashedEachRun = fault("STATE-NO-MODEL-SCAN.model-hashed-each-run", ("STATE-NO-MODEL-SCAN",),
-    """Serializes and hashes the model on every call to detect whether the caller mutated it (and reports it honestly in
-    its ``model_serializations`` counter).""", state=_SerializingModelState)
-
-
-class _ResolvingState(FaultState):
-    def run(self, feeds):
-        executor = self.state._executor
-        if executor is not None:
-            validate_bindings(executor.model, executor.catalogue)
-            self.state.counters.binding_resolutions += 1
-        return super().run(feeds)
-
-
-BindingsResolvedEachRun = fault("STATE-RESOLVE-ONCE.resolved-each-run", ("STATE-RESOLVE-ONCE",),
-    """Resolves and validates the model's bindings again on every call instead of once when the state is made (reported
-    in its ``binding_resolutions`` counter).""", state=_ResolvingState)
-
-
-class MissingInitialZeroFilled(Fault):
-    """Starts a bound input without an initial value from zeros of its declared shape instead of
-    requiring the caller to supply it."""
-
-    fault_id = "STATE-INITIAL.zero-filled"
-    clauses = ("STATE-INITIAL",)
-
+def opening(edit: Callable) -> Callable:
+    """An ``open_state`` on ``edit(fault, model_bytes, initial)`` (which may leave the next handle a ``note``)."""
     def open_state(self, model_bytes, initial, base_dir=None):
-        initial = dict(initial)
+        return Fault.open_state(self, model_bytes, edit(self, model_bytes, initial), base_dir)
+    return open_state
+
+
+def flagged(flags: threading.local, name: str, value: Callable) -> Callable:
+    """A hook setting ``flags.<name>`` to ``value(handle)`` while the reference call runs (None again after it), so
+    that a fault's patches see which handle (or which of its calls) they run under."""
+    def hook(handle, call, *args):
+        setattr(flags, name, value(handle))
         try:
-            resolved = validate_bindings(schema.parse_model(model_bytes))
-        except ContractError:
-            resolved = ()
-        for binding in resolved:
-            spec = binding.spec
-            if binding.input_name not in initial and isinstance(spec, TensorSpec) and spec.dims is not None \
-                    and all(isinstance(d, int) for d in spec.dims):
-                initial[binding.input_name] = np.zeros(spec.dims, numpy_dtype(spec.elem_type))
-        return super().open_state(model_bytes, initial, base_dir)
+            return call(*args)
+        finally:
+            setattr(flags, name, None)
+    return hook
 
 
-class StructInitialRefused(Fault):
-    """Retains tensors only: a whole structured input cannot be bound state."""
-
-    fault_id = "STATE-WHOLE-STRUCT.structs-refused"
-    clauses = ("STATE-WHOLE-STRUCT",)
-
-    def open_state(self, model_bytes, initial, base_dir=None):
-        for name, value in initial.items():
-            if isinstance(value, Struct):
-                raise violation(E.STATE_UNRETAINABLE, f"initial[{name!r}]", "only tensors can be retained")
-        return super().open_state(model_bytes, initial, base_dir)
+def noting(pick: Callable) -> Callable:
+    """An ``open_state`` leaving the handle made next the ``note`` ``pick(model_bytes, initial)``."""
+    def edit(fault, model_bytes, initial):
+        fault.note = pick(model_bytes, initial)
+        return initial
+    return opening(edit)
 
 
-class _MovesRetainedState(FaultState):
-    def run(self, feeds):
-        outputs = super().run(feeds)
-        retained = _bound_outputs(self.state)
-        return {name: value for name, value in outputs.items() if name not in retained}
+#: an ``open_state`` noting the model: the handle made next belongs to it
+by_model = noting(lambda model_bytes, initial: model_bytes)
 
 
-RetainedOutputsNotReturned = fault("STATE-UNSELECTED.selected-outputs-moved", ("STATE-UNSELECTED",),
-    """Moves the selected outputs into the state and returns only the others: a call's outputs are no longer all
-    returned.""", state=_MovesRetainedState)
+def per_model(fault, name: str, make: Callable):
+    """The fault's ``name`` table entry for the model the handle was opened on (made by ``make`` the first time)."""
+    return vars(fault).setdefault(name, {}).setdefault(fault.note, make())
+
+
+def _bound_inputs(state) -> set[str]:
+    return {b.input_name for b in state.bindings}
+
+
+def _publish(state, values: dict) -> None:
+    state._values = MappingProxyType(values)
+
+
+def _zeros(spec):
+    """Zeros of a tensor spec's declared static shape (None when it has none)."""
+    if isinstance(spec, TensorSpec) and spec.dims is not None and all(isinstance(d, int) for d in spec.dims):
+        return np.zeros(spec.dims, numpy_dtype(spec.elem_type))
+    return None
+
+
+def _first(work: Callable, counter: str) -> Callable:
+    """A hook (or an ``init``) doing ``work(executor)`` before the reference call, reported honestly in the state's
+    ``counter``."""
+    def hook(handle, call=None, *args):
+        if handle.state._executor is not None:
+            work(handle.state._executor)
+            setattr(handle.state.counters, counter, getattr(handle.state.counters, counter) + 1)
+        return call(*args) if call is not None else None
+    return hook
+
+
+# ------------------------------------------------------------------------------------------------- the faults
+def _kept_before(handle, before, outputs):
+    handle.state._values = before
+    return outputs
+
+
+_resolving = _first(lambda executor: validate_bindings(executor.model, executor.catalogue), "binding_resolutions")
+NeverAdvances = fault("STATE-EQUIV-LOOP.never-advances", ("STATE-EQUIV-LOOP",), """Returns each call's outputs but
+    never stores the selected ones: every call starts again from the initial values, unlike the manual output-to-input
+    loop.""", state=after_run(_kept_before))
+ModelHashedEachRun = fault("STATE-NO-MODEL-SCAN.model-hashed-each-run", ("STATE-NO-MODEL-SCAN",), """Serializes
+    and hashes the model on every call to detect whether the caller mutated it (and reports it honestly in its
+    ``model_serializations`` counter).""", state=hooked(run=_first(  # hashed to detect mutation
+        lambda executor: executor.model.SerializeToString(deterministic=True), "model_serializations")))
+BindingsResolvedEachRun = fault("STATE-RESOLVE-ONCE.resolved-each-run", ("STATE-RESOLVE-ONCE",), """Resolves and
+    validates the model's bindings again on every call instead of once when the state is made (reported in its
+    ``binding_resolutions`` counter).""", state=hooked(run=_resolving))
+BindingsResolvedOnReset = fault("STATE-RESOLVE-ONCE.resolved-on-reset", ("STATE-RESOLVE-ONCE",), """Resolves and
+    validates the model's bindings again at every reset (reset rebuilds the state as make_state does) instead of once;
+    reported in its ``binding_resolutions`` counter.""", state=hooked(reset=_resolving))
+
+ModelClonedAtOpen = fault("STATE-NO-MODEL-SCAN.model-cloned-at-open", ("STATE-NO-MODEL-SCAN",), """Takes a private
+    deep copy of the model when the state is made (to be safe from later edits by the caller), and reports the clone
+    honestly in its ``model_serializations`` counter.""", state=hooked(init=_first(
+        lambda executor: schema.ModelProto().CopyFrom(executor.model), "model_serializations")))
+
+
+def _zero_filled(fault, model_bytes, initial):
+    initial = dict(initial)
+    try:
+        resolved = validate_bindings(schema.parse_model(model_bytes))
+    except ContractError:
+        resolved = ()
+    for binding in resolved:
+        if binding.input_name not in initial and (zeros := _zeros(binding.spec)) is not None:
+            initial[binding.input_name] = zeros
+    return initial
+
+
+def _structs_refused(which: Callable, why: str) -> Callable:
+    """An ``opening`` edit refusing the initial structs ``which`` holds for (they cannot be bound state)."""
+    def refuse(fault, model_bytes, initial):
+        for name, value in dict(initial).items():
+            if isinstance(value, Struct) and which(value):
+                raise violation(E.STATE_UNRETAINABLE, f"initial[{name!r}]", why)
+        return initial
+    return refuse
+
+
+MissingInitialZeroFilled = fault("STATE-INITIAL.zero-filled", ("STATE-INITIAL",), """Starts a bound input without an
+    initial value from zeros of its declared shape instead of requiring the caller to supply it.""",
+    open_state=opening(_zero_filled))
+StructInitialRefused = fault("STATE-WHOLE-STRUCT.structs-refused", ("STATE-WHOLE-STRUCT",), """Retains tensors only: a
+    whole structured input cannot be bound state.""",
+    open_state=opening(_structs_refused(lambda struct: True, "only tensors can be retained")))
+InlineStructsRefused = fault("STATE-WHOLE-STRUCT.inline-structs-refused", ("STATE-WHOLE-STRUCT",), """Retains structs
+    by their catalogue type_id: a whole struct of an inline declaration (no type_id) cannot be bound state.""",
+    open_state=opening(_structs_refused(lambda struct: struct.type_id is None, "a struct without a type_id")))
+
+RetainedOutputsNotReturned = fault("STATE-UNSELECTED.selected-outputs-moved", ("STATE-UNSELECTED",), """Moves the
+    selected outputs into the state and returns only the others: a call's outputs are no longer all returned.""",
+    state=after_run(lambda handle, before, outputs: {name: value for name, value in outputs.items()
+                                                     if name not in {b.output_name for b in handle.state.bindings}}))
 
 
 def _casting_initial_values(original):
@@ -165,208 +235,158 @@ ComputedOutputsTrusted = fault("STATE-VALIDATE-METADATA.computed-outputs-trusted
                      wrap(state_module, "check_value", _caller_values_only, aliases=False)])
 
 
-class _ZeroFillsMissingFeeds(FaultState):
-    def run(self, feeds):
-        executor = self.state._executor
-        if executor is not None:
-            feeds = dict(feeds)
-            for name in executor.required_inputs:
-                spec = executor.input_specs.get(name)
-                if name in feeds or name in self.state.values or not isinstance(spec, TensorSpec) \
-                        or spec.dims is None or not all(isinstance(d, int) for d in spec.dims):
-                    continue
-                try:
-                    feeds[name] = np.zeros(spec.dims, numpy_dtype(spec.elem_type))
-                except ContractError:
-                    continue
-        return super().run(feeds)
-
-
-MissingFeedsZeroFilled = fault("STATE-FEEDS.missing-feeds-zero-filled", ("STATE-FEEDS",),
-    """Feeds zeros of the declared shape for a required input the call does not supply (and the state does not retain)
-    instead of failing the call.""", state=_ZeroFillsMissingFeeds)
-
-
-class _FeedsOverrideState(FaultState):
-    def run(self, feeds):
-        bound = {b.input_name for b in self.state.bindings}
-        overrides = {name: to_runtime(value) for name, value in feeds.items() if name in bound}
-        if overrides:
-            self.state._values = MappingProxyType({**self.state._values, **overrides})
-        return super().run({name: value for name, value in feeds.items() if name not in bound})
-
-
-FeedsOverrideRetained = fault("STATE-FEED-OVERRIDE.feed-wins", ("STATE-FEED-OVERRIDE",),
-    """Lets a feed for a bound input replace the retained value for that call (the feed wins).""",
-    state=_FeedsOverrideState)
-
-
-class _PublishingState(FaultState):
-    """After a failed run, publishes the outputs a stateless execution produced anyway."""
-
-    def __init__(self, state, fault, executor, like):
-        super().__init__(state, fault, like)
-        self.executor = executor
-
-    def run(self, feeds):
-        try:
-            return super().run(feeds)
-        except ContractError as error:
-            if error.code in (E.STATE_BUSY, E.STATE_CLOSED):
-                raise  # refused before it ran: nothing was computed to publish
-            merged = {**{k: to_runtime(v) for k, v in feeds.items()}, **self.state.values}
+def _missing_zero_filled(handle, feeds):
+    executor = handle.state._executor
+    if executor is None:
+        return feeds
+    feeds = dict(feeds)
+    for name in executor.required_inputs:
+        if name not in feeds and name not in handle.state.values:
             try:
-                outputs = self.executor.run(merged, check_feeds=False)
+                zeros = _zeros(executor.input_specs.get(name))
             except ContractError:
-                raise error from None  # execution itself failed: nothing to publish
-            self.state._values = MappingProxyType({b.input_name: outputs[b.output_name] for b in self.state.bindings})
-            raise
+                continue
+            if zeros is not None:
+                feeds[name] = zeros
+    return feeds
 
 
-class PublishesAfterFailure(Fault):
-    """Publishes the next state before validating it: when a run fails validation (or execution of a
-    later step), the outputs it computed still become the retained values."""
-
-    fault_id = "STATE-ATOMIC.published-before-validation"
-    clauses = ("STATE-ATOMIC", "ZC-FAILURE")
-
-    def open_state(self, model_bytes, initial, base_dir=None):
-        handle = super().open_state(model_bytes, initial, base_dir)
-        executor = Executor(schema.parse_model(model_bytes), base_dir=base_dir, kernels=handle.state._executor.kernels)
-        return _PublishingState(handle.state, self, executor, handle)
-
-    def make_state(self, handle):
-        return handle
+def _feeds_override(handle, feeds):
+    bound = _bound_inputs(handle.state)
+    overrides = {name: to_runtime(value) for name, value in feeds.items() if name in bound}
+    if overrides:
+        _publish(handle.state, {**handle.state._values, **overrides})
+    return {name: value for name, value in feeds.items() if name not in bound}
 
 
-class SharedStateAcrossRequests(Fault):
-    """Keeps one state container per loaded model: a second request over the same model shares (and
-    re-initializes) the first request's retained values."""
-
-    fault_id = "STATE-ISOLATION.state-per-model"
-    clauses = ("STATE-ISOLATION",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._shared: dict[bytes, ReferenceState] = {}
-
-    def open_state(self, model_bytes, initial, base_dir=None):
-        key = hashlib.sha256(model_bytes).digest()
-        shared = self._shared.get(key)
-        if shared is not None and not shared.state.closed:
-            shared.reset(initial)
-            return shared
-        self._shared[key] = handle = super().open_state(model_bytes, initial, base_dir)
-        return handle
+def _equal_feeds_dropped(handle, feeds):
+    retained = handle.state.values if not handle.state.closed else {}
+    kept = {}
+    for name, value in feeds.items():
+        current = retained.get(name)
+        if isinstance(current, np.ndarray) and isinstance(value, np.ndarray) and value.dtype == current.dtype \
+                and value.shape == current.shape and np.array_equal(value, current):
+            continue  # the same value as the retained one: not taken as an override, dropped
+        kept[name] = value
+    return kept
 
 
-class _SerializingState(FaultState):
-    """Queues a second call behind the active one instead of rejecting it."""
-
-    def __init__(self, state, fault):
-        super().__init__(state, fault)
-        self.lock = threading.Lock()
-
-    def run(self, feeds):
-        with self.lock:
-            return super().run(feeds)
-
-    def run_held(self, feeds, hold):
-        with self.lock:
-            return super().run_held(feeds, hold)
-
-    def reset(self, initial):
-        with self.lock:
-            return super().reset(initial)
-
-    def close(self):
-        with self.lock:
-            return super().close()
+def _defaults_required(handle, feeds):
+    executor = handle.state._executor
+    for name in executor.input_names if executor is not None else ():
+        if name in executor.defaults and name not in feeds and name not in handle.state._bound:
+            raise violation(E.STATE_FEED_MISSING, f"feeds[{name!r}]", f"input {name!r} has no feed")
+    return feeds
 
 
-AllowsConcurrentCalls = fault("STATE-NO-CONCURRENCY.calls-queued", ("STATE-NO-CONCURRENCY",),
-    """Serializes simultaneous calls on one state with a lock (the second waits) instead of rejecting them.""",
-    state=_SerializingState)
+def _previous_feeds(handle, run, feeds):
+    merged = {**handle.last, **feeds}
+    outputs = run(merged)
+    handle.last = merged
+    return outputs
 
 
-class _ResetToOpenState(FaultState):
-    def __init__(self, state, fault, initial, like):
-        super().__init__(state, fault, like)
-        self.initial = initial
-
-    def reset(self, initial):
-        return super().reset(self.initial)
-
-
-class ResetRestoresOpenValues(Fault):
-    """``reset(initial)`` restores the values the state was opened with, ignoring the ones passed."""
-
-    fault_id = "STATE-RESET.restores-open-values"
-    clauses = ("STATE-RESET",)
-
-    def open_state(self, model_bytes, initial, base_dir=None):
-        handle = super().open_state(model_bytes, initial, base_dir)
-        return _ResetToOpenState(handle.state, self, dict(initial), handle)
-
-    def make_state(self, handle):
-        return handle
+MissingFeedsZeroFilled = fault("STATE-FEEDS.missing-feeds-zero-filled", ("STATE-FEEDS",), """Feeds zeros of the
+    declared shape for a required input the call does not supply (and the state does not retain) instead of failing the
+    call.""", state=edited("run", _missing_zero_filled))
+FeedsOverrideRetained = fault("STATE-FEED-OVERRIDE.feed-wins", ("STATE-FEED-OVERRIDE",), """Lets a feed for a bound
+    input replace the retained value for that call (the feed wins).""", state=edited("run", _feeds_override))
+EqualFeedNotAnOverride = fault("STATE-FEED-OVERRIDE.equal-feed-tolerated", ("STATE-FEED-OVERRIDE",), """Rejects a
+    feed for a retained input only when it conflicts with the retained value: a feed equal to it (the caller passing the
+    state's own value back) is silently dropped instead of refused.""", boundary=True,
+    state=edited("run", _equal_feeds_dropped))
+DefaultedInputsRequired = fault("STATE-FEEDS.defaulted-inputs-required", ("STATE-FEEDS",), """Requires a feed for
+    every graph input, including one whose initializer supplies its default value (an input that is not required).""",
+    state=edited("run", _defaults_required))
+PreviousFeedReused = fault("STATE-FEEDS.previous-feed-reused", ("STATE-FEEDS",), """Keeps each successful call's
+    feeds and, when a later call omits a fresh input, reuses the one the previous call supplied instead of failing the
+    call.""", state=hooked(init=fresh(last=dict), run=_previous_feeds))
 
 
-class _CloseIgnoredState(FaultState):
-    def close(self):
-        return None
+def _published_anyway(handle, run, feeds):
+    try:
+        return run(feeds)
+    except ContractError as error:
+        if error.code in (E.STATE_BUSY, E.STATE_CLOSED):
+            raise  # refused before it ran: nothing was computed to publish
+        merged = {**{k: to_runtime(v) for k, v in feeds.items()}, **handle.state.values}
+        try:
+            outputs = handle.executor.run(merged, check_feeds=False)
+        except ContractError:
+            raise error from None  # execution itself failed: nothing to publish
+        _publish(handle.state, {b.input_name: outputs[b.output_name] for b in handle.state.bindings})
+        raise
+
+
+_PublishingState = hooked(run=_published_anyway)
+
+
+def _publishing_open(self, model_bytes, initial, base_dir=None):
+    handle = Fault.open_state(self, model_bytes, initial, base_dir)
+    publishing = _PublishingState(handle.state, self, handle)
+    publishing.executor = Executor(schema.parse_model(model_bytes), base_dir=base_dir,
+                                   kernels=handle.state._executor.kernels)
+    return publishing
+
+
+PublishesAfterFailure = fault("STATE-ATOMIC.published-before-validation", ("STATE-ATOMIC", "ZC-FAILURE"), """Publishes
+    the next state before validating it: when a run fails validation (or execution of a later step), the outputs it
+    computed still become the retained values.""", open_state=_publishing_open, make_state=lambda self, handle: handle)
+
+
+def _one_state_per_model(self, model_bytes, initial, base_dir=None):
+    shared = vars(self).setdefault("shared", {})
+    if model_bytes in shared and not shared[model_bytes].state.closed:
+        shared[model_bytes].reset(initial)
+        return shared[model_bytes]
+    shared[model_bytes] = handle = Fault.open_state(self, model_bytes, initial, base_dir)
+    return handle
+
+
+SharedStateAcrossRequests = fault("STATE-ISOLATION.state-per-model", ("STATE-ISOLATION",), """Keeps one state
+    container per loaded model: a second request over the same model shares (and re-initializes) the first request's
+    retained values.""", open_state=_one_state_per_model)
+
+
+def _queued(handle, call, *args):
+    with handle.lock:
+        return call(*args)
+
+
+AllowsConcurrentCalls = fault("STATE-NO-CONCURRENCY.calls-queued", ("STATE-NO-CONCURRENCY",), """Serializes
+    simultaneous calls on one state with a lock (the second waits) instead of rejecting them.""",
+    state=hooked(init=fresh(lock=threading.Lock), run=_queued, run_held=_queued, reset=_queued, close=_queued))
+
+
+ResetRestoresOpenValues = fault("STATE-RESET.restores-open-values", ("STATE-RESET",), """``reset(initial)`` restores
+    the values the state was opened with, ignoring the ones passed.""",
+    open_state=noting(lambda model_bytes, initial: initial),
+    state=hooked(init=lambda handle: setattr(handle, "opened_with", dict(handle.note)),
+                 reset=lambda handle, reset, initial: reset(handle.opened_with)))
+
+
+def _unguarded_reset(handle, reset, initial):
+    state = handle.state
+    if state.closed:
+        raise violation(E.STATE_CLOSED, "state.reset", "the state is closed")
+    state._values = state._initial_values({k: to_runtime(v) for k, v in initial.items()})
+
+
+def _unguarded_close(handle, close):
+    handle.state._closed = True
+    _publish(handle.state, {})
 
 
 CloseIsNoOp = fault("STATE-CLOSE.close-ignored", ("STATE-CLOSE",), """``close()`` does nothing: the state keeps its
-    values and accepts further calls.""", state=_CloseIgnoredState)
-
-
-class _UnguardedResetCloseState(FaultState):
-    """Reset and close that do not take the state's call guard."""
-
-    def reset(self, initial):
-        state = self.state
-        if state.closed:
-            raise violation(E.STATE_CLOSED, "state.reset", "the state is closed")
-        state._values = state._initial_values({k: to_runtime(v) for k, v in initial.items()})
-
-    def close(self):
-        state = self.state
-        state._closed = True
-        state._values = MappingProxyType({})
-
-
-ResetCloseRaceActiveCall = fault("STATE-NO-RACE.reset-close-unguarded", ("STATE-NO-RACE",),
-    """Guards runs against each other but lets ``reset`` and ``close`` proceed during an active call.""",
-    state=_UnguardedResetCloseState)
+    values and accepts further calls.""", state=hooked(close=lambda handle, close: None))
+ResetCloseRaceActiveCall = fault("STATE-NO-RACE.reset-close-unguarded", ("STATE-NO-RACE",), """Guards runs against
+    each other but lets ``reset`` and ``close`` proceed during an active call.""",
+    state=hooked(reset=_unguarded_reset, close=_unguarded_close))
 
 
 _ACTIVE = threading.local()
-
-
-class _TrackedState(FaultState):
-    """Makes the handle's state visible to the fault's patches while one of its calls runs."""
-
-    def run(self, feeds):
-        _ACTIVE.state = self.state
-        try:
-            return super().run(feeds)
-        finally:
-            _ACTIVE.state = None
-
-    def run_cancelled(self, feeds):
-        _ACTIVE.state = self.state
-        try:
-            return super().run_cancelled(feeds)
-        finally:
-            _ACTIVE.state = None
-
-    def run_held(self, feeds, hold):
-        _ACTIVE.state = self.state
-        try:
-            return super().run_held(feeds, hold)
-        finally:
-            _ACTIVE.state = None
+_tracked = flagged(_ACTIVE, "state", lambda handle: handle.state)
+_TrackedState = hooked(run=_tracked, run_cancelled=_tracked, run_held=_tracked)
 
 
 def _publishing_each_binding(original):
@@ -377,16 +397,9 @@ def _publishing_each_binding(original):
             for binding in state.bindings:
                 if path == f"outputs[{binding.output_name!r}]":
                     # published as soon as this binding's value is checked, before the next one is
-                    state._values = MappingProxyType({**state._values, binding.input_name: value})
+                    _publish(state, {**state._values, binding.input_name: value})
         return result
     return check_value
-
-
-PublishesBindingByBinding = fault("STATE-ATOMIC.published-binding-by-binding", ("STATE-ATOMIC", "ZC-FAILURE"),
-    """Publishes each retained value as soon as its own output passed validation: when a later binding's output fails
-    validation (or the call is cancelled before publication), the earlier bindings already hold the new values while the
-    later ones keep the old.""", boundary=True, state=_TrackedState,
-    patches=lambda: [wrap(state_module, "check_value", _publishing_each_binding, aliases=False)])
 
 
 def _first_step_only(original):
@@ -398,318 +411,220 @@ def _first_step_only(original):
     return check_value
 
 
+PublishesBindingByBinding = fault("STATE-ATOMIC.published-binding-by-binding", ("STATE-ATOMIC", "ZC-FAILURE"),
+    """Publishes each retained value as soon as its own output passed validation: when a later binding's output fails
+    validation (or the call is cancelled before publication), the earlier bindings already hold the new values while the
+    later ones keep the old.""", boundary=True, state=_TrackedState,
+    patches=lambda: [wrap(state_module, "check_value", _publishing_each_binding, aliases=False)])
 LaterStepsNotValidated = fault("STATE-VALIDATE-METADATA.later-steps-unchecked",
     ("STATE-VALIDATE-METADATA", "STATE-ATOMIC"), """Validates the selected outputs against the bound inputs' declared
     types on the first call only; later calls publish whatever the graph produced (the shapes are taken as stable).""",
     state=_TrackedState, patches=lambda: [wrap(state_module, "check_value", _first_step_only, aliases=False)])
 
 
-class _MergingResetState(FaultState):
-    def reset(self, initial):
-        state = self.state
-        if state.closed or not initial:
-            return super().reset(initial)
-        kept = {name: value for name, value in state._values.items() if name not in initial}
-        # the values the caller left out keep their current contents
-        merged = {**kept, **{k: to_runtime(v) for k, v in initial.items()}}
-        with self.fault.injected():
-            values = state._initial_values(merged)
-        state._values = values
-        state.steps = 0
+def _merged_reset(handle, reset, initial):
+    state = handle.state
+    if state.closed or not initial:
+        return reset(initial)
+    kept = {name: value for name, value in state._values.items() if name not in initial}
+    # the values the caller left out keep their current contents
+    merged = {**kept, **{k: to_runtime(v) for k, v in initial.items()}}
+    with handle.fault.injected():
+        values = state._initial_values(merged)
+    state._values = values
+    state.steps = 0
 
 
-PartialResetMerged = fault("STATE-RESET.partial-reset-merged", ("STATE-RESET", "STATE-INITIAL"),
-    """``reset(initial)`` merges the given values into the current state: a binding the caller left out keeps its
-    current (stale) value instead of the reset failing for a missing initial value.""", state=_MergingResetState)
-
-
-class _EqualFeedsTolerated(FaultState):
-    def run(self, feeds):
-        retained = self.state.values if not self.state.closed else {}
-        kept = {}
-        for name, value in feeds.items():
-            current = retained.get(name)
-            if isinstance(current, np.ndarray) and isinstance(value, np.ndarray) and value.dtype == current.dtype \
-                    and value.shape == current.shape and np.array_equal(value, current):
-                continue  # the same value as the retained one: not taken as an override, dropped
-            kept[name] = value
-        return super().run(kept)
-
-
-EqualFeedNotAnOverride = fault("STATE-FEED-OVERRIDE.equal-feed-tolerated", ("STATE-FEED-OVERRIDE",),
-    """Rejects a feed for a retained input only when it conflicts with the retained value: a feed equal to it (the
-    caller passing the state's own value back) is silently dropped instead of refused.""", boundary=True,
-    state=_EqualFeedsTolerated)
-
-
-class _SiblingState(FaultState):
-    def __init__(self, state, fault, key):
-        super().__init__(state, fault)
-        self.key = key
-        fault.family(key).add(self)
-
-    def close(self):
-        result = super().close()
-        if self.fault.closes_siblings:
-            for other in list(self.fault.family(self.key)):
-                if other is not self and not other.state.closed:
-                    other.state.close()
-        return result
-
-    def reset(self, initial):
-        result = super().reset(initial)
-        if self.fault.resets_siblings:
-            for other in list(self.fault.family(self.key)):
-                if other is not self and not other.state.closed:
-                    other.state._values = self.state._values
-        return result
-
-
-class _Siblings(Fault):
-    closes_siblings = False
-    resets_siblings = False
-
-    def family(self, key) -> weakref.WeakSet:
-        families = self.__dict__.setdefault("_families", {})
-        return families.setdefault(key, weakref.WeakSet())
-
-    def open_state(self, model_bytes, initial, base_dir=None):
-        self._key = model_bytes
-        return super().open_state(model_bytes, initial, base_dir)
-
-    def make_state(self, handle):
-        return _SiblingState(handle.state, self, self._key)
-
-
-class CloseReleasesSiblings(_Siblings):
-    """Keeps one execution context per loaded model and releases it when any state of that model is
-    closed, so closing one request's state closes every other state of the same model."""
-
-    fault_id = "STATE-ISOLATION.close-closes-siblings"
-    clauses = ("STATE-ISOLATION", "STATE-CLOSE")
-    closes_siblings = True
-
-
-class ResetSharedAcrossStates(_Siblings):
-    """Stores the values a reset restores on the loaded model, so resetting one request's state
-    replaces the retained values of every other state of the same model."""
-
-    fault_id = "STATE-ISOLATION.reset-shared"
-    clauses = ("STATE-ISOLATION", "STATE-RESET")
-    resets_siblings = True
-
-
-class _CachedValuesState(FaultState):
-    def __init__(self, state, fault):
-        super().__init__(state, fault)
-        self.cached = None
-
-    def run(self, feeds):
-        self.cached = None
-        return super().run(feeds)
-
-    def values(self):
-        if self.cached is None:
-            self.cached = super().values()
-        return self.cached
-
-
-ValuesCachedAcrossReset = fault("STATE-RESET.values-cache-stale", ("STATE-RESET", "ZC-VIEWS"),
-    """Caches the mapping ``values()`` hands out and refreshes it after each run but not after a reset, so values()
-    after a reset shows the state before it.""", state=_CachedValuesState)
-
-
-class _ResetIgnoresUnknownState(FaultState):
-    def reset(self, initial):
-        bound = {b.input_name for b in self.state.bindings}
-        return super().reset({name: value for name, value in initial.items() if name in bound})
-
-
-ResetIgnoresUnknownNames = fault("STATE-RESET.unknown-names-ignored", ("STATE-RESET", "STATE-INITIAL"),
-    """Checks the names of the initial values when the state is opened but not on ``reset``, where values for names that
-    are not bound inputs are silently dropped.""", state=_ResetIgnoresUnknownState)
-
-
-class _ResetBindingByBindingState(FaultState):
-    def reset(self, initial):
-        from reference_impl.errors import ContractError
-
-        try:
-            return super().reset(initial)
-        except ContractError:
-            if self.state.closed or not isinstance(initial, dict):
-                raise
-            applied = dict(self.state._values)
-            for binding in self.state.bindings:  # the bindings before the failing one were swapped in
-                name = binding.input_name
-                if name not in initial:
-                    break
-                try:
-                    super().reset({**applied, name: initial[name]})
-                except ContractError:
-                    break
-                applied = dict(self.state._values)
+def _reset_binding_by_binding(handle, reset, initial):
+    try:
+        return reset(initial)
+    except ContractError:
+        if handle.state.closed or not isinstance(initial, dict):
             raise
+        applied = dict(handle.state._values)
+        for binding in handle.state.bindings:  # the bindings before the failing one were swapped in
+            name = binding.input_name
+            if name not in initial:
+                break
+            try:
+                reset({**applied, name: initial[name]})
+            except ContractError:
+                break
+            applied = dict(handle.state._values)
+        raise
 
 
+PartialResetMerged = fault("STATE-RESET.partial-reset-merged", ("STATE-RESET", "STATE-INITIAL"), """``reset(initial)``
+    merges the given values into the current state: a binding the caller left out keeps its current (stale) value
+    instead of the reset failing for a missing initial value.""", state=hooked(reset=_merged_reset))
+ResetIgnoresUnknownNames = fault("STATE-RESET.unknown-names-ignored", ("STATE-RESET", "STATE-INITIAL"), """Checks the
+    names of the initial values when the state is opened but not on ``reset``, where values for names that are not bound
+    inputs are silently dropped.""", state=edited("reset", lambda handle, initial: {
+        name: value for name, value in initial.items() if name in _bound_inputs(handle.state)}))
 ResetPublishedBindingByBinding = fault("STATE-RESET.published-binding-by-binding", ("STATE-RESET", "STATE-ATOMIC"),
     """Replaces the retained values of a reset one binding at a time, so a reset whose later value is invalid fails
-    after the earlier bindings were already replaced.""", state=_ResetBindingByBindingState)
+    after the earlier bindings were already replaced.""", state=hooked(reset=_reset_binding_by_binding))
 
 
-class _SessionGuardState(FaultState):
-    def __init__(self, state, fault, key):
-        super().__init__(state, fault)
-        self.key = key
-
-    def _active(self):
-        return self.fault.active.setdefault(self.key, [0])
-
-    def _counted(self, call):
-        counter = self._active()
-        with self.fault.lock:
-            counter[0] += 1
-        try:
-            return call()
-        finally:
-            with self.fault.lock:
-                counter[0] -= 1
-
-    def run(self, feeds):
-        return self._counted(lambda: super(_SessionGuardState, self).run(feeds))
-
-    def run_cancelled(self, feeds):
-        return self._counted(lambda: super(_SessionGuardState, self).run_cancelled(feeds))
-
-    def run_held(self, feeds, hold):
-        return self._counted(lambda: super(_SessionGuardState, self).run_held(feeds, hold))
-
-    def _guard(self, what):
-        from reference_impl.errors import ErrorCode, violation
-
-        if self._active()[0] and not self.state.closed:
-            raise violation(ErrorCode.STATE_BUSY, f"state.{what}", "a call is active on this model's session")
-
-    def reset(self, initial):
-        self._guard("reset")
-        return super().reset(initial)
-
-    def close(self):
-        self._guard("close")
-        return super().close()
+def _joins_family(handle):
+    handle.family = per_model(handle.fault, "families", weakref.WeakSet)
+    handle.family.add(handle)
 
 
-class ResetCloseGuardedPerModel(Fault):
-    """Keeps "reset or close cannot race with a call" with one count of active calls per loaded model, so
-    a reset or close of one state is refused while a call on another state of the same model is active."""
-
-    fault_id = "STATE-ISOLATION.reset-close-guarded-per-model"
-    clauses = ("STATE-ISOLATION", "STATE-NO-RACE")
-
-    @property
-    def active(self) -> dict:
-        return self.__dict__.setdefault("_active", {})
-
-    @property
-    def lock(self):
-        return self.__dict__.setdefault("_lock", threading.Lock())
-
-    def open_state(self, model_bytes, initial, base_dir=None):
-        self._key = model_bytes
-        return super().open_state(model_bytes, initial, base_dir)
-
-    def make_state(self, handle):
-        return _SessionGuardState(handle.state, self, self._key)
+def _siblings(handle) -> list:
+    return [other for other in list(handle.family) if other is not handle and not other.state.closed]
 
 
-class _ValuesAfterCloseState(FaultState):
-    def __init__(self, state, fault):
-        super().__init__(state, fault)
-        self.kept = None
-
-    def close(self):
-        if not self.state.closed:
-            self.kept = self.state._values
-        return super().close()
-
-    def values(self):
-        if self.state.closed and self.kept is not None:
-            return {name: to_neutral(value) for name, value in self.kept.items()}
-        return super().values()
+def _closes_siblings(handle, close):
+    result = close()
+    for other in _siblings(handle):
+        other.state.close()
+    return result
 
 
-ValuesReadableAfterClose = fault("STATE-CLOSE.values-readable-after-close", ("STATE-CLOSE",),
-    """``close()`` refuses further calls but keeps the retained values reachable: the state-value accessor does not
-    check whether the state is closed and still hands out the last retained values.""", state=_ValuesAfterCloseState)
+def _resets_siblings(handle, reset, initial):
+    result = reset(initial)
+    for other in _siblings(handle):
+        other.state._values = handle.state._values
+    return result
 
 
-class _ReopeningState(FaultState):
-    def __init__(self, state, fault):
-        super().__init__(state, fault)
-        self.executor = state._executor
-
-    def reset(self, initial):
-        state = self.state
-        if state.closed and self.executor is not None:
-            state._closed = False  # reset re-initializes the state from scratch, closed or not
-            state._executor = self.executor
-        return super().reset(initial)
+CloseReleasesSiblings = fault("STATE-ISOLATION.close-closes-siblings", ("STATE-ISOLATION", "STATE-CLOSE"), """Keeps
+    one execution context per loaded model and releases it when any state of that model is closed, so closing one
+    request's state closes every other state of the same model.""", open_state=by_model,
+    state=hooked(init=_joins_family, close=_closes_siblings))
+ResetSharedAcrossStates = fault("STATE-ISOLATION.reset-shared", ("STATE-ISOLATION", "STATE-RESET"), """Stores the
+    values a reset restores on the loaded model, so resetting one request's state replaces the retained values of every
+    other state of the same model.""", open_state=by_model,
+    state=hooked(init=_joins_family, reset=_resets_siblings))
 
 
-ResetReopensClosedState = fault("STATE-CLOSE.reset-reopens", ("STATE-CLOSE",),
-    """``reset(initial)`` re-initializes a closed state instead of refusing: the state closed by the caller comes back
-    to life with the new initial values and accepts calls again.""", state=_ReopeningState)
+def _uncached_run(handle, run, feeds):
+    handle.cached = None
+    return run(feeds)
 
 
-class BindingsPairedByPosition(Fault):
-    """Builds its publication plan by pairing the bound inputs, in graph input order, with the bound
-    outputs, in graph output order, instead of following each binding's own output name: correct only
-    while both lists happen to be in the same order."""
-
-    fault_id = "STATE-EQUIV-LOOP.paired-by-position"
-    clauses = ("STATE-EQUIV-LOOP",)
-
-    def make_state(self, handle):
-        state = handle.state
-        executor = state._executor
-        bound_inputs = [name for name in executor.input_names if name in state._bound]
-        selected = {b.output_name for b in state.bindings}
-        bound_outputs = [name for name in executor.output_names if name in selected]
-        specs = {b.input_name: b.spec for b in state.bindings}
-        state._plan = tuple((i, o, specs[i], f"outputs[{o!r}]") for i, o in zip(bound_inputs, bound_outputs))
-        return FaultState(state, self)
+def _cached_values(handle, values):
+    if handle.cached is None:
+        handle.cached = values()
+    return handle.cached
 
 
-class _RememberedFeedsState(FaultState):
-    def __init__(self, state, fault):
-        super().__init__(state, fault)
-        self.last: dict = {}
-
-    def run(self, feeds):
-        merged = {**self.last, **feeds}
-        outputs = super().run(merged)
-        self.last = merged
-        return outputs
+ValuesCachedAcrossReset = fault("STATE-RESET.values-cache-stale", ("STATE-RESET", "ZC-VIEWS"), """Caches the mapping
+    ``values()`` hands out and refreshes it after each run but not after a reset, so values() after a reset shows the
+    state before it.""", state=hooked(init=fresh(cached=None), run=_uncached_run, values=_cached_values))
 
 
-PreviousFeedReused = fault("STATE-FEEDS.previous-feed-reused", ("STATE-FEEDS",),
-    """Keeps each successful call's feeds and, when a later call omits a fresh input, reuses the one the previous call
-    supplied instead of failing the call.""", state=_RememberedFeedsState)
+def _counts_model_calls(handle):
+    handle.calls = per_model(handle.fault, "calls", lambda: [0])
+    handle.lock = vars(handle.fault).setdefault("lock", threading.Lock())
 
 
-class _DefaultsRequiredState(FaultState):
-    def run(self, feeds):
-        executor = self.state._executor
-        if executor is not None:
-            for name in executor.input_names:
-                if name in executor.defaults and name not in feeds and name not in self.state._bound:
-                    raise violation(E.STATE_FEED_MISSING, f"feeds[{name!r}]", f"input {name!r} has no feed")
-        return super().run(feeds)
+def _counted(handle, call, *args):
+    with handle.lock:
+        handle.calls[0] += 1
+    try:
+        return call(*args)
+    finally:
+        with handle.lock:
+            handle.calls[0] -= 1
 
 
-DefaultedInputsRequired = fault("STATE-FEEDS.defaulted-inputs-required", ("STATE-FEEDS",),
-    """Requires a feed for every graph input, including one whose initializer supplies its default value (an input that
-    is not required).""", state=_DefaultsRequiredState)
+def _refused_during_model_calls(what: str) -> Callable:
+    def hook(handle, call, *args):
+        if handle.calls[0] and not handle.state.closed:
+            raise violation(E.STATE_BUSY, f"state.{what}", "a call is active on this model's session")
+        return call(*args)
+    return hook
+
+
+ResetCloseGuardedPerModel = fault("STATE-ISOLATION.reset-close-guarded-per-model", ("STATE-ISOLATION", "STATE-NO-RACE"),
+    """Keeps "reset or close cannot race with a call" with one count of active calls per loaded model, so a reset or
+    close of one state is refused while a call on another state of the same model is active.""",
+    open_state=by_model,
+    state=hooked(init=_counts_model_calls, run=_counted, run_cancelled=_counted, run_held=_counted,
+                 reset=_refused_during_model_calls("reset"), close=_refused_during_model_calls("close")))
+
+
+def _guarded_per_model(handle, call, *args):
+    if not handle.model_lock.acquire(blocking=False):
+        raise violation(E.STATE_BUSY, "state.run", "a call is already active on this model")
+    try:
+        return call(*args)
+    finally:
+        handle.model_lock.release()
+
+
+CallGuardPerModel = fault("STATE-NO-CONCURRENCY.guard-per-model", ("STATE-NO-CONCURRENCY", "STATE-ISOLATION"),
+    """Implements the rejection of simultaneous calls with one busy flag per loaded model instead of per state: a call
+    on another request's state over the same model is rejected too.""", open_state=by_model,
+    state=hooked(init=lambda handle: setattr(handle, "model_lock", per_model(handle.fault, "locks", threading.Lock)),
+                 run=_guarded_per_model, run_cancelled=_guarded_per_model, run_held=_guarded_per_model))
+
+
+def _close_keeping(handle, close):
+    if not handle.state.closed:
+        handle.kept = handle.state._values
+    return close()
+
+
+def _kept_values(handle, values):
+    if handle.state.closed and handle.kept is not None:
+        return {name: to_neutral(value) for name, value in handle.kept.items()}
+    return values()
+
+
+def _reopening_reset(handle, reset, initial):
+    state = handle.state
+    if state.closed and handle.executor is not None:
+        state._closed = False  # reset re-initializes the state from scratch, closed or not
+        state._executor = handle.executor
+    return reset(initial)
+
+
+def _close_deferred(handle, close):
+    if not handle.state.closed and handle.state._lock.locked():
+        handle.close_pending = True  # applied when the active call ends; returns at once
+        return None
+    return close()
+
+
+def _then_close(handle, call, *args):
+    try:
+        return call(*args)
+    finally:
+        if handle.close_pending:
+            handle.close_pending = False
+            FaultState.close(handle)
+
+
+ValuesReadableAfterClose = fault("STATE-CLOSE.values-readable-after-close", ("STATE-CLOSE",), """``close()`` refuses
+    further calls but keeps the retained values reachable: the state-value accessor does not check whether the state is
+    closed and still hands out the last retained values.""",
+    state=hooked(init=fresh(kept=None), close=_close_keeping, values=_kept_values))
+ResetReopensClosedState = fault("STATE-CLOSE.reset-reopens", ("STATE-CLOSE",), """``reset(initial)`` re-initializes a
+    closed state instead of refusing: the state closed by the caller comes back to life with the new initial values and
+    accepts calls again.""", state=hooked(init=lambda handle: setattr(handle, "executor", handle.state._executor),
+                                          reset=_reopening_reset))
+CloseReturnsDuringRun = fault("STATE-NO-RACE.close-returns-early", ("STATE-NO-RACE", "STATE-CLOSE"), """A close
+    issued while a call is active only marks the state for closing and returns at once; the close happens when the call
+    ends. The caller believes the state is closed while the run still executes on it.""",
+    state=hooked(init=fresh(close_pending=False), close=_close_deferred, run=_then_close, run_held=_then_close))
+
+
+def _paired_by_position(handle):
+    state, executor = handle.state, handle.state._executor
+    bound_inputs = [name for name in executor.input_names if name in state._bound]
+    selected = {b.output_name for b in state.bindings}
+    bound_outputs = [name for name in executor.output_names if name in selected]
+    specs = {b.input_name: b.spec for b in state.bindings}
+    state._plan = tuple((i, o, specs[i], f"outputs[{o!r}]") for i, o in zip(bound_inputs, bound_outputs))
+
+
+BindingsPairedByPosition = fault("STATE-EQUIV-LOOP.paired-by-position", ("STATE-EQUIV-LOOP",), """Builds its
+    publication plan by pairing the bound inputs, in graph input order, with the bound outputs, in graph output order,
+    instead of following each binding's own output name: correct only while both lists happen to be in the same
+    order.""", state=hooked(init=_paired_by_position))
 
 
 def _with_defaults(model, initial) -> dict:
@@ -728,151 +643,34 @@ def _with_defaults(model, initial) -> dict:
     return initial
 
 
-class _DefaultedResetState(FaultState):
-    def reset(self, initial):
-        executor = self.state._executor
-        return super().reset(_with_defaults(executor.model if executor is not None else None, initial))
+def _parsed(model_bytes):
+    try:
+        return schema.parse_model(model_bytes)
+    except Exception:  # noqa: BLE001 - unparsable bytes go to the oracle, which classifies them
+        return None
 
 
-class InitializerAsInitialValue(Fault):
-    """Starts a bound input that has a same-named dense initializer (its default value) from that
-    initializer when the caller supplies no initial value (at open and at reset), instead of requiring
-    the initial contents. One reading of the spec allows this (it never defines which inputs are required
-    and lets initializer names appear as graph inputs), so only Recommended cases catch it."""
-
-    fault_id = "STATE-INITIAL.initializer-default"
-    clauses = ("STATE-INITIAL",)
-
-    def open_state(self, model_bytes, initial, base_dir=None):
-        try:
-            model = schema.parse_model(model_bytes)
-        except Exception:  # noqa: BLE001 - unparsable bytes go to the oracle, which classifies them
-            model = None
-        return super().open_state(model_bytes, _with_defaults(model, initial), base_dir)
-
-    def make_state(self, handle):
-        return _DefaultedResetState(handle.state, self)
+InitializerAsInitialValue = fault("STATE-INITIAL.initializer-default", ("STATE-INITIAL",), """Starts a bound input
+    that has a same-named dense initializer (its default value) from that initializer when the caller supplies no
+    initial value (at open and at reset), instead of requiring the initial contents. One reading of the spec allows this
+    (it never defines which inputs are required and lets initializer names appear as graph inputs), so only Recommended
+    cases catch it.""", state=edited("reset", lambda handle, initial: _with_defaults(
+        getattr(handle.state._executor, "model", None), initial)),
+    open_state=opening(lambda fault, model_bytes, initial: _with_defaults(_parsed(model_bytes), initial)))
 
 
-class _ModelLockedState(FaultState):
-    def __init__(self, state, fault, lock):
-        super().__init__(state, fault)
-        self.model_lock = lock
-
-    def _guarded(self, call):
-        if not self.model_lock.acquire(blocking=False):
-            raise violation(E.STATE_BUSY, "state.run", "a call is already active on this model")
-        try:
-            return call()
-        finally:
-            self.model_lock.release()
-
-    def run(self, feeds):
-        return self._guarded(lambda: FaultState.run(self, feeds))
-
-    def run_cancelled(self, feeds):
-        return self._guarded(lambda: FaultState.run_cancelled(self, feeds))
-
-    def run_held(self, feeds, hold):
-        return self._guarded(lambda: FaultState.run_held(self, feeds, hold))
-
-
-class CallGuardPerModel(Fault):
-    """Implements the rejection of simultaneous calls with one busy flag per loaded model instead of per
-    state: a call on another request's state over the same model is rejected too."""
-
-    fault_id = "STATE-NO-CONCURRENCY.guard-per-model"
-    clauses = ("STATE-NO-CONCURRENCY", "STATE-ISOLATION")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._locks: dict[bytes, threading.Lock] = {}
-        self._lock = None
-
-    def open_state(self, model_bytes, initial, base_dir=None):
-        self._lock = self._locks.setdefault(hashlib.sha256(model_bytes).digest(), threading.Lock())
-        return super().open_state(model_bytes, initial, base_dir)
-
-    def make_state(self, handle):
-        return _ModelLockedState(handle.state, self, self._lock)
-
-
-class ModelClonedAtOpen(Fault):
-    """Takes a private deep copy of the model when the state is made (to be safe from later edits by the
-    caller), and reports the clone honestly in its ``model_serializations`` counter."""
-
-    fault_id = "STATE-NO-MODEL-SCAN.model-cloned-at-open"
-    clauses = ("STATE-NO-MODEL-SCAN",)
-
-    def make_state(self, handle):
-        state = handle.state
-        clone = schema.ModelProto()
-        clone.CopyFrom(state._executor.model)
-        state.counters.model_serializations += 1
-        return FaultState(state, self)
-
-
-class _DeferredCloseState(FaultState):
-    def __init__(self, state, fault):
-        super().__init__(state, fault)
-        self.close_pending = False
-
-    def close(self):
-        if not self.state.closed and self.state._lock.locked():
-            self.close_pending = True  # applied when the active call ends; returns at once
-            return None
-        return super().close()
-
-    def _then_close(self, call):
-        try:
-            return call()
-        finally:
-            if self.close_pending:
-                self.close_pending = False
-                FaultState.close(self)
-
-    def run(self, feeds):
-        return self._then_close(lambda: FaultState.run(self, feeds))
-
-    def run_held(self, feeds, hold):
-        return self._then_close(lambda: FaultState.run_held(self, feeds, hold))
-
-
-CloseReturnsDuringRun = fault("STATE-NO-RACE.close-returns-early", ("STATE-NO-RACE", "STATE-CLOSE"),
-    """A close issued while a call is active only marks the state for closing and returns at once; the close happens
-    when the call ends. The caller believes the state is closed while the run still executes on it.""",
-    state=_DeferredCloseState)
-
-
-class _ResolvingOnResetState(FaultState):
-    def reset(self, initial):
-        executor = self.state._executor
-        if executor is not None:
-            validate_bindings(executor.model, executor.catalogue)
-            self.state.counters.binding_resolutions += 1
-        return super().reset(initial)
-
-
-BindingsResolvedOnReset = fault("STATE-RESOLVE-ONCE.resolved-on-reset", ("STATE-RESOLVE-ONCE",),
-    """Resolves and validates the model's bindings again at every reset (reset rebuilds the state as make_state does)
-    instead of once; reported in its ``binding_resolutions`` counter.""", state=_ResolvingOnResetState)
-
-
-class _TensorsOnlyPublishedState(FaultState):
-    def run(self, feeds):
-        before = self.state._values
-        outputs = super().run(feeds)
-        after = dict(self.state._values)
-        kept = {name: before[name] for name, value in after.items() if is_struct(value) and name in before}
-        if kept:
-            self.state._values = MappingProxyType({**after, **kept})
-        return outputs
+def _structs_kept(handle, before, outputs):
+    after = dict(handle.state._values)
+    kept = {name: before[name] for name, value in after.items() if is_struct(value) and name in before}
+    if kept:
+        _publish(handle.state, {**after, **kept})
+    return outputs
 
 
 StructOutputsNotPublished = fault("STATE-WHOLE-STRUCT.struct-outputs-not-published",
     ("STATE-WHOLE-STRUCT", "STATE-EQUIV-LOOP"), """Accepts a whole struct as an initial value but publishes only tensor
     and encoded outputs after a call: a bound struct output is returned and validated, yet the state keeps the previous
-    struct.""", state=_TensorsOnlyPublishedState)
+    struct.""", state=after_run(_structs_kept))
 
 
 def _aliases_of_selected(state, outputs) -> list[str]:
@@ -882,90 +680,44 @@ def _aliases_of_selected(state, outputs) -> list[str]:
             and any(np.shares_memory(value, kept) for kept in buffers)]
 
 
-class AliasesOfSelectedRetained(Fault):
-    """Tracks retention by buffer instead of by output name: an unselected output that shares the buffer
-    of a selected one (an Identity of it, say) is retained too and shows up among the state's values."""
-
-    fault_id = "STATE-UNSELECTED.aliases-of-selected-retained"
-    clauses = ("STATE-UNSELECTED", "ZC-EXACT-OUTPUTS")
-
-    def make_state(self, handle):
-        return _ExtraRetainedState(handle.state, self, _aliases_of_selected)
+AliasesOfSelectedRetained = fault("STATE-UNSELECTED.aliases-of-selected-retained",
+    ("STATE-UNSELECTED", "ZC-EXACT-OUTPUTS"), """Tracks retention by buffer instead of by output name: an unselected
+    output that shares the buffer of a selected one (an Identity of it, say) is retained too and shows up among the
+    state's values.""", state=functools.partial(_ExtraRetainedState, also=_aliases_of_selected))
 
 
-class _DefaultFeedsState(FaultState):
-    def __init__(self, state, fault, defaults):
-        super().__init__(state, fault)
-        self.defaults = defaults
-
-    def run(self, feeds):
-        return super().run({**self.defaults, **feeds})
-
-
-class UnboundInitialAsDefaultFeed(Fault):
-    """Accepts an initial value for a graph input that no binding selects and feeds it to every call that
-    omits that input (a sticky default), instead of refusing a name that is not a bound input."""
-
-    fault_id = "STATE-INITIAL.unbound-initial-as-default-feed"
-    clauses = ("STATE-INITIAL", "STATE-FEEDS")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._defaults: dict = {}
-
-    def open_state(self, model_bytes, initial, base_dir=None):
-        self._defaults = {}
-        try:
-            graph = schema.parse_model(model_bytes).graph
-        except Exception:  # noqa: BLE001 - unparsable bytes go to the oracle, which classifies them
-            graph = None
-        if graph is not None and isinstance(initial, dict):
-            bound = {b.input_name for b in graph.persistent_bindings}
-            fresh = {vi.name for vi in graph.input} - bound
-            self._defaults = {name: value for name, value in initial.items() if name in fresh}
-            initial = {name: value for name, value in initial.items() if name not in self._defaults}
-        return super().open_state(model_bytes, initial, base_dir)
-
-    def make_state(self, handle):
-        return _DefaultFeedsState(handle.state, self, self._defaults)
+def _unbound_as_defaults(fault, model_bytes, initial):
+    fault.note = {}
+    model = _parsed(model_bytes)
+    if model is not None and isinstance(initial, dict):
+        graph = model.graph
+        unbound = {vi.name for vi in graph.input} - {b.input_name for b in graph.persistent_bindings}
+        fault.note = {name: value for name, value in initial.items() if name in unbound}
+        initial = {name: value for name, value in initial.items() if name not in fault.note}
+    return initial
 
 
-class InlineStructsRefused(Fault):
-    """Retains structs by their catalogue type_id: a whole struct of an inline declaration (no type_id)
-    cannot be bound state."""
-
-    fault_id = "STATE-WHOLE-STRUCT.inline-structs-refused"
-    clauses = ("STATE-WHOLE-STRUCT",)
-
-    def open_state(self, model_bytes, initial, base_dir=None):
-        from conformance.values import Struct
-
-        for name, value in dict(initial).items():
-            if isinstance(value, Struct) and value.type_id is None:
-                raise violation(E.STATE_UNRETAINABLE, f"initial[{name!r}]", "a struct without a type_id")
-        return super().open_state(model_bytes, initial, base_dir)
+UnboundInitialAsDefaultFeed = fault("STATE-INITIAL.unbound-initial-as-default-feed", ("STATE-INITIAL", "STATE-FEEDS"),
+    """Accepts an initial value for a graph input that no binding selects and feeds it to every call that omits that
+    input (a sticky default), instead of refusing a name that is not a bound input.""",
+    open_state=opening(_unbound_as_defaults), state=edited("run", lambda handle, feeds: {**handle.note, **feeds}))
 
 
-class _OneCallLateState(FaultState):
-    def __init__(self, state, fault):
-        super().__init__(state, fault)
-        self.pending = None
-
-    def run(self, feeds):
-        before = self.state._values
-        outputs = super().run(feeds)
-        published, self.pending = self.pending, self.state._values
-        self.state._values = published if published is not None else before
-        return outputs
-
-    def reset(self, initial):
-        super().reset(initial)
-        self.pending = None
+def _one_call_late(handle, before, outputs):
+    published, handle.pending = handle.pending, handle.state._values
+    handle.state._values = published if published is not None else before
+    return outputs
 
 
-PublishedOneCallLate = fault("STATE-EQUIV-LOOP.published-one-call-late", ("STATE-EQUIV-LOOP",),
-    """Double-buffers the next state and swaps the buffers one call late: each call runs on the values the call before
-    the previous one produced (the first two calls both start from the initial values).""", state=_OneCallLateState)
+def _reset_unpending(handle, reset, initial):
+    reset(initial)
+    handle.pending = None
+
+
+PublishedOneCallLate = fault("STATE-EQUIV-LOOP.published-one-call-late", ("STATE-EQUIV-LOOP",), """Double-buffers the
+    next state and swaps the buffers one call late: each call runs on the values the call before the previous one
+    produced (the first two calls both start from the initial values).""",
+    state=after_run(_one_call_late, init=fresh(pending=None), reset=_reset_unpending))
 
 
 name_faults(globals())
