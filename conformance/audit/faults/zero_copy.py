@@ -399,31 +399,48 @@ class _DetachedScope(Mapping):
 detached_outputs = _program_kernel(lambda kernel, args, ctx, values: [_detached(v) for v in kernel(args, ctx, values)])
 
 
-def _in_place(ops: tuple[str, ...], operand: int, writes=lambda array: True):
-    """program._standard whose elementwise ``ops`` write their result over operand ``operand`` when it has the
-    output's shape and type (and ``writes(operand)``)."""
-    def make(original):
-        def standard(node, opsets, path):
-            kernel = original(node, opsets, path)
-            if node.op_type not in ops or node.domain not in ("", "ai.onnx"):
-                return kernel
+def _in_place_add(original):
+    def standard(node, opsets, path):
+        kernel = original(node, opsets, path)
+        if node.op_type != "Add" or node.domain not in ("", "ai.onnx"):
+            return kernel
 
-            def run(args, ctx, values):
-                if len(args) == 2 and all(isinstance(x, np.ndarray) for x in args):
-                    target = args[operand]
-                    if target.shape == np.broadcast_shapes(*(x.shape for x in args)) \
-                            and target.dtype == np.result_type(*args) and writes(target):
-                        expected = kernel(args, ctx, values)
-                        try:
-                            target.flags.writeable = True
-                        except ValueError:
-                            return expected
-                        np.copyto(target, expected[0])  # the output written over the operand
-                        return [target]
-                return kernel(args, ctx, values)
-            return run
-        return standard
-    return make
+        def run(args, ctx, values):
+            a, b = args
+            if isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == np.broadcast_shapes(
+                    a.shape, b.shape) and a.dtype == np.result_type(a, b):
+                try:
+                    a.flags.writeable = True
+                except ValueError:
+                    return kernel(args, ctx, values)
+                np.add(a, b, out=a)
+                return [a]
+            return kernel(args, ctx, values)
+        return run
+    return standard
+
+
+def _in_place_last_operand(original):
+    def standard(node, opsets, path):
+        kernel = original(node, opsets, path)
+        if node.op_type not in ("Add", "Sub", "Mul", "Div") or node.domain not in ("", "ai.onnx"):
+            return kernel
+
+        def run(args, ctx, values):
+            if len(args) == 2 and all(isinstance(x, np.ndarray) for x in args):
+                a, b = args
+                shape = np.broadcast_shapes(a.shape, b.shape)
+                if b.shape == shape and b.dtype == np.result_type(a, b) and b.dtype.kind in "iuf" and b.size:
+                    expected = kernel(args, ctx, values)
+                    try:
+                        b.flags.writeable = True
+                    except ValueError:
+                        return expected
+                    np.copyto(b, expected[0])  # the output written over its last operand
+                    return [b]
+            return kernel(args, ctx, values)
+        return run
+    return standard
 
 
 def _adopted_copy(copies, copy=np.array):
@@ -459,9 +476,11 @@ InitialValuesCopied = fault("ZC-RETAIN.initial-values-copied", ("ZC-RETAIN",),
 ValuesAreSnapshots = fault("ZC-VIEWS.values-snapshots", ("ZC-VIEWS",),
     """``values()`` returns deep-copy snapshots of the retained values instead of shared views.""",
     state=hooked_state(values=_copying_results(neutral_copy)))
+
 RetainedOutputsDuplicated = fault("ZC-NO-DUPLICATE.returned-outputs-duplicated", ("ZC-NO-DUPLICATE",),
     """Retains the selected outputs but returns duplicates of them to the caller.""",
     state=hooked_state(run=_outputs_retained_copied))
+
 DefensiveCopyRetained = fault("ZC-NO-PAYLOAD-COPY.defensive-copy", ("ZC-NO-PAYLOAD-COPY",),
     """Retains a defensive copy of each selected output (state management copies payload bytes), so the next call does
     not receive the buffer the previous call returned.""", state=hooked_state(run=_defensive_copy))
@@ -474,9 +493,11 @@ FeedsCopiedAtEntry = fault("ZC-ENTRY-POINTS.feeds-copied", ("ZC-ENTRY-POINTS",),
 StringFeedsRefused = fault("ZC-STRINGS-NONPERSISTENT.string-feeds-refused", ("ZC-STRINGS-NONPERSISTENT",),
     """Adopts every feed of a stateful session as if it were persistent, so ordinary string feeds are refused.""",
     state=hooked_state(run=_strings_refused("feeds", "string tensors are not supported by a state")))
+
 AliasingRefused = fault("ZC-SHARED-STORAGE.aliasing-refused", ("ZC-SHARED-STORAGE",),
     """Refuses to return an output that shares storage with the retained state (an alias check), instead of letting
     returned outputs and retained state share storage.""", state=hooked_state(run=_aliasing_refused))
+
 ScrubsOnClose = fault("ZC-OUTSTANDING.scrub-on-close", ("ZC-OUTSTANDING",),
     """Zeroes the retained buffers when the state is closed (a security scrub), invalidating views the caller still
     holds.""", testee_blind=TESTEE_COPIES_RETURNED_VALUES, state=hooked_state(close=_scrubbed_on_close(False)))
@@ -504,7 +525,8 @@ DecodeScratchesInput = fault("ZC-READ-ONLY.decode-scratches-input", ("ZC-READ-ON
 
 InPlaceAdd = fault("ZC-NO-INPLACE.in-place-add", ("ZC-NO-INPLACE",), """Reuses an Add's first input buffer for its
     output when the shapes allow, even though that buffer is still referenced by the previous state or a returned
-    output.""", patches=lambda: [wrap(program, "_standard", _in_place(("Add",), 0))])
+    output.""", patches=lambda: [wrap(program, "_standard", _in_place_add)])
+
 RollbackFromBackup = fault("ZC-FAILURE.backup-copy-restored", ("ZC-FAILURE",),
     """Takes a backup copy of the state before each call and restores the copy when the call fails.""",
     state=hooked_state(run=_backed_up()))
@@ -517,9 +539,11 @@ ContextWidePersistence = fault("ZC-EXACT-OUTPUTS.every-output-retained", ("ZC-EX
 FailedRunPoisonsState = fault("ZC-FAILURE.failed-run-poisons-state", ("ZC-FAILURE", "STATE-ATOMIC"),
     """Marks the state broken when a run fails: the previous values stay readable, but every later run is refused until
     a reset, instead of the state staying valid for the next call.""", state=_PoisonedState)
+
 EncodedValuesSnapshotted = fault("ZC-VIEWS.encoded-payloads-snapshotted", ("ZC-VIEWS", "ZC-NO-PAYLOAD-COPY"),
     """``values()`` shares retained tensors but hands out a copy of every encoded value's payload (the encoded wrapper
     is rebuilt with its bytes detached).""", state=hooked_state(values=_copying_results(_encoded_copied)))
+
 StructFieldsSnapshotted = fault("ZC-VIEWS.struct-fields-snapshotted", ("ZC-VIEWS", "ZC-TRANSPORT"),
     """``values()`` shares retained whole tensors but copies the tensor fields of retained structs (the struct view is
     materialized field by field).""", state=hooked_state(values=_copying_results(_fields_copied)))
@@ -580,6 +604,7 @@ CancelRestoresBackup = fault("ZC-FAILURE.cancel-backup-restored", ("ZC-FAILURE",
 CloseRefusedWhileViewed = fault("ZC-OUTSTANDING.close-refused-while-viewed", ("ZC-OUTSTANDING", "STATE-CLOSE"),
     """Refuses to close a state while the caller holds views from ``values()`` (reference-counted buffers in use),
     instead of letting outstanding views outlive the state.""", guards="close", state=_ViewedGuardState)
+
 ResetRefusedWhileViewed = fault("ZC-OUTSTANDING.reset-refused-while-viewed", ("ZC-OUTSTANDING", "STATE-RESET"),
     """Refuses to reset a state while the caller holds views from ``values()``, instead of letting the outstanding
     views outlive the values they show.""", guards="reset", state=_ViewedGuardState)
@@ -626,8 +651,7 @@ StructFeedStringsRefused = fault("ZC-STRINGS-NONPERSISTENT.struct-feed-strings-r
 InPlaceLastOperand = fault("ZC-NO-INPLACE.in-place-last-operand", ("ZC-NO-INPLACE",),
     """Writes an elementwise Add/Sub/Mul/Div result over its second operand when that operand has the output's shape and
     type, although the buffer is still referenced by the previous state, a feed or a returned output.""",
-    patches=lambda: [wrap(program, "_standard", _in_place(
-        ("Add", "Sub", "Mul", "Div"), 1, lambda array: array.dtype.kind in "iuf" and array.size))])
+    patches=lambda: [wrap(program, "_standard", _in_place_last_operand)])
 
 OutputBuffersRecycled = fault("ZC-NO-INPLACE.output-buffers-recycled", ("ZC-NO-INPLACE", "ZC-OUTSTANDING"),
     """Keeps an output buffer pool per state: each unselected output is written into the buffer the same output had in
