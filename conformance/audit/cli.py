@@ -84,10 +84,8 @@ def cmd_audit(args) -> int:
         case.build()
     cases_for = None
     if args.claims:
-        def whole_scope(unclaimed):
-            return scope.scoped_cases(unclaimed, cases, jobs=args.jobs, timeout=args.timeout)
-
-        cases_for = scope.claimed_cases(_committed(), classes, cases, whole_scope)
+        cases_for = scope.claimed_cases(_committed(), classes, cases, lambda unclaimed: scope.scoped_cases(
+            unclaimed, cases, jobs=args.jobs, timeout=args.timeout))
         timing["choosing the claimed cases"] = time.perf_counter() - start
     elif not args.full:
         cases_for = scope.scoped_cases(classes, cases, jobs=args.jobs, timeout=args.timeout)

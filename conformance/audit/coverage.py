@@ -14,7 +14,7 @@ import pathlib
 
 from conformance import spec
 from conformance.audit.audit import clause_table
-from conformance.audit.report import COMMITTED
+from conformance.audit.report import COMMITTED, _cases
 from conformance.locations import docs_file
 from reference_impl.clauses import CLAUSES, SPEC_REVISION
 
@@ -51,15 +51,13 @@ def statuses(matrix: dict) -> dict[str, str]:
     return found
 
 
-def _cases(ids: list[str], shown: int = 3) -> str:
-    if not ids:
-        return "-"
-    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
-    return ", ".join(ids[:shown]) + more
-
-
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
+
+
+def _row(row: dict) -> str:
+    """The faults and catching-cases cells of a clause's row."""
+    return f"{', '.join(f'`{f}`' for f in row['faults']) or '-'} | {_cases(row['caught_by']) or '-'} |"
 
 
 def render(matrix: dict) -> str:
@@ -90,19 +88,12 @@ def render(matrix: dict) -> str:
         "| line | statement | clause | status | faults | catching cases |",
         "| ---: | --- | --- | --- | --- | --- |",
     ]
-    for line, quote, cid in rows:
-        row = table[cid]
-        faults = ", ".join(f"`{f}`" for f in row["faults"]) or "-"
-        lines.append(f"| {line} | {_cell(quote)} | {cid} | {_cell(status[cid])} | {faults} | "
-                     f"{_cases(row['caught_by'])} |")
+    lines += [f"| {line} | {_cell(quote)} | {cid} | {_cell(status[cid])} | {_row(table[cid])}"
+              for line, quote, cid in rows]
     limits = [cid for cid, clause in CLAUSES.items() if not clause.quotes]
     lines += ["", "## Implementation limits (not spec statements)", "",
               "| clause | limit | status | faults | catching cases |", "| --- | --- | --- | --- | --- |"]
-    for cid in limits:
-        row = table[cid]
-        faults = ", ".join(f"`{f}`" for f in row["faults"]) or "-"
-        lines.append(f"| {cid} | {_cell(CLAUSES[cid].note)} | {_cell(status[cid])} | {faults} | "
-                     f"{_cases(row['caught_by'])} |")
+    lines += [f"| {cid} | {_cell(CLAUSES[cid].note)} | {_cell(status[cid])} | {_row(table[cid])}" for cid in limits]
     return "\n".join(lines) + "\n"
 
 

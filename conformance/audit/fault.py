@@ -110,6 +110,16 @@ def wrap(target: Any, name: str, make: Callable[[Callable], Callable], aliases: 
     return Patch(target, name, make(original), aliases)
 
 
+def returning(target: Any, name: str, edit: Callable, aliases: bool = True) -> Patch:
+    """A patch making ``target.name`` return ``edit(result, *args, **kwargs)`` for the call's arguments: a result
+    read or changed the way the buggy runtime does."""
+    def make(original):
+        def edited(*args, **kwargs):
+            return edit(original(*args, **kwargs), *args, **kwargs)
+        return edited
+    return wrap(target, name, make, aliases)
+
+
 def skip(target: Any, name: str, *codes: str, returns: Any = None) -> Patch:
     """The function ``target.name`` without the checks that raise ``codes``: when one of them fires,
     the function gives up silently and returns ``returns`` (what a runtime lacking the check does). A
@@ -365,8 +375,10 @@ def fault(fault_id: str, clauses: tuple[str, ...], doc: str, *, patches: Callabl
     Most bugs are one of a few shapes (a check skipped, a value read from the wrong place, a copy
     added, a constant changed), each a patch list or a model edit, so a fault is one call rather than a
     class. ``state`` is the ``FaultState`` subclass the runtime's state handles are. Only the seams
-    given are overridden, so the audit scopes the fault exactly as it would a hand-written class. The
-    class is named after the module attribute it is bound to by ``name_faults``."""
+    given are overridden, so the audit scopes the fault exactly as it would a hand-written class. ``flags``
+    become class members as they are: the flags (``boundary``, ``pending``, ...) or an adapter method the
+    bug lives in (``open_state``, ``executor_kernels``). The class is named after the module attribute it
+    is bound to by ``name_faults``."""
     namespace: dict[str, Any] = {"fault_id": fault_id, "clauses": tuple(clauses), "__doc__": doc,
                                  "__module__": sys._getframe(1).f_globals["__name__"], **flags}
     if patches is not None:
@@ -390,6 +402,16 @@ def name_faults(namespace: dict[str, Any]) -> None:
             value.__name__ = value.__qualname__ = attribute
 
 
+def _injected(name: str) -> Callable:
+    """The reference state's method ``name``, run with the handle's fault's patches installed."""
+    method = getattr(ReferenceState, name)
+
+    def injected(self, *args, **kwargs):
+        with self.fault.injected():
+            return method(self, *args, **kwargs)
+    return injected
+
+
 class FaultState(ReferenceState):
     """A reference state whose calls run with its fault's patches installed."""
 
@@ -402,29 +424,17 @@ class FaultState(ReferenceState):
             self._kv = opened._kv
         self.fault = fault
 
-    def run(self, feeds):
-        with self.fault.injected():
-            return super().run(feeds)
+    run, run_cancelled, run_held, values, reset, close = (
+        _injected(name) for name in ("run", "run_cancelled", "run_held", "values", "reset", "close"))
 
-    def run_cancelled(self, feeds):
-        with self.fault.injected():
-            return super().run_cancelled(feeds)
 
-    def run_held(self, feeds, hold):
-        with self.fault.injected():
-            return super().run_held(feeds, hold)
-
-    def values(self):
-        with self.fault.injected():
-            return super().values()
-
-    def reset(self, initial):
-        with self.fault.injected():
-            return super().reset(initial)
-
-    def close(self):
-        with self.fault.injected():
-            return super().close()
+def hooked_state(**hooks: Callable) -> type[FaultState]:
+    """A ``FaultState`` whose methods named in ``hooks`` run as ``hook(handle, call, *args)``, ``call`` being the
+    plain method (patches installed): most state bugs change what a call is given or returns, or act around it."""
+    def hooked(name, hook):
+        method = getattr(FaultState, name)
+        return lambda self, *args, **kwargs: hook(self, functools.partial(method, self), *args, **kwargs)
+    return type("HookedState", (FaultState,), {name: hooked(name, hook) for name, hook in hooks.items()})
 
 
 # ------------------------------------------------------------------------------- model walking
@@ -501,5 +511,5 @@ def encoded_values(model) -> Iterator[Any]:
 
 
 __all__ = ["INSTALLER", "TESTEE_COPIES_RETURNED_VALUES", "Fault", "FaultState", "Patch", "decode_module",
-           "enclosing_depth", "encoded_values", "fault", "graphs", "name_faults", "skip", "struct_types", "type_refs",
-           "wrap"]
+           "enclosing_depth", "encoded_values", "fault", "graphs", "hooked_state", "name_faults", "returning",
+           "skip", "struct_types", "type_refs", "wrap"]

@@ -45,15 +45,10 @@ def _implicit_operand(struct_to_tensor=None, encoded_to_tensor=None):
 
 
 _SUB_BYTE = (dtypes.INT4, dtypes.UINT4, dtypes.INT2, dtypes.UINT2)
-
-
 _EXTERNAL = payload.EXTERNAL
-
-
+_INDEX_PATH = re.compile(r"\[\d+\]")
 # the modules (``reference_impl.kv`` re-exports functions of the same names)
 attention_module = importlib.import_module("reference_impl.kv.attention")
-
-
 paged_attention_module = importlib.import_module("reference_impl.kv.paged_attention")
 
 
@@ -68,9 +63,6 @@ def _map_neutral(value, on_array=None, on_encoded=None, in_struct: bool = False)
     if isinstance(value, list):
         return [_map_neutral(v, on_array, on_encoded, in_struct) for v in value]
     return value
-
-
-_INDEX_PATH = re.compile(r"\[\d+\]")
 
 
 def _name(value) -> str:
