@@ -428,13 +428,21 @@ class FaultState(ReferenceState):
         _injected(name) for name in ("run", "run_cancelled", "run_held", "values", "reset", "close"))
 
 
-def hooked_state(**hooks: Callable) -> type[FaultState]:
+def hooked_state(init: Callable | None = None, **hooks: Callable) -> type[FaultState]:
     """A ``FaultState`` whose methods named in ``hooks`` run as ``hook(handle, call, *args)``, ``call`` being the
-    plain method (patches installed): most state bugs change what a call is given or returns, or act around it."""
+    plain method (patches installed): most state bugs change what a call is given or returns, or act around it.
+    Each handle takes the ``note`` its fault left for it (what ``open_state`` saw), then ``init(handle)`` runs."""
     def hooked(name, hook):
         method = getattr(FaultState, name)
         return lambda self, *args, **kwargs: hook(self, functools.partial(method, self), *args, **kwargs)
-    return type("HookedState", (FaultState,), {name: hooked(name, hook) for name, hook in hooks.items()})
+
+    def __init__(self, state, fault, like=None):
+        FaultState.__init__(self, state, fault, like)
+        self.note = getattr(fault, "note", None)
+        if init is not None:
+            init(self)
+    return type("HookedState", (FaultState,), {"__init__": __init__,
+                                               **{name: hooked(name, hook) for name, hook in hooks.items()}})
 
 
 # ------------------------------------------------------------------------------- model walking

@@ -9,8 +9,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from conformance.audit.fault import Fault, Patch, fault, name_faults, wrap
-from conformance.audit.faults.state import after_run, fresh, hooked, noting
+from conformance.audit.fault import Fault, Patch, fault, hooked_state, name_faults, wrap
+from conformance.audit.faults.state import after_run, fresh, noting
 from reference_impl import bindings, schema
 from reference_impl import values as values_module
 from reference_impl.errors import ContractError, violation
@@ -351,7 +351,7 @@ def _persistent_types_fed(handle, feeds):
     return feeds
 
 
-_PersistentTypesState = hooked(run=lambda handle, run, feeds: run(_persistent_types_fed(handle, feeds)))
+_PersistentTypesState = hooked_state(run=lambda handle, run, feeds: run(_persistent_types_fed(handle, feeds)))
 
 
 class PersistenceFollowsTheType(Fault):
@@ -426,14 +426,15 @@ OneStateSlotPerType = fault("BIND-SHARED-TYPE.one-slot-per-type", ("BIND-SHARED-
     state=after_run(_slot_shared, init=_slots_per_type))
 StatelessRetainsOutputs = fault("BIND-STATELESS-DEFAULT.outputs-retained", ("BIND-STATELESS-DEFAULT",), """Without
     bindings, keeps the last call's outputs as the state's values instead of running ordinary stateless execution with
-    nothing retained.""", state=hooked(init=fresh(last=dict), run=_last_outputs, values=lambda handle, values: (
+    nothing retained.""", state=hooked_state(init=fresh(last=dict), run=_last_outputs, values=lambda handle, values: (
         values() if handle.state.bindings else {**handle.last, **values()})))
 ScalarFieldsNotRetained = fault("BIND-WHOLE.scalar-fields-kept", ("BIND-WHOLE", "STATE-WHOLE-STRUCT"), """Retains the
     tensor fields of a bound struct output but keeps the previous value's scalar fields (lengths, positions), as if only
     part of the struct were persistent.""", state=after_run(_scalar_fields_kept))
 FeedsKeptAsHiddenState = fault("BIND-NO-CONTENTS.hidden-feed-state", ("BIND-NO-CONTENTS",), """Keeps each call's feeds
     as hidden kernel state next to the bound values (a second value system besides the graph's bindings).""",
-    state=hooked(init=fresh(feeds=dict), run=_feeds_kept, values=lambda handle, values: {**handle.feeds, **values()}))
+    state=hooked_state(init=fresh(feeds=dict), run=_feeds_kept,
+                       values=lambda handle, values: {**handle.feeds, **values()}))
 DecodedValuesMemoized = fault("BIND-NO-CONTENTS.decode-memoized", ("BIND-NO-CONTENTS",), """Caches each Decode node's
     result in the kernel on first use (an optimization for constant weights), so later calls of the same state decode
     the first call's value again: hidden kernel state beyond the bound inputs.""",

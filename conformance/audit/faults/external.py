@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from conformance.audit.fault import INSTALLER, Fault, Patch, encoded_values, fault, name_faults, skip, wrap
+from conformance.audit.fault import INSTALLER, Fault, Patch, encoded_values, fault, name_faults, returning, skip, wrap
 from conformance.audit.faults.shared import _EXTERNAL
 from reference_impl import payload
 from reference_impl.dtypes import INT64_MAX, UINT64_MAX
@@ -22,11 +22,6 @@ from reference_impl.values import EncodedValue
 
 
 # ------------------------------------------------------ mechanisms (the payload ownership faults use them too)
-def returning(target, name: str, edit: Callable, aliases: bool = True) -> Patch:
-    """A patch replacing ``target.name`` by the function whose result ``edit`` changes."""
-    return wrap(target, name, lambda original: lambda *a, **k: edit(original(*a, **k)), aliases)
-
-
 def on_extent(name: str, edit: Callable, aliases: bool = True) -> Patch:
     """A patch replacing ``payload.name`` (open_payload or open_external, whose last three arguments are the extent,
     the base directory and the path) by the function handing the original ``edit(extent, path)`` as the extent."""
@@ -120,11 +115,12 @@ LocationBasenameOnly = fault("PAY-EXTERNAL-EXTENT.location-basename-only", ("PAY
 ExternalNumbersThirtyTwoBit = fault("PAY-EXTERNAL-EXTENT.numbers-thirty-two-bit",
     ("PAY-EXTERNAL-EXTENT", "PAY-EXTERNAL-KEYS"), """Parses external offset and length into 32-bit integers
     (``(uint32_t)strtoull(...)``): numbers of 2**32 and beyond wrap, so an extent far beyond a small file is read from
-    its start.""", boundary=True, patches=lambda: [returning(payload, "_decimal", lambda number: number % (1 << 32))])
+    its start.""", boundary=True,
+    patches=lambda: [returning(payload, "_decimal", lambda number, *_: number % (1 << 32))])
 ExternalOffsetTruncatedTo32Bits = fault("PAY-EXTERNAL-EXTENT.offset-truncated-32-bits", ("PAY-EXTERNAL-EXTENT",),
     """Keeps the external offset in a 32-bit field: an offset of 2**32 or more is read modulo 2**32, so an extent beyond
     the end of a small file reads bytes near its start instead of being refused.""", boundary=True,
-    patches=lambda: [returning(payload, "payload_extent", lambda e: replace(e, offset=e.offset & 0xFFFFFFFF)
+    patches=lambda: [returning(payload, "payload_extent", lambda e, *_: replace(e, offset=e.offset & 0xFFFFFFFF)
                                if e.external and e.offset >= 1 << 32 else e)])
 BackingFileNotChecked = fault("PAY-EXTERNAL-EXTENT.file-unchecked", ("PAY-EXTERNAL-EXTENT",), """Never checks at load
     that the backing file exists and covers offset + length (reads fail later, or read short).""",

@@ -9,11 +9,20 @@ from types import MappingProxyType
 
 import numpy as np
 
-from conformance.audit.fault import TESTEE_COPIES_RETURNED_VALUES, Patch, encoded_values, fault, name_faults, wrap
+from conformance.audit.fault import (
+    TESTEE_COPIES_RETURNED_VALUES,
+    Patch,
+    encoded_values,
+    fault,
+    hooked_state,
+    name_faults,
+    returning,
+    wrap,
+)
 from conformance.audit.fault import decode_module as decode
-from conformance.audit.faults.external import ReusedAfterCall, refusing, returning
+from conformance.audit.faults.external import ReusedAfterCall, refusing
 from conformance.audit.faults.shared import _EXTERNAL, _INDEX_PATH, _map_neutral
-from conformance.audit.faults.state import after_run, by_model, edited, flagged, hooked, opening, per_model
+from conformance.audit.faults.state import after_run, by_model, edited, flagged, opening, per_model
 from conformance.values import Struct
 from reference_impl import payload, records, verifier
 from reference_impl import state as state_module
@@ -221,7 +230,7 @@ CallerBuffersTakenAsOwned = fault("PAY-OWNERLESS.borrowed-feed-retained", ("PAY-
     patches=lambda: [Patch(state_module, "_ownerless", lambda array: False)])
 EncodedInputsCopiedForWriting = fault("PAY-READ-ONLY.encoded-inputs-copied", ("PAY-READ-ONLY",), """Takes a private
     writable copy of every encoded input so its kernels may write into it, instead of treating encoded inputs as
-    read-only shared payloads.""", patches=lambda: [returning(state_module, "_adopt_encoded", lambda adopted:
+    read-only shared payloads.""", patches=lambda: [returning(state_module, "_adopt_encoded", lambda adopted, *_:
         EncodedValue(adopted.header, adopted.payload.copy(), adopted.source, adopted.base_dir))])
 
 
@@ -321,7 +330,7 @@ def _outputs_checked(keep: Callable) -> Patch:
 ResetAcceptsOwnerless = fault("PAY-OWNERLESS.reset-borrow-retained", ("PAY-OWNERLESS", "STATE-RESET"), """Checks
     ownership of initial values when the state is opened but not on ``reset``: an ownerless borrow given to reset
     becomes retained state.""", patches=lambda: [wrap(state_module, "_ownerless", _unchecked_while("on"))],
-    state=hooked(reset=flagged(_FLAGS, "on", lambda handle: True)))
+    state=hooked_state(reset=flagged(_FLAGS, "on", lambda handle: True)))
 StructFieldOwnershipUnchecked = fault("PAY-OWNERLESS.struct-fields-unchecked", ("PAY-OWNERLESS", "PAY-FIELD-OWNERS"),
     """Checks that a retained or returned tensor has an owner only for whole tensors, not for the tensor fields of a
     struct: an ownerless borrow inside a struct becomes retained state or a returned output.""",
@@ -336,7 +345,7 @@ UnboundOutputsOwnershipUnchecked = fault("PAY-OWNERLESS.unselected-outputs-unche
     directly as an unselected output leaves the call.""", patches=lambda: [_outputs_checked(
         lambda found: found if getattr(_FLAGS, "bound", None) is None else {
             name: pairs for name, pairs in found.items() if name in _FLAGS.bound})],
-    state=hooked(run=flagged(_FLAGS, "bound", lambda handle: {b.output_name for b in handle.state.bindings})))
+    state=hooked_state(run=flagged(_FLAGS, "bound", lambda handle: {b.output_name for b in handle.state.bindings})))
 
 
 class FirstFieldOwnerOnly(ReusedAfterCall):

@@ -11,7 +11,7 @@ from types import MappingProxyType
 import numpy as np
 
 from conformance.adapters.reference import to_neutral, to_runtime
-from conformance.audit.fault import Fault, FaultState, fault, name_faults, wrap
+from conformance.audit.fault import Fault, FaultState, fault, hooked_state, name_faults, wrap
 from conformance.audit.faults.shared import _ExtraRetainedState
 from conformance.values import Struct
 from reference_impl import ContractError, schema
@@ -25,20 +25,6 @@ from reference_impl.values import TensorSpec, is_struct, numpy_dtype
 
 
 # ------------------------------------------------------ mechanisms (the bindings and payload faults use them too)
-def hooked(init: Callable | None = None, **hooks: Callable) -> type[FaultState]:
-    """A state handle whose calls named in ``hooks`` (run, reset, close, values...) are ``hooks[name](handle, call,
-    *arguments)``, ``call`` making the reference call; ``init(handle)`` prepares each (after it took its ``note``)."""
-    def through(name, hook):
-        return lambda self, *args: hook(self, functools.partial(getattr(FaultState, name), self), *args)
-
-    def __init__(self, state, fault, like=None):
-        FaultState.__init__(self, state, fault, like)
-        self.note = getattr(fault, "note", None)
-        if init is not None:
-            init(self)
-    return type("HookedState", (FaultState,), {"__init__": __init__, **{n: through(n, h) for n, h in hooks.items()}})
-
-
 def fresh(**values) -> Callable:
     """An ``init`` giving each handle its own attributes (a callable value is a factory, called per handle)."""
     return lambda handle: vars(handle).update({k: v() if callable(v) else v for k, v in values.items()})
@@ -46,7 +32,7 @@ def fresh(**values) -> Callable:
 
 def edited(name: str, edit: Callable) -> type[FaultState]:
     """A state handle whose ``name`` call (run or reset) gets ``edit(handle, argument)`` instead of its argument."""
-    return hooked(**{name: lambda handle, call, argument: call(edit(handle, argument))})
+    return hooked_state(**{name: lambda handle, call, argument: call(edit(handle, argument))})
 
 
 def after_run(edit: Callable, **hooks: Callable) -> type[FaultState]:
@@ -54,7 +40,7 @@ def after_run(edit: Callable, **hooks: Callable) -> type[FaultState]:
     def run(handle, call, feeds):
         before = handle.state._values
         return edit(handle, before, call(feeds))
-    return hooked(run=run, **hooks)
+    return hooked_state(run=run, **hooks)
 
 
 def opening(edit: Callable) -> Callable:
@@ -131,18 +117,18 @@ NeverAdvances = fault("STATE-EQUIV-LOOP.never-advances", ("STATE-EQUIV-LOOP",), 
     loop.""", state=after_run(_kept_before))
 ModelHashedEachRun = fault("STATE-NO-MODEL-SCAN.model-hashed-each-run", ("STATE-NO-MODEL-SCAN",), """Serializes
     and hashes the model on every call to detect whether the caller mutated it (and reports it honestly in its
-    ``model_serializations`` counter).""", state=hooked(run=_first(  # hashed to detect mutation
+    ``model_serializations`` counter).""", state=hooked_state(run=_first(  # hashed to detect mutation
         lambda executor: executor.model.SerializeToString(deterministic=True), "model_serializations")))
 BindingsResolvedEachRun = fault("STATE-RESOLVE-ONCE.resolved-each-run", ("STATE-RESOLVE-ONCE",), """Resolves and
     validates the model's bindings again on every call instead of once when the state is made (reported in its
-    ``binding_resolutions`` counter).""", state=hooked(run=_resolving))
+    ``binding_resolutions`` counter).""", state=hooked_state(run=_resolving))
 BindingsResolvedOnReset = fault("STATE-RESOLVE-ONCE.resolved-on-reset", ("STATE-RESOLVE-ONCE",), """Resolves and
     validates the model's bindings again at every reset (reset rebuilds the state as make_state does) instead of once;
-    reported in its ``binding_resolutions`` counter.""", state=hooked(reset=_resolving))
+    reported in its ``binding_resolutions`` counter.""", state=hooked_state(reset=_resolving))
 
 ModelClonedAtOpen = fault("STATE-NO-MODEL-SCAN.model-cloned-at-open", ("STATE-NO-MODEL-SCAN",), """Takes a private
     deep copy of the model when the state is made (to be safe from later edits by the caller), and reports the clone
-    honestly in its ``model_serializations`` counter.""", state=hooked(init=_first(
+    honestly in its ``model_serializations`` counter.""", state=hooked_state(init=_first(
         lambda executor: schema.ModelProto().CopyFrom(executor.model), "model_serializations")))
 
 
@@ -300,7 +286,7 @@ DefaultedInputsRequired = fault("STATE-FEEDS.defaulted-inputs-required", ("STATE
     state=edited("run", _defaults_required))
 PreviousFeedReused = fault("STATE-FEEDS.previous-feed-reused", ("STATE-FEEDS",), """Keeps each successful call's
     feeds and, when a later call omits a fresh input, reuses the one the previous call supplied instead of failing the
-    call.""", state=hooked(init=fresh(last=dict), run=_previous_feeds))
+    call.""", state=hooked_state(init=fresh(last=dict), run=_previous_feeds))
 
 
 def _published_anyway(handle, run, feeds):
@@ -318,7 +304,7 @@ def _published_anyway(handle, run, feeds):
         raise
 
 
-_PublishingState = hooked(run=_published_anyway)
+_PublishingState = hooked_state(run=_published_anyway)
 
 
 def _publishing_open(self, model_bytes, initial, base_dir=None):
@@ -355,13 +341,13 @@ def _queued(handle, call, *args):
 
 AllowsConcurrentCalls = fault("STATE-NO-CONCURRENCY.calls-queued", ("STATE-NO-CONCURRENCY",), """Serializes
     simultaneous calls on one state with a lock (the second waits) instead of rejecting them.""",
-    state=hooked(init=fresh(lock=threading.Lock), run=_queued, run_held=_queued, reset=_queued, close=_queued))
+    state=hooked_state(init=fresh(lock=threading.Lock), run=_queued, run_held=_queued, reset=_queued, close=_queued))
 
 
 ResetRestoresOpenValues = fault("STATE-RESET.restores-open-values", ("STATE-RESET",), """``reset(initial)`` restores
     the values the state was opened with, ignoring the ones passed.""",
     open_state=noting(lambda model_bytes, initial: initial),
-    state=hooked(init=lambda handle: setattr(handle, "opened_with", dict(handle.note)),
+    state=hooked_state(init=lambda handle: setattr(handle, "opened_with", dict(handle.note)),
                  reset=lambda handle, reset, initial: reset(handle.opened_with)))
 
 
@@ -378,15 +364,15 @@ def _unguarded_close(handle, close):
 
 
 CloseIsNoOp = fault("STATE-CLOSE.close-ignored", ("STATE-CLOSE",), """``close()`` does nothing: the state keeps its
-    values and accepts further calls.""", state=hooked(close=lambda handle, close: None))
+    values and accepts further calls.""", state=hooked_state(close=lambda handle, close: None))
 ResetCloseRaceActiveCall = fault("STATE-NO-RACE.reset-close-unguarded", ("STATE-NO-RACE",), """Guards runs against
     each other but lets ``reset`` and ``close`` proceed during an active call.""",
-    state=hooked(reset=_unguarded_reset, close=_unguarded_close))
+    state=hooked_state(reset=_unguarded_reset, close=_unguarded_close))
 
 
 _ACTIVE = threading.local()
 _tracked = flagged(_ACTIVE, "state", lambda handle: handle.state)
-_TrackedState = hooked(run=_tracked, run_cancelled=_tracked, run_held=_tracked)
+_TrackedState = hooked_state(run=_tracked, run_cancelled=_tracked, run_held=_tracked)
 
 
 def _publishing_each_binding(original):
@@ -456,14 +442,14 @@ def _reset_binding_by_binding(handle, reset, initial):
 
 PartialResetMerged = fault("STATE-RESET.partial-reset-merged", ("STATE-RESET", "STATE-INITIAL"), """``reset(initial)``
     merges the given values into the current state: a binding the caller left out keeps its current (stale) value
-    instead of the reset failing for a missing initial value.""", state=hooked(reset=_merged_reset))
+    instead of the reset failing for a missing initial value.""", state=hooked_state(reset=_merged_reset))
 ResetIgnoresUnknownNames = fault("STATE-RESET.unknown-names-ignored", ("STATE-RESET", "STATE-INITIAL"), """Checks the
     names of the initial values when the state is opened but not on ``reset``, where values for names that are not bound
     inputs are silently dropped.""", state=edited("reset", lambda handle, initial: {
         name: value for name, value in initial.items() if name in _bound_inputs(handle.state)}))
 ResetPublishedBindingByBinding = fault("STATE-RESET.published-binding-by-binding", ("STATE-RESET", "STATE-ATOMIC"),
     """Replaces the retained values of a reset one binding at a time, so a reset whose later value is invalid fails
-    after the earlier bindings were already replaced.""", state=hooked(reset=_reset_binding_by_binding))
+    after the earlier bindings were already replaced.""", state=hooked_state(reset=_reset_binding_by_binding))
 
 
 def _joins_family(handle):
@@ -492,11 +478,11 @@ def _resets_siblings(handle, reset, initial):
 CloseReleasesSiblings = fault("STATE-ISOLATION.close-closes-siblings", ("STATE-ISOLATION", "STATE-CLOSE"), """Keeps
     one execution context per loaded model and releases it when any state of that model is closed, so closing one
     request's state closes every other state of the same model.""", open_state=by_model,
-    state=hooked(init=_joins_family, close=_closes_siblings))
+    state=hooked_state(init=_joins_family, close=_closes_siblings))
 ResetSharedAcrossStates = fault("STATE-ISOLATION.reset-shared", ("STATE-ISOLATION", "STATE-RESET"), """Stores the
     values a reset restores on the loaded model, so resetting one request's state replaces the retained values of every
     other state of the same model.""", open_state=by_model,
-    state=hooked(init=_joins_family, reset=_resets_siblings))
+    state=hooked_state(init=_joins_family, reset=_resets_siblings))
 
 
 def _uncached_run(handle, run, feeds):
@@ -512,7 +498,7 @@ def _cached_values(handle, values):
 
 ValuesCachedAcrossReset = fault("STATE-RESET.values-cache-stale", ("STATE-RESET", "ZC-VIEWS"), """Caches the mapping
     ``values()`` hands out and refreshes it after each run but not after a reset, so values() after a reset shows the
-    state before it.""", state=hooked(init=fresh(cached=None), run=_uncached_run, values=_cached_values))
+    state before it.""", state=hooked_state(init=fresh(cached=None), run=_uncached_run, values=_cached_values))
 
 
 def _counts_model_calls(handle):
@@ -542,7 +528,7 @@ ResetCloseGuardedPerModel = fault("STATE-ISOLATION.reset-close-guarded-per-model
     """Keeps "reset or close cannot race with a call" with one count of active calls per loaded model, so a reset or
     close of one state is refused while a call on another state of the same model is active.""",
     open_state=by_model,
-    state=hooked(init=_counts_model_calls, run=_counted, run_cancelled=_counted, run_held=_counted,
+    state=hooked_state(init=_counts_model_calls, run=_counted, run_cancelled=_counted, run_held=_counted,
                  reset=_refused_during_model_calls("reset"), close=_refused_during_model_calls("close")))
 
 
@@ -558,8 +544,9 @@ def _guarded_per_model(handle, call, *args):
 CallGuardPerModel = fault("STATE-NO-CONCURRENCY.guard-per-model", ("STATE-NO-CONCURRENCY", "STATE-ISOLATION"),
     """Implements the rejection of simultaneous calls with one busy flag per loaded model instead of per state: a call
     on another request's state over the same model is rejected too.""", open_state=by_model,
-    state=hooked(init=lambda handle: setattr(handle, "model_lock", per_model(handle.fault, "locks", threading.Lock)),
-                 run=_guarded_per_model, run_cancelled=_guarded_per_model, run_held=_guarded_per_model))
+    state=hooked_state(
+        init=lambda handle: setattr(handle, "model_lock", per_model(handle.fault, "locks", threading.Lock)),
+        run=_guarded_per_model, run_cancelled=_guarded_per_model, run_held=_guarded_per_model))
 
 
 def _close_keeping(handle, close):
@@ -601,15 +588,15 @@ def _then_close(handle, call, *args):
 ValuesReadableAfterClose = fault("STATE-CLOSE.values-readable-after-close", ("STATE-CLOSE",), """``close()`` refuses
     further calls but keeps the retained values reachable: the state-value accessor does not check whether the state is
     closed and still hands out the last retained values.""",
-    state=hooked(init=fresh(kept=None), close=_close_keeping, values=_kept_values))
+    state=hooked_state(init=fresh(kept=None), close=_close_keeping, values=_kept_values))
 ResetReopensClosedState = fault("STATE-CLOSE.reset-reopens", ("STATE-CLOSE",), """``reset(initial)`` re-initializes a
     closed state instead of refusing: the state closed by the caller comes back to life with the new initial values and
-    accepts calls again.""", state=hooked(init=lambda handle: setattr(handle, "executor", handle.state._executor),
+    accepts calls again.""", state=hooked_state(init=lambda handle: setattr(handle, "executor", handle.state._executor),
                                           reset=_reopening_reset))
 CloseReturnsDuringRun = fault("STATE-NO-RACE.close-returns-early", ("STATE-NO-RACE", "STATE-CLOSE"), """A close
     issued while a call is active only marks the state for closing and returns at once; the close happens when the call
     ends. The caller believes the state is closed while the run still executes on it.""",
-    state=hooked(init=fresh(close_pending=False), close=_close_deferred, run=_then_close, run_held=_then_close))
+    state=hooked_state(init=fresh(close_pending=False), close=_close_deferred, run=_then_close, run_held=_then_close))
 
 
 def _paired_by_position(handle):
@@ -624,7 +611,7 @@ def _paired_by_position(handle):
 BindingsPairedByPosition = fault("STATE-EQUIV-LOOP.paired-by-position", ("STATE-EQUIV-LOOP",), """Builds its
     publication plan by pairing the bound inputs, in graph input order, with the bound outputs, in graph output order,
     instead of following each binding's own output name: correct only while both lists happen to be in the same
-    order.""", state=hooked(init=_paired_by_position))
+    order.""", state=hooked_state(init=_paired_by_position))
 
 
 def _with_defaults(model, initial) -> dict:
