@@ -35,10 +35,11 @@ _UINT64 = 1 << 64
 
 
 # ------------------------------------------------------------- mechanisms (the structured and export faults use them)
-def around(target, name: str, *, before=None, instead=None, after=None, aliases: bool = True) -> Patch:
+def around(target, name: str, *, before=None, instead=None, rescue=None, after=None, aliases: bool = True) -> Patch:
     """The function ``target.name`` with hooks given the call's arguments by name (defaults applied): ``before(**args)``
     returns the arguments it changes (a dict; None: none) or raises, ``instead(**args)`` what the call returns instead
-    (None: the function runs), ``after(result, **args)`` what the call returns."""
+    (None: the function runs), ``rescue(error, **args)`` what it returns when the function raised the ContractError
+    ``error`` (or raises), ``after(result, **args)`` what the call returns."""
     def make(original):
         signature = inspect.signature(original)
 
@@ -48,7 +49,12 @@ def around(target, name: str, *, before=None, instead=None, after=None, aliases:
             call.arguments.update((before and before(**call.arguments)) or {})
             result = instead(**call.arguments) if instead else None
             if result is None:
-                result = original(*call.args, **call.kwargs)
+                try:
+                    result = original(*call.args, **call.kwargs)
+                except ContractError as error:
+                    if rescue is None:
+                        raise
+                    result = rescue(error, **call.arguments)
             return after(result, **call.arguments) if after else result
         return hooked
     return wrap(target, name, make, aliases)
@@ -395,18 +401,13 @@ def _partial_ignored(external_only: bool):
     return lambda: [wrap(verifier, "_verify_struct_layout", make)]
 
 
-def _inline_roots_unchecked(original):
-    def verify_struct_layout(value, path, extent, catalogue):
-        try:
-            return original(value, path, extent, catalogue)
-        except ContractError as error:
-            inline = value.struct_type.WhichOneof("kind") != "type_ref"
-            if not inline or error.code not in (E.ROOT_SIZE_ZERO, E.ROOT_SIZE_NOT_BYTES):
-                raise
-            record_bytes = -(-catalogue.bit_size(value.struct_type, path) // 8)
-            count = extent.length // record_bytes if record_bytes else 0
-            return verifier.EncodedInfo(path, extent, element_bytes=record_bytes, record_count=count)
-    return verify_struct_layout
+def _inline_roots_unchecked(error, value, path, extent, catalogue):
+    inline = value.struct_type.WhichOneof("kind") != "type_ref"
+    if not inline or error.code not in (E.ROOT_SIZE_ZERO, E.ROOT_SIZE_NOT_BYTES):
+        raise error
+    record_bytes = -(-catalogue.bit_size(value.struct_type, path) // 8)
+    count = extent.length // record_bytes if record_bytes else 0
+    return verifier.EncodedInfo(path, extent, element_bytes=record_bytes, record_count=count)
 
 
 def _root_checked_with_records(value, path, extent, catalogue):
@@ -439,7 +440,7 @@ ConstantOnlyRootAccepted = fault("ENC-CONSTANT-ONLY.zero-size-root", ("ENC-CONST
 InlineRootSizeUnchecked = fault("ENC-ROOT-SIZE.inline-roots-unchecked", ("ENC-ROOT-SIZE", "ENC-CONSTANT-ONLY"),
     """Checks the root-size rules (positive, whole bytes) when a value's layout is a type_ref, but not for an inline
     layout: an inline constant-only or 12-bit root is read (zero records, or records rounded up to whole bytes) instead
-    of refused.""", patches=lambda: [wrap(verifier, "_verify_struct_layout", _inline_roots_unchecked)])
+    of refused.""", patches=_layouts(rescue=_inline_roots_unchecked))
 RootRulesCheckedPerRecord = fault("ENC-ROOT-SIZE.checked-only-with-records", ("ENC-ROOT-SIZE", "ENC-CONSTANT-ONLY"),
     """Checks the encoding root's size (positive, whole bytes) only while counting records: an empty payload, zero
     records, never reaches the check, so a constant-only or 12-bit root passes.""",

@@ -228,34 +228,24 @@ def _decoder_along_the_chain(value, catalogue, base_dir, registry, path, **_):
             return decode._check_logical(value, result, path)
 
 
-def _bytes_view(original):
-    def decode_value(value, catalogue, base_dir=None, registry=None, path="value", **kwargs):
-        try:
-            return original(value, catalogue, base_dir, registry, path, **kwargs)
-        except ContractError as error:
-            logical = value.logical_type
-            if error.code.value != "CONSUMER_MISSING" or logical.WhichOneof("value") != "tensor_type" \
-                    or logical.tensor_type.elem_type != dtypes.UINT8:
-                raise
-            return np.array(decode.payload_array(value, catalogue, base_dir, path), dtype=np.uint8)
-    return decode_value
+def _bytes_view(error, value, catalogue, base_dir, path, **_):
+    logical = value.logical_type
+    if error.code.value != "CONSUMER_MISSING" or logical.WhichOneof("value") != "tensor_type" \
+            or logical.tensor_type.elem_type != dtypes.UINT8:
+        raise error
+    return np.array(decode.payload_array(value, catalogue, base_dir, path), dtype=np.uint8)
 
 
-def _by_layout(original):
-    def decode_value(value, catalogue, base_dir=None, registry=None, path="value", **kwargs):
-        try:
-            return original(value, catalogue, base_dir, registry, path, **kwargs)
-        except ContractError as error:
-            if error.code.value != "CONSUMER_MISSING" or value.WhichOneof("layout") != "struct_type" \
-                    or struct_kind(value.struct_type) == "type_ref":
-                raise
-            layout = compile_layout(value.struct_type, catalogue, f"{path}.struct_type")
-            for decoder in decode._registry(registry)._decoders.values():
-                if decoder.signature[0] == layout.signature():
-                    payload = decode.payload_array(value, catalogue, base_dir, path)
-                    return decode._check_logical(value, decoder.decode(layout, payload), path)
-            raise
-    return decode_value
+def _by_layout(error, value, catalogue, base_dir, registry, path, **_):
+    if error.code.value != "CONSUMER_MISSING" or value.WhichOneof("layout") != "struct_type" \
+            or struct_kind(value.struct_type) == "type_ref":
+        raise error
+    layout = compile_layout(value.struct_type, catalogue, f"{path}.struct_type")
+    for decoder in decode._registry(registry)._decoders.values():
+        if decoder.signature[0] == layout.signature():
+            payload = decode.payload_array(value, catalogue, base_dir, path)
+            return decode._check_logical(value, decoder.decode(layout, payload), path)
+    raise error
 
 
 def _fed_values_fallback(original):
@@ -337,11 +327,11 @@ NestedConstantsNotExposed = fault("DEC-INLINE-CODEC.nested-constants-missing", (
 MissingDecoderYieldsBytes = fault("DEC-MISSING.uint8-bytes-view", ("DEC-MISSING",),
     """A struct value nobody registered a decoder for, whose logical type is a UINT8 tensor, decodes to its payload
     bytes (a "bytes view" fallback for byte-typed values) instead of failing explicitly for the missing consumer; other
-    logical types still fail.""", patches=lambda: [wrap(decode, "decode_value", _bytes_view)])
+    logical types still fail.""", patches=_decodes(rescue=_bytes_view))
 InlineLayoutMatchedToRegisteredDecoder = fault("DEC-KEYED.inline-matched-by-layout", ("DEC-KEYED", "DEC-INLINE-CODEC"),
     """Finds a decoder for an inline layout by comparing its compiled layout with every registration's: an inline copy
     of a registered declaration is decoded by that type's decoder, although bindings are keyed by type_id and an inline
-    layout has none.""", patches=lambda: [wrap(decode, "decode_value", _by_layout)])
+    layout has none.""", patches=_decodes(rescue=_by_layout))
 StructsFlattenedForTensorOps = fault("DEC-MISSING-INPUT.struct-flattened", ("DEC-MISSING-INPUT",),
     """Flattens a struct graph input with no consumer into one tensor (its fields concatenated) when a tensor operator
     reads it, instead of failing explicitly.""",
