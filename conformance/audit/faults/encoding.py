@@ -81,9 +81,14 @@ def copied(message):
     return copy
 
 
-def _leaves(**hooks):
-    """Patches of ``records.read_leaf(payload, record_bits, leaf)`` with ``around`` hooks."""
-    return lambda: [around(records, "read_leaf", **hooks)]
+def seam(target, name: str):
+    """A maker of ``patches`` functions hooking ``target.name`` with the ``around`` hooks it is given."""
+    return lambda **hooks: lambda: [around(target, name, **hooks)]
+
+
+_leaves = seam(records, "read_leaf")  # (payload, record_bits, leaf)
+_sizes = seam(structs, "type_bit_size")  # (tp, path, catalogue, depth)
+_layouts = seam(verifier, "_verify_struct_layout")  # (value, path, extent, catalogue)
 
 
 def _typed_leaves(elem_types: tuple, fix):
@@ -95,16 +100,6 @@ def _floored(when, unit=lambda leaf: 8):
     """``read_leaf`` reading a field ``when(leaf)`` selects from its offset rounded down to ``unit(leaf)`` bits."""
     return _leaves(before=lambda leaf, **_: {"leaf": leaf._replace(offset=leaf.offset - leaf.offset % unit(leaf))}
                    if when(leaf) else None)
-
-
-def _sizes(**hooks):
-    """Patches of ``structs.type_bit_size(tp, path, catalogue, depth)`` with ``around`` hooks."""
-    return lambda: [around(structs, "type_bit_size", **hooks)]
-
-
-def _layouts(**hooks):
-    """Patches of ``verifier._verify_struct_layout(value, path, extent, catalogue)`` with ``around`` hooks."""
-    return lambda: [around(verifier, "_verify_struct_layout", **hooks)]
 
 
 def _tensor(tp):
@@ -152,8 +147,9 @@ def _struct_fields_rounded(kinds: tuple[str, ...], when=lambda decl, size: True,
     return _sizes(after=rounded)
 
 
-def _sub_byte_array(decl, size) -> bool:
-    element = decl.array.element_type
+def _sub_byte_elements(st) -> bool:
+    """Whether an array's elements are of a 4- or 2-bit tensor type."""
+    element = st.array.element_type
     return element.WhichOneof("value") == "tensor_type" and dtypes.BIT_WIDTH.get(element.tensor_type.elem_type, 8) < 8
 
 
@@ -181,10 +177,6 @@ def _strided(selects, stride, place):
     return patches
 
 
-def _struct_array(st) -> bool:
-    return struct_kind(st) == "array" and st.array.element_type.WhichOneof("value") == "struct_type"
-
-
 def _struct_elements(st, catalogue, prefix, offset, dims, layout, path, expanded):
     records._compile_type(st.array.element_type, catalogue, prefix, offset, dims, layout,
                           f"{path}.array.element_type", expanded)
@@ -196,12 +188,6 @@ def _packed_components(st, catalogue, prefix, offset, dims, layout, path, expand
         records._add_leaf(layout, records.Leaf(records._join(prefix, component.name), None, component.bit_width,
                                                offset + running, dims), path)
         running += component.bit_width
-
-
-def _sub_byte_scalar_array(st) -> bool:
-    element = st.array.element_type
-    return struct_kind(st) == "array" and element.WhichOneof("value") == "tensor_type" and \
-        dtypes.BIT_WIDTH.get(element.tensor_type.elem_type, 8) < 8 and len(element.tensor_type.shape.dim) == 0
 
 
 def _byte_per_element(st, catalogue, prefix, offset, dims, layout, path, expanded):
@@ -316,7 +302,8 @@ EmptyGroupsTakeAByte = fault("ENC-CONSTANT-ONLY.empty-group-one-byte", ("ENC-CON
 SubByteArraysPadded = fault("ENC-TIGHT.sub-byte-arrays-padded", ("ENC-TIGHT", "ENC-SIZE-TABLE"),
     """Stores an array of 4- or 2-bit elements like a TensorProto's raw_data, padded to whole bytes, so a nested array
     of three INT4 takes 16 bits and the next field starts at the next byte, instead of packing tightly into ``n *
-    size(T)`` bits.""", boundary=True, patches=_struct_fields_rounded(("array",), _sub_byte_array))
+    size(T)`` bits.""", boundary=True,
+    patches=_struct_fields_rounded(("array",), lambda decl, size: _sub_byte_elements(decl)))
 NestedGroupsByteRounded = fault("ENC-TIGHT.nested-groups-byte-rounded", ("ENC-TIGHT", "ENC-SIZE-TABLE"),
     """Gives a nested structure or bit packing its size rounded up to whole bytes (as a C compiler sizes a nested
     struct), so the field after a 12-bit group starts at bit 16 instead of bit 12.""", boundary=True,
@@ -324,8 +311,9 @@ NestedGroupsByteRounded = fault("ENC-TIGHT.nested-groups-byte-rounded", ("ENC-TI
 ArrayOfStructsByteStride = fault("ENC-TIGHT.struct-array-byte-stride", ("ENC-TIGHT", "ENC-SIZE-TABLE"),
     """Steps through an array of nested structs with a byte stride (the element's size rounded up to whole bytes), so
     elements of a 12-bit struct start every 16 bits instead of every 12.""", boundary=True,
-    patches=_strided(_struct_array, lambda st, path, catalogue, depth: _round_up(
-        structs.type_bit_size(st.array.element_type, path, catalogue, depth)), _struct_elements))
+    patches=_strided(lambda st: struct_kind(st) == "array" and st.array.element_type.WhichOneof("value") ==
+                     "struct_type", lambda st, path, catalogue, depth: _round_up(
+                         structs.type_bit_size(st.array.element_type, path, catalogue, depth)), _struct_elements))
 BitPackingElementsByteAligned = fault("ENC-TIGHT.bit-packing-elements-byte-aligned", ("ENC-TIGHT", "ENC-SIZE-TABLE"),
     """Starts every element of a bit packing on a byte boundary (its components padded to whole bytes) instead of
     packing the elements tightly: three 12-bit elements take 48 bits, not 36.""", boundary=True,
@@ -334,7 +322,8 @@ BitPackingElementsByteAligned = fault("ENC-TIGHT.bit-packing-elements-byte-align
 SubByteArrayElementsTakeAByte = fault("ENC-SIZE-TABLE.sub-byte-array-elements-unpacked",
     ("ENC-SIZE-TABLE", "ENC-TIGHT"), """Gives each element of an Array of a 4- or 2-bit scalar its own byte (low bits),
     instead of packing the elements tightly at ``n * size(T)`` bits.""", boundary=True,
-    patches=_strided(_sub_byte_scalar_array, lambda *_: 8, _byte_per_element))
+    patches=_strided(lambda st: struct_kind(st) == "array" and _sub_byte_elements(st) and
+                     len(st.array.element_type.tensor_type.shape.dim) == 0, lambda *_: 8, _byte_per_element))
 BitPackingDimensionIgnored = fault("ENC-SIZE-TABLE.bit-packing-dimension-ignored", ("ENC-SIZE-TABLE",),
     """Reads a bit packing as one group of its components, ignoring its dimension (the count of groups):
     ``size(BitPacking(c..., n)) = sum(c.bit_width)``.""", transform=_packing_dimension_ignored)
@@ -381,10 +370,6 @@ BitPackingOuterArraysDropped = fault("ENC-SIZE-TABLE.bit-packing-outer-dims-drop
 
 
 # ------------------------------------------------------------------------ roots and record counts
-def _zero_records(arguments: dict) -> verifier.EncodedInfo:
-    return verifier.EncodedInfo(arguments["path"], arguments["extent"], element_bytes=0, record_count=0)
-
-
 def _partial_ignored(external_only: bool):
     """``_verify_struct_layout`` counting records with a floor division (of external payloads only)."""
     def make(original):
@@ -436,7 +421,8 @@ RootSizeNotWholeBytes = fault("ENC-ROOT-SIZE.rounded-up", ("ENC-ROOT-SIZE",),
     patches=lambda: [skip(verifier, "_verify_struct_layout", "ROOT_SIZE_NOT_BYTES")])
 ConstantOnlyRootAccepted = fault("ENC-CONSTANT-ONLY.zero-size-root", ("ENC-CONSTANT-ONLY",),
     """Accepts a constant-only struct (zero bytes per record) as an encoding root, as a value of zero records.""",
-    patches=lambda: [skip(verifier, "_verify_struct_layout", "ROOT_SIZE_ZERO", returns=_zero_records)])
+    patches=lambda: [skip(verifier, "_verify_struct_layout", "ROOT_SIZE_ZERO", returns=lambda a: verifier.EncodedInfo(
+        a["path"], a["extent"], element_bytes=0, record_count=0))])
 InlineRootSizeUnchecked = fault("ENC-ROOT-SIZE.inline-roots-unchecked", ("ENC-ROOT-SIZE", "ENC-CONSTANT-ONLY"),
     """Checks the root-size rules (positive, whole bytes) when a value's layout is a type_ref, but not for an inline
     layout: an inline constant-only or 12-bit root is read (zero records, or records rounded up to whole bytes) instead

@@ -8,7 +8,7 @@ import numpy as np
 
 from conformance.audit.fault import Fault, Patch, fault, name_faults, wrap
 from conformance.audit.fault import decode_module as decode
-from conformance.audit.faults.encoding import around, codebook_decoder, linear_decoder, refuse, refuse_values
+from conformance.audit.faults.encoding import around, codebook_decoder, linear_decoder, refuse, refuse_values, seam
 from conformance.audit.faults.shared import _implicit_operand, _registry_patch
 from reference_impl import decoders, dtypes, records, schema, structs
 from reference_impl.errors import ContractError, violation
@@ -31,9 +31,7 @@ def _binds(**hooks) -> list:
     return [around(decoders.DecoderRegistry, "bind", **hooks)]
 
 
-def _decodes(**hooks):
-    """Patches of ``decode.decode_value(value, catalogue, base_dir, registry, path, out)`` with ``around`` hooks."""
-    return lambda: [around(decode, "decode_value", **hooks)]
+_decodes = seam(decode, "decode_value")  # (value, catalogue, base_dir, registry, path, out)
 
 
 def _type_ref_layout(value) -> bool:
