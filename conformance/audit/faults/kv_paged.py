@@ -6,53 +6,26 @@ import dataclasses
 
 import numpy as np
 
-from conformance.audit.fault import Patch, fault, name_faults, wrap
+from conformance.audit.fault import Patch, fault, name_faults
+from conformance.audit.faults.encoding import around
 from conformance.audit.faults.shared import attention_module, paged_attention_module
 from reference_impl.kv import formats, paged
 
 
-def _every_slot_valid(original):
-    def make_block(start, valid, key, value, geometry, path="kv.block", places=(None, None)):
-        block = original(start, valid, key, value, geometry, path, places)
-        return dataclasses.replace(block, valid=block.tokens)
-    return make_block
+def _first_block_zero_point(codecs, values):
+    first = codecs[0] if len(codecs) > 1 else None
+    if first is not None and first.kind == "affine" and first.zero_point is not None:
+        payload = np.concatenate([value.payload for value in values])
+        scale = np.concatenate([codec.scale for codec in codecs], axis=0)
+        zero_point = np.concatenate([first.zero_point] * len(codecs), axis=0)  # the group's first block's
+        return formats._dequantize_heads(payload, first.storage_type, scale, zero_point,
+                                         (first.shape[0] * len(codecs),) + first.shape[1:], first.block_size)
 
 
-PayloadSlotsAsValidTokens = fault("KV-PAGED-RANGE.slots-as-valid-tokens", ("KV-PAGED-RANGE",),
-    """Takes a block's token count from its payload's physical slots instead of its valid_length, so a partially filled
-    block contributes its unused slots too.""", patches=lambda: [wrap(paged, "make_block", _every_slot_valid)])
-
-
-def _symmetric_heads(original):
-    def dequantize_heads(payload, storage_type, scale, zero_point, shape, group):
-        return original(payload, storage_type, scale, None, shape, group)
-    return dequantize_heads
-
-
-KVZeroPointsDropped = fault("KV-PAGED-FORMATS.zero-points-dropped", ("KV-PAGED-FORMATS",),
-    """Decodes affine K/V blocks as if they were symmetric (codes times scale), ignoring the zero point each block
-    carries: only the per-block formats without a zero point decode right.""",
-    patches=lambda: [wrap(formats, "_dequantize_heads", _symmetric_heads)])
-
-
-def _first_block_zero_point(original):
-    def decode_many(codecs, values):
-        if len(codecs) > 1 and codecs[0].kind == "affine" and codecs[0].zero_point is not None:
-            first = codecs[0]
-            tokens = first.shape[0] * len(codecs)
-            payload = np.concatenate([value.payload for value in values])
-            scale = np.concatenate([codec.scale for codec in codecs], axis=0)
-            zero_point = np.concatenate([first.zero_point] * len(codecs), axis=0)  # the group's first block's
-            return formats._dequantize_heads(payload, first.storage_type, scale, zero_point,
-                                             (tokens,) + first.shape[1:], first.block_size)
-        return original(codecs, values)
-    return decode_many
-
-
-GroupZeroPointFromFirstBlock = fault("KV-PAGED-FORMATS.group-zero-point-from-first-block", ("KV-PAGED-FORMATS",),
-    """Decodes a run of blocks of one affine format together with each block's scale but the first block's zero point
-    for all of them (the zero point is taken as a format constant, not block data).""", boundary=True,
-    patches=lambda: [wrap(formats, "decode_many", _first_block_zero_point)])
+def _signature_without_type(self):
+    if self.kind == "affine" and self.axis == 2 and self.block_size:
+        # the layout's geometry, not its element type: INT8, INT4 and INT2 blocks look alike
+        return ("affine", self.shape, self.block_size, self.scale.shape, self.zero_point is None)
 
 
 def _extends_after_partial(group, in_place, block, budget):
@@ -66,28 +39,6 @@ def _extends_after_partial(group, in_place, block, budget):
             and (len(group) + 1) * block.tokens <= paged.GROUP_TOKENS)
 
 
-PartialBlockGrouped = fault("KV-PAGED-RANGE.partial-block-grouped", ("KV-PAGED-RANGE",),
-    """Decodes a partial block together with the next blocks of the same format: its unused slots are read as tokens, so
-    every later token of the group sits at the wrong position (a partial block is only safe at the end of a group).""",
-    boundary=True, patches=lambda: [Patch(paged, "_extends", _extends_after_partial)])
-
-
-def _signature_without_type(self):
-    if self.kind == "affine" and self.axis == 2 and self.block_size:
-        # the layout's geometry, not its element type: INT8, INT4 and INT2 blocks look alike
-        return ("affine", self.shape, self.block_size, self.scale.shape, self.zero_point is None)
-    return _original_signature(self)
-
-
-_original_signature = formats.BlockCodec._make_signature
-
-
-GroupSignatureWithoutElementType = fault("KV-PAGED-FORMATS.group-signature-without-type", ("KV-PAGED-FORMATS",),
-    """Groups consecutive affine blocks by their geometry and parameter shapes but not their storage type: an INT4 block
-    following an INT8 one (both symmetric) is decoded with the INT8 block's code width.""",
-    patches=lambda: [Patch(formats.BlockCodec, "_make_signature", _signature_without_type)])
-
-
 def _key_signature(self):
     found = self.__dict__.get("_signature", False)
     if found is False:
@@ -97,39 +48,6 @@ def _key_signature(self):
     return found
 
 
-GroupedByKeyFormatOnly = fault("KV-PAGED-FORMATS.grouped-by-key-format", ("KV-PAGED-FORMATS",),
-    """Groups consecutive blocks when their key formats agree, without comparing the value formats: a block whose values
-    use another layout is decoded with the first block's value codec.""",
-    patches=lambda: [Patch(paged.KVBlock, "signature", property(_key_signature))])
-
-
-def _offset_from_count(original):
-    def attend_row(q, cache, mask, attrs, offset):
-        if offset is None:
-            offset = cache.count - q.shape[2]
-        return original(q, cache, mask, attrs, offset)
-    return attend_row
-
-
-PagedQueriesPlacedByCount = fault("KV-PAGED-RANGE.queries-placed-by-count", ("KV-PAGED-RANGE", "KV-ATTENTION"),
-    """Places the queries of a paged call at positions ``count - S + i`` (counting the cache's valid tokens from 0)
-    while the keys keep the absolute positions of their blocks: when the first block does not start at 0, the causal
-    frontier hides keys the queries should see.""", boundary=True,
-    patches=lambda: [wrap(paged_attention_module, "_attend_row", _offset_from_count)])
-
-
-def _mask_by_position(original):
-    def group_bias(mask, sq, lo, hi, first, offset, attrs):
-        return original(mask, sq, lo, hi, 0, offset, attrs)
-    return group_bias
-
-
-PagedMaskIndexedByPosition = fault("KV-PAGED-RANGE.mask-indexed-by-position", ("KV-PAGED-RANGE", "KV-ATTENTION"),
-    """Indexes the attention mask of a paged call by the keys' absolute positions instead of their order in the cache:
-    when the first block starts beyond 0, the mask is read shifted (and keys beyond its width are masked).""",
-    boundary=True, patches=lambda: [wrap(paged_attention_module, "_group_bias", _mask_by_position)])
-
-
 def _scaled_interleaved(x, scale):
     """paged_attention._scaled with query head h reading the scale of KV head h % Hkv."""
     if scale is None:
@@ -137,14 +55,6 @@ def _scaled_interleaved(x, scale):
     hq, hkv = x.shape[1], scale.shape[1]
     heads = np.arange(hq) % hkv
     return x * scale.T[heads][None, :, None, :]
-
-
-FactoredScaleHeadsInterleaved = fault("KV-PAGED-FORMATS.factored-scale-heads-interleaved",
-    ("KV-PAGED-FORMATS", "KV-ATTENTION"), """Applies the per-token, per-KV-head scale of symmetric affine blocks
-    (factored out of the decoded keys and values, onto the scores and weights) with query head h reading KV head ``h %
-    kv_heads`` while the codes are read with ``h // (q_heads / kv_heads)``: grouped-query Attention over such blocks
-    mixes heads' scales; dense blocks and the other formats stay right.""",
-    patches=lambda: [Patch(paged_attention_module, "_scaled", _scaled_interleaved)])
 
 
 def _add_scaled_normalizer(self, logits, v, bias, v_scale=None):
@@ -173,27 +83,11 @@ def _add_scaled_normalizer(self, logits, v, bias, v_scale=None):
     return weights
 
 
-ValueScaleInNormalizer = fault("KV-PAGED-FORMATS.value-scale-in-normalizer", ("KV-PAGED-FORMATS", "KV-ATTENTION"),
-    """Folds the factored per-token scale of symmetric affine value blocks into the softmax weights before the weights
-    are summed, so the normalizer is sum(w * scale) instead of sum(w): Y is off whenever the value scales of the
-    attended tokens differ.""",
-    patches=lambda: [Patch(paged_attention_module.OnlineSoftmax, "add", _add_scaled_normalizer)])
-
-
-def _head_size_axis(original):
-    def bind_affine(self, layout, nbytes):
-        if layout.HasField("axis"):
-            layout = type(layout).FromString(layout.SerializeToString())
-            layout.axis = 2  # per-axis and blocked parameters are taken to run along head_size
-        return original(self, layout, nbytes)
-    return bind_affine
-
-
-BlockAxisAssumedHeadSize = fault("KV-PAGED-FORMATS.block-axis-assumed-head-size", ("KV-PAGED-FORMATS", "AFF-AXIS"),
-    """Reads every per-axis or blocked affine K/V block as if its parameters ran along head_size (the axis of the
-    runtime's own block formats), whatever its axis field says: a caller's block with one scale per token (axis 0) or
-    per head (axis 1) is refused for its parameter shape, or decoded along the wrong axis.""",
-    patches=lambda: [wrap(formats.BlockCodec, "_bind_affine", _head_size_axis)])
+def _head_size_axis(layout, **_):
+    if layout.HasField("axis"):
+        layout = type(layout).FromString(layout.SerializeToString())
+        layout.axis = 2  # per-axis and blocked parameters are taken to run along head_size
+        return {"layout": layout}
 
 
 def _paged_append(start_after_slots: bool = False, lazy_seal: bool = False):
@@ -240,12 +134,61 @@ def _paged_append(start_after_slots: bool = False, lazy_seal: bool = False):
     return append
 
 
+PayloadSlotsAsValidTokens = fault("KV-PAGED-RANGE.slots-as-valid-tokens", ("KV-PAGED-RANGE",),
+    """Takes a block's token count from its payload's physical slots instead of its valid_length, so a partially filled
+    block contributes its unused slots too.""", patches=lambda: [around(
+        paged, "make_block", after=lambda block, **_: dataclasses.replace(block, valid=block.tokens))])
+KVZeroPointsDropped = fault("KV-PAGED-FORMATS.zero-points-dropped", ("KV-PAGED-FORMATS",),
+    """Decodes affine K/V blocks as if they were symmetric (codes times scale), ignoring the zero point each block
+    carries: only the per-block formats without a zero point decode right.""",
+    patches=lambda: [around(formats, "_dequantize_heads", before=lambda **_: {"zero_point": None})])
+GroupZeroPointFromFirstBlock = fault("KV-PAGED-FORMATS.group-zero-point-from-first-block", ("KV-PAGED-FORMATS",),
+    """Decodes a run of blocks of one affine format together with each block's scale but the first block's zero point
+    for all of them (the zero point is taken as a format constant, not block data).""", boundary=True,
+    patches=lambda: [around(formats, "decode_many", instead=_first_block_zero_point)])
+PartialBlockGrouped = fault("KV-PAGED-RANGE.partial-block-grouped", ("KV-PAGED-RANGE",),
+    """Decodes a partial block together with the next blocks of the same format: its unused slots are read as tokens, so
+    every later token of the group sits at the wrong position (a partial block is only safe at the end of a group).""",
+    boundary=True, patches=lambda: [Patch(paged, "_extends", _extends_after_partial)])
+GroupSignatureWithoutElementType = fault("KV-PAGED-FORMATS.group-signature-without-type", ("KV-PAGED-FORMATS",),
+    """Groups consecutive affine blocks by their geometry and parameter shapes but not their storage type: an INT4 block
+    following an INT8 one (both symmetric) is decoded with the INT8 block's code width.""",
+    patches=lambda: [around(formats.BlockCodec, "_make_signature", instead=_signature_without_type)])
+GroupedByKeyFormatOnly = fault("KV-PAGED-FORMATS.grouped-by-key-format", ("KV-PAGED-FORMATS",),
+    """Groups consecutive blocks when their key formats agree, without comparing the value formats: a block whose values
+    use another layout is decoded with the first block's value codec.""",
+    patches=lambda: [Patch(paged.KVBlock, "signature", property(_key_signature))])
+PagedQueriesPlacedByCount = fault("KV-PAGED-RANGE.queries-placed-by-count", ("KV-PAGED-RANGE", "KV-ATTENTION"),
+    """Places the queries of a paged call at positions ``count - S + i`` (counting the cache's valid tokens from 0)
+    while the keys keep the absolute positions of their blocks: when the first block does not start at 0, the causal
+    frontier hides keys the queries should see.""", boundary=True,
+    patches=lambda: [around(paged_attention_module, "_attend_row", before=lambda q, cache, offset, **_:
+                            {"offset": cache.count - q.shape[2]} if offset is None else None)])
+PagedMaskIndexedByPosition = fault("KV-PAGED-RANGE.mask-indexed-by-position", ("KV-PAGED-RANGE", "KV-ATTENTION"),
+    """Indexes the attention mask of a paged call by the keys' absolute positions instead of their order in the cache:
+    when the first block starts beyond 0, the mask is read shifted (and keys beyond its width are masked).""",
+    boundary=True, patches=lambda: [around(paged_attention_module, "_group_bias", before=lambda **_: {"first": 0})])
+FactoredScaleHeadsInterleaved = fault("KV-PAGED-FORMATS.factored-scale-heads-interleaved",
+    ("KV-PAGED-FORMATS", "KV-ATTENTION"), """Applies the per-token, per-KV-head scale of symmetric affine blocks
+    (factored out of the decoded keys and values, onto the scores and weights) with query head h reading KV head ``h %
+    kv_heads`` while the codes are read with ``h // (q_heads / kv_heads)``: grouped-query Attention over such blocks
+    mixes heads' scales; dense blocks and the other formats stay right.""",
+    patches=lambda: [Patch(paged_attention_module, "_scaled", _scaled_interleaved)])
+ValueScaleInNormalizer = fault("KV-PAGED-FORMATS.value-scale-in-normalizer", ("KV-PAGED-FORMATS", "KV-ATTENTION"),
+    """Folds the factored per-token scale of symmetric affine value blocks into the softmax weights before the weights
+    are summed, so the normalizer is sum(w * scale) instead of sum(w): Y is off whenever the value scales of the
+    attended tokens differ.""",
+    patches=lambda: [Patch(paged_attention_module.OnlineSoftmax, "add", _add_scaled_normalizer)])
+BlockAxisAssumedHeadSize = fault("KV-PAGED-FORMATS.block-axis-assumed-head-size", ("KV-PAGED-FORMATS", "AFF-AXIS"),
+    """Reads every per-axis or blocked affine K/V block as if its parameters ran along head_size (the axis of the
+    runtime's own block formats), whatever its axis field says: a caller's block with one scale per token (axis 0) or
+    per head (axis 1) is refused for its parameter shape, or decoded along the wrong axis.""",
+    patches=lambda: [around(formats.BlockCodec, "_bind_affine", before=_head_size_axis)])
 NewBlockAfterPartialSlots = fault("KV-PAGED-RANGE.new-block-after-partial-slots", ("KV-PAGED-RANGE",),
     """Starts the block that follows a partial block (a caller's block whose payload holds more slots than valid tokens)
     at the partial block's start plus its physical slots, not its valid length: the cache it returns has a gap in its
     token range, which the next call refuses.""", boundary=True,
     patches=lambda: [Patch(paged.PagedKVCache, "append", _paged_append(start_after_slots=True))])
-
 FilledBlockLeftOpen = fault("KV-PAGED-FORMATS.filled-block-left-open", ("KV-PAGED-FORMATS",),
     """Seals a full block into the cache's key/value formats only when the next block is started: a block filled by a
     call's last token is returned (and retained) dense, and Attention in that call reads its unencoded values.""",
