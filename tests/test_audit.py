@@ -11,10 +11,10 @@ import pytest
 
 from conformance.audit import audit, catalogue, report, scope
 from conformance.audit.audit import Audit, FaultOutcome
-from conformance.audit.fault import INSTALLER
+from conformance.audit.fault import INSTALLER, Fault, wrap
 from conformance.audit.faults.catalogue import LastDuplicateWins, ResolvesReferencesLazily
 from conformance.cases import load_cases, select
-from reference_impl import ContractError, structs, verify_model
+from reference_impl import ContractError, records, structs, verify_model
 from reference_impl.clauses import CLAUSES
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a faulty runtime's arithmetic may overflow
@@ -199,6 +199,52 @@ def test_the_gate_fails_on_survivors_stale_pending_notes_and_reference_failures(
     broken = Audit([], ["c"], {"c": "failed"}, complete=False)
     assert broken.problems() == ["the reference fails c: failed"]
     assert any("has no fault" in p for p in Audit([_outcome("CAT-ID-UNIQUE.x", ["c"])], ["c"], {}).problems())
+
+
+def _aligned_loads_by_dataclass_replace(original):
+    """A fault's slip: ``dataclasses.replace`` on a leaf, which is a named tuple, raises TypeError."""
+    import dataclasses
+
+    def read_leaf(payload, record_bits, leaf):
+        if leaf.width == 64 and leaf.offset % 64:
+            leaf = dataclasses.replace(leaf, offset=leaf.offset - leaf.offset % 64)
+        return original(payload, record_bits, leaf)
+    return read_leaf
+
+
+class SlippedAlignedLoads(Fault):
+    """Reads 64-bit fields with an aligned load, written with a slip that makes the fault itself crash."""
+
+    fault_id = "ENC-UNALIGNED.slipped-aligned-loads"
+    clauses = ("ENC-UNALIGNED",)
+
+    def patches(self):
+        return [wrap(records, "read_leaf", _aligned_loads_by_dataclass_replace)]
+
+
+def test_a_fault_crashing_in_its_own_code_is_a_defect_not_a_catch():
+    """A case failing because the fault's code raised (here a library misused by the fault) proves nothing
+    about the suite: such failures are not catches, and the gate names the fault to fix."""
+    cases = select(load_cases(), ["Required.Structured.Fields.UnalignedInt64"], None, None, None)
+    result = audit.run([SlippedAlignedLoads], cases, progress=False, complete=False)
+    outcome = result.outcomes[0]
+    assert outcome.crashed == ["Required.Structured.Fields.UnalignedInt64"] and outcome.caught_by == []
+    assert any("crashed in its own code" in problem and "TypeError" in problem for problem in result.problems())
+
+
+@pytest.mark.parametrize(("message", "frames", "crashed"), [
+    ("unclassified TypeError: x", ["conformance/execute.py", "conformance/audit/faults/encoding.py",
+                                   "/usr/lib/python3.11/dataclasses.py"], True),
+    ("unclassified ValueError: x", ["conformance/audit/faults/encoding.py", "reference_impl/records.py",
+                                    "site-packages/numpy/core/x.py"], False),  # the oracle given the bug's input
+    ("unclassified MemoryError: x", ["conformance/audit/faults/limits.py"], False),  # raised on purpose
+    ("expected X, got Y", ["conformance/audit/faults/encoding.py"], False),  # a classified failure
+])
+def test_only_an_exception_from_the_faults_own_code_is_its_crash(message, frames, crashed):
+    root = audit._ROOT
+    text = "Traceback (most recent call last):\n" + "".join(
+        f'  File "{path if path.startswith("/") else root / path}", line 1, in f\n    pass\n' for path in frames)
+    assert audit.crashed_in_fault(message, text) is crashed
 
 
 def test_audit_command_writes_the_kill_matrix_and_gates(tmp_path):

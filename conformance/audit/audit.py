@@ -12,7 +12,10 @@ proves the suite catches it across the process boundary too.
 from __future__ import annotations
 
 import importlib
+import inspect
 import multiprocessing
+import pathlib
+import re
 import sys
 import time
 from collections.abc import Iterable
@@ -45,6 +48,8 @@ class FaultOutcome:
     caught_by: list[str] = field(default_factory=list)
     incidental: list[str] = field(default_factory=list)  # failed on it, but test none of its clauses
     not_supported: list[str] = field(default_factory=list)
+    #: failed because the fault's own code raised (a defect of the fault, never a catch)
+    crashed: list[str] = field(default_factory=list)
     messages: dict[str, str] = field(default_factory=dict)
     duration: float = 0.0
 
@@ -118,6 +123,9 @@ class Audit:
         found += [f"fault {o.fault_id} survives: no case of its clauses fails on it ({', '.join(o.clauses)})"
                   + (f"; only {len(o.incidental)} incidental catch(es), e.g. {o.incidental[0]}" if o.incidental else "")
                   for o in self.scored() if not o.caught]
+        found += [f"fault {o.fault_id} crashed in its own code on {len(o.crashed)} case(s), e.g. {o.crashed[0]}: "
+                  f"{o.messages[o.crashed[0]]} (fix the fault: a crash of it is no runtime's bug)"
+                  for o in self.outcomes if o.crashed]
         found += [f"fault {o.fault_id} is marked {'pending' if o.pending else 'testee-blind'} but {len(o.caught_by)} "
                   f"case(s) catch it ({o.caught_by[0]}): remove that note" for o in self.outcomes
                   if self.excused(o) and o.caught]
@@ -167,7 +175,35 @@ def _fault_class(spec: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def _run_unit(unit: tuple[str, list[str], float, str | None]) -> tuple[str, list[tuple[str, str, str]], float]:
+#: the repository, and the audit's own code within it
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_AUDIT = pathlib.Path(__file__).resolve().parent
+_FRAME = re.compile(r'^  File "([^"]+)", line \d+', re.M)
+#: what a fault raises on purpose (a runtime exhausting memory, shown without the wait)
+SIMULATED_FAILURES = ("MemoryError",)
+
+
+def crashed_in_fault(message: str, traceback_text: str, own: tuple[pathlib.Path, ...] = (_AUDIT,)) -> bool:
+    """Whether a failure is the fault's own code going wrong rather than the bug it models: the unclassified
+    exception was raised in the fault's code (``own``: the audit's, and the module defining the fault), or in
+    a library that code called (the innermost frame of the project in the traceback is the fault's). A case
+    failing that way proves nothing about the suite."""
+    if not message.startswith("unclassified ") or message.split()[1].rstrip(":") in SIMULATED_FAILURES:
+        return False
+    ours = [pathlib.Path(path) for path in _FRAME.findall(traceback_text or "")
+            if pathlib.Path(path).is_relative_to(_ROOT) and "site-packages" not in path]
+    return bool(ours) and any(ours[-1] == place or ours[-1].is_relative_to(place) for place in own)
+
+
+def _own_code(spec: str) -> tuple[pathlib.Path, ...]:
+    """Where a fault's own code lives: the audit, and the module defining it (a fault may be defined elsewhere)."""
+    try:
+        return (_AUDIT, pathlib.Path(inspect.getfile(_fault_class(spec))).resolve())
+    except (TypeError, OSError):
+        return (_AUDIT,)
+
+
+def _run_unit(unit: tuple[str, list[str], float, str | None]) -> tuple[str, list[tuple[str, str, str, bool]], float]:
     """Run the given cases on one fault (or the reference) in this worker: (spec, results, seconds)."""
     spec, case_ids, timeout, testee = unit
     cases: dict[str, Case] = _WORKER["cases"]
@@ -179,10 +215,12 @@ def _run_unit(unit: tuple[str, list[str], float, str | None]) -> tuple[str, list
             raise RuntimeError(f"patches of fault {INSTALLER.owner.fault_id} are still installed (a case hung)")
         adapter = ReferenceAdapter() if spec == REFERENCE else _fault_class(spec)()
     results = []
+    own = _own_code(spec) if spec != REFERENCE else ()
     try:
         for case_id in case_ids:
             result = run_case(cases[case_id], adapter, timeout=timeout)
-            results.append((case_id, result.verdict, result.message))
+            crashed = bool(own) and crashed_in_fault(result.message or "", result.traceback or "", own)
+            results.append((case_id, result.verdict, result.message, crashed))
     finally:
         if hasattr(adapter, "shutdown"):
             adapter.shutdown()
@@ -227,16 +265,19 @@ def run(fault_classes: Iterable[type[Fault]], cases: list[Case], jobs: int = 1, 
                 outputs[spec] = (results, seconds)
                 _progress(progress, index, len(units), spec)
     reference_results, _ = outputs.pop(REFERENCE)
-    reference_failures = {cid: message for cid, verdict, message in reference_results if verdict != PASSED}
+    reference_failures = {cid: message for cid, verdict, message, _ in reference_results if verdict != PASSED}
     outcomes = []
     for cls in fault_classes:
         results, seconds = outputs[adapter_spec(cls)]
         outcome = FaultOutcome(cls.fault_id, adapter_spec(cls), tuple(cls.clauses), cls.boundary, cls.pending,
                                cls.testee_blind, duration=seconds)
-        for case_id, verdict, message in results:
+        for case_id, verdict, message, crashed in results:
             if case_id in reference_failures:
                 continue
-            if verdict == FAILED:
+            if crashed:
+                outcome.crashed.append(case_id)
+                outcome.messages[case_id] = message
+            elif verdict == FAILED:
                 through_clause = set(by_id[case_id].clauses) & set(cls.clauses)
                 (outcome.caught_by if through_clause else outcome.incidental).append(case_id)
                 outcome.messages[case_id] = message

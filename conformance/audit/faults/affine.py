@@ -214,7 +214,7 @@ ColumnMajorCodes = fault("AFF-ROW-MAJOR.column-major", ("AFF-ROW-MAJOR",),
 
 def _rows_byte_aligned(original, args):
     width, shape = dtypes.BIT_WIDTH[args.storage_type], args.shape
-    if width < 8 and len(shape) > 1 and shape[-1] and (shape[-1] * width) % 8:
+    if width < 8 and len(shape) > 1 and all(shape) and (shape[-1] * width) % 8:  # no rows: nothing is read
         rows, cols = int(np.prod(shape[:-1])), shape[-1]
         stride = (cols * width + 7) // 8
         raw = np.frombuffer(bytes(args.codes), np.uint8)

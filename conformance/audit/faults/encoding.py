@@ -589,7 +589,7 @@ StridedCodesReadAsPackedRun = fault("ENC-TIGHT.strided-codes-read-packed", ("ENC
 AlignedInt64Reads = fault("ENC-UNALIGNED.aligned-loads", ("ENC-UNALIGNED",),
     """Reads 64-bit fields with an aligned load: the offset is rounded down to a multiple of eight bytes, so an INT64 at
     byte 68 is read from byte 64.""",
-    patches=_leaves(before=lambda leaf, **_: {"leaf": dataclasses.replace(leaf, offset=leaf.offset - leaf.offset % 64)}
+    patches=_leaves(before=lambda leaf, **_: {"leaf": leaf._replace(offset=leaf.offset - leaf.offset % 64)}
                     if leaf.width == 64 and leaf.offset % 64 else None))
 WholeByteFieldsAtByteOffset = fault("ENC-UNALIGNED.bit-offset-floored", ("ENC-UNALIGNED", "ENC-TIGHT"),
     """Converts a whole-byte field's bit offset to a byte offset by floor division and reads from there: a UINT16 after
@@ -737,6 +737,8 @@ def codebook_decoder(index=lambda index: index, scale=lambda scale: scale, order
 
 
 def _first_record(values: np.ndarray) -> np.ndarray:
+    if not len(values):  # no records: no first one to read
+        return values.reshape(-1)
     rows = values.reshape(len(values), -1)
     return np.broadcast_to(rows[:1], rows.shape).reshape(-1)
 
@@ -756,6 +758,8 @@ def _int4_block_first_scale(layout, data):
 
 def _linear_first_parameters(layout, data):
     codes = layout.read(data, "values").astype(np.float32)
+    if not len(codes):
+        return codes.reshape(-1)
     scale, zero = (np.full(len(codes), decoders._field_or_constant(layout, data, name).astype(np.float32)[0],
                            np.float32) for name in ("scale", "zero_point"))
     return ((codes - zero[:, None]) * scale[:, None]).reshape(-1)

@@ -232,6 +232,8 @@ LenientExternalNumbers = fault("PAY-EXTERNAL-KEYS.lenient-numbers", ("PAY-EXTERN
 
 
 def _leading_parent_only(location, path):
+    if not isinstance(location, str):
+        raise violation(E.EXTERNAL_PATH_INVALID, path, "location is not valid UTF-8 text")
     normalized = location.replace("\\", "/")
     if normalized.startswith("/") or normalized.startswith("../") or normalized == "..":
         raise violation(E.EXTERNAL_PATH_INVALID, path, f"location {location!r} escapes the model directory")

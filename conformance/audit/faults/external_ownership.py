@@ -246,7 +246,10 @@ def _recycling(take: Callable, unretained_only: bool = False) -> Callable:
             slot = take(handle, name, value)
             if slot is None:
                 continue
-            slot.flags.writeable = True
+            try:
+                slot.flags.writeable = True
+            except ValueError:  # a view of memory the runtime does not own: never an arena buffer
+                continue
             slot[...] = value  # recycled while the previous call's output (or its caller) still refers to it
             slot.flags.writeable = unretained_only
             outputs[name] = slot
@@ -269,7 +272,7 @@ def _arena_slot(handle, name, value):
 def _pooled_slot(handle, name, value):
     slot = next((s for s in handle.pool if s.shape == value.shape and s.dtype == value.dtype), None)
     if slot is not None:
-        handle.pool.remove(slot)  # a buffer "released" by a closed state, still held by its caller
+        handle.pool[:] = [s for s in handle.pool if s is not slot]  # "released" by a closed state, still held
     return slot
 
 
