@@ -175,9 +175,9 @@ def _fault_class(spec: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-#: the repository, and the audit's own code within it
-_ROOT = pathlib.Path(__file__).resolve().parents[2]
+#: the packages whose frames are the project's (wherever they are installed), and the audit's own code
 _AUDIT = pathlib.Path(__file__).resolve().parent
+_PROJECT = (_AUDIT.parent, pathlib.Path(importlib.import_module("reference_impl").__file__).resolve().parent)
 _FRAME = re.compile(r'^  File "([^"]+)", line \d+', re.M)
 #: what a fault raises on purpose (a runtime exhausting memory, shown without the wait)
 SIMULATED_FAILURES = ("MemoryError",)
@@ -190,9 +190,11 @@ def crashed_in_fault(message: str, traceback_text: str, own: tuple[pathlib.Path,
     failing that way proves nothing about the suite."""
     if not message.startswith("unclassified ") or message.split()[1].rstrip(":") in SIMULATED_FAILURES:
         return False
-    ours = [pathlib.Path(path) for path in _FRAME.findall(traceback_text or "")
-            if pathlib.Path(path).is_relative_to(_ROOT) and "site-packages" not in path]
-    return bool(ours) and any(ours[-1] == place or ours[-1].is_relative_to(place) for place in own)
+
+    def within(path: pathlib.Path, places) -> bool:
+        return any(path == place or path.is_relative_to(place) for place in places)
+    ours = [path for path in map(pathlib.Path, _FRAME.findall(traceback_text or "")) if within(path, _PROJECT + own)]
+    return bool(ours) and within(ours[-1], own)
 
 
 def _own_code(spec: str) -> tuple[pathlib.Path, ...]:
