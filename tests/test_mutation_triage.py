@@ -121,3 +121,18 @@ def test_the_cases_module_is_not_collected_by_the_ordinary_run():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert "python_files" not in config["tool"]["pytest"]["ini_options"]
     assert config["tool"]["mutmut"]["pytest_add_cli_args_test_selection"] == ["tests/mutation/conformance_cases.py"]
+
+
+def test_every_case_with_an_external_file_is_also_run_with_its_payload_read(monkeypatch):
+    """The oracle reaches external bytes by mapping them or by reading them; the harness runs each such case
+    both ways, so a mutant of either reader fails a case, and it leaves the process in the mode it found."""
+    monkeypatch.syspath_prepend(str(ROOT / "tests" / "mutation"))
+    import conformance_cases
+
+    from reference_impl import payload
+
+    with_files = sorted(cid for cid, case in conformance_cases.CASES.items() if case.external_files())
+    assert conformance_cases.READ_ACCESS == with_files and "Required.External.Affine.DecodesFromFile" in with_files
+    before = payload.external_access()
+    conformance_cases.test_case_read_access("Required.External.Affine.DecodesFromFile")
+    assert payload.external_access() == before

@@ -25,6 +25,7 @@ import pytest
 from conformance.adapters.reference import ReferenceAdapter
 from conformance.cases import Case, load_cases
 from conformance.execute import PASSED, run_case
+from reference_impl import payload
 
 #: the levels the mutation run holds the oracle to
 LEVELS = ("Required", "Recommended")
@@ -70,3 +71,20 @@ def test_case(case_id: str) -> None:
     """The reference passes the case, with its error code where it rejects (``passed without code`` fails)."""
     result = run_case(CASES[case_id], ReferenceAdapter())
     assert result.verdict == PASSED, f"{case_id}: {result.verdict}: {result.message}"
+
+
+#: the cases with external files, run again with the bytes read into memory: the oracle reaches external payloads
+#: in two ways (``payload.set_external_access``), mapping them (its default, above) or reading them (what
+#: ``python -m conformance run`` and the fuzz harness select), and a mutant of either must fail a case
+READ_ACCESS = sorted(case_id for case_id, case in CASES.items() if case.external_files())
+
+
+@pytest.mark.parametrize("case_id", READ_ACCESS)
+def test_case_read_access(case_id: str) -> None:
+    """The reference passes the case with external payloads read, not mapped."""
+    previous = payload.set_external_access("read")
+    try:
+        result = run_case(CASES[case_id], ReferenceAdapter())
+    finally:
+        payload.set_external_access(previous)
+    assert result.verdict == PASSED, f"{case_id} (read access): {result.verdict}: {result.message}"
