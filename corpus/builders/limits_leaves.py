@@ -36,3 +36,24 @@ def wide_structure_twice(inline_root: bool = False):
         value.struct_type.type_ref = 2
     m.graph.encoded_initializer.append(value)
     return {"model": m}
+
+
+@builder
+def constant_structure_twice():
+    """Declaration 1 holds WIDE_FIELDS scalar UINT8 constants ``c0`` ... and no data; the inline layout holds
+    ``a`` and ``b``, both referencing declaration 1, then a UINT8 ``x`` (the record's one byte). Placing ``b``
+    brings the layout to 2 * WIDE_FIELDS = 4098 constants."""
+    m = model("constants")
+    wide = m.struct_types.add(type_id=1)
+    for index in range(WIDE_FIELDS):
+        constant = wide.structure.field.add(name=f"c{index}").constant
+        constant.data_type = 2
+        constant.raw_data = bytes([index % 256])
+    value = schema.EncodedValueProto(name="v", raw_data=b"\x07")
+    for name in ("a", "b"):
+        value.struct_type.structure.field.add(name=name).type.struct_type.type_ref = 1
+    leaf = value.struct_type.structure.field.add(name="x").type.tensor_type
+    leaf.elem_type = 2
+    leaf.shape.SetInParent()
+    m.graph.encoded_initializer.append(value)
+    return {"model": m}

@@ -39,10 +39,11 @@ TRIAGE_FILE = ROOT / "docs" / "audit" / "mutation.md"
 
 KILLED, EQUIVALENT, PERMITTED, MISSING = "killed", "equivalent", "permitted", "missing case"
 VERDICTS = (KILLED, EQUIVALENT, PERMITTED, MISSING)
-#: mutmut statuses that count as a kill (a mutant that hangs fails the case on the suite's timeout)
-DETECTED = ("killed", "timeout", "caught by type check")
+#: mutmut statuses that count as a kill (a mutant that hangs fails the case on the suite's timeout, one that
+#: crashes the interpreter fails the case it was running)
+DETECTED = ("killed", "timeout", "caught by type check", "segfault")
 #: mutmut statuses that leave a mutant alive: each needs a triage line
-ALIVE = ("survived", "no tests", "suspicious", "segfault")
+ALIVE = ("survived", "no tests", "suspicious")
 
 #: The nightly shards: each is one job of ci/mutation-nightly.yml, running ``mutmut run`` on these globs.
 #: Together they cover every mutated module (tests/test_mutation_triage.py checks both facts).
