@@ -118,6 +118,21 @@ class MaskHeadsCutToQueries(Fault):
         return [wrap(A, "check_mask", make)]
 
 
+class MaskLeadingUnitAxesDropped(Fault):
+    """Takes a mask of rank above 4 whose leading axes are 1 as the 4-D mask of its last four axes."""
+
+    fault_id = "KV-ATTENTION.mask-leading-unit-axes-dropped"
+
+    def patches(self):
+        def make(original):
+            def check_mask(mask, q_dtype, target):
+                if mask is not None and np.ndim(mask) > 4 and set(np.shape(mask)[:-4]) == {1}:
+                    mask = np.asarray(mask).reshape(np.shape(mask)[-4:])
+                return original(mask, q_dtype, target)
+            return check_mask
+        return [wrap(A, "check_mask", make)]
+
+
 CATCHERS = [
     (HeadsGroupedWithoutDivisibility(), (f"{_ID}QueryHeadsNotAMultiple",)),
     (QueryHeadTruncated(), (f"{_ID}QueryHeadSizeDiffers",)),
@@ -125,8 +140,9 @@ CATCHERS = [
                                  f"{_ID}ValueHeadSizeDiffersFromPast")),
     (MaskCutToKeys(), (f"{_ID}MaskLongerThanKeys",)),
     (MaskHeadsCutToQueries(), (f"{_ID}MaskHeadsDoNotBroadcast",)),
+    (MaskLeadingUnitAxesDropped(), (f"{_ID}MaskRankFive",)),
 ]
 
 
 test_the_reference_passes, test_the_bug_fails_its_cases, test_every_case_fails_some_bug = \
-    wrong_runtime_tests(_cases, 7, CATCHERS)
+    wrong_runtime_tests(_cases, 8, CATCHERS)

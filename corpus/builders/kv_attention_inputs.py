@@ -24,12 +24,12 @@ HEADS, HEAD_SIZE = 2, 4
 #: scenario -> what the failing run feeds instead of a valid (q, k, v[, attn_mask])
 SCENARIOS = ("QueryHeadsNotAMultiple", "QueryHeadSizeDiffers", "KeyHeadsDifferFromPast",
              "KeyHeadSizeDiffersFromPast", "ValueHeadSizeDiffersFromPast", "MaskLongerThanKeys",
-             "MaskHeadsDoNotBroadcast")
+             "MaskHeadsDoNotBroadcast", "MaskRankFive")
 
 
-def _free_model(mask: bool):
+def _free_model(mask: bool, mask_rank: bool = True):
     """Attention(q, k, v[, attn_mask], past_key, past_value) with every dimension symbolic and its own name,
-    ``past_* <- present_*``."""
+    ``past_* <- present_*``; the mask's rank is 4, or left undeclared without ``mask_rank``."""
     m = new_model("kv_attention_inputs", 23)
     g = m.graph
     g.node.add(op_type="Attention", input=["q", "k", "v", "attn_mask" if mask else "", "past_key",
@@ -37,7 +37,10 @@ def _free_model(mask: bool):
     for name in ("q", "k", "v", "past_key", "past_value"):
         _tensor_vi(g, name, [f"{name}_{axis}" for axis in ("b", "h", "s", "d")])
     if mask:
-        _tensor_vi(g, "attn_mask", ["m_b", "m_h", "m_s", "m_t"], elem=9)
+        if mask_rank:
+            _tensor_vi(g, "attn_mask", ["m_b", "m_h", "m_s", "m_t"], elem=9)
+        else:
+            g.input.add(name="attn_mask").type.tensor_type.elem_type = 9
     _tensor_vi(g, "y", ["y_b", "y_h", "y_s", "y_d"], output=True)
     for name in ("present_key", "present_value"):
         _tensor_vi(g, name, [f"{name}_{axis}" for axis in ("b", "h", "s", "d")], output=True)
@@ -74,6 +77,8 @@ def _bad_feeds(scenario: str, rng, past: int) -> dict:
         mask = np.ones((1, HEADS, 1, past + 2), bool)  # one key more than past + new
     elif scenario == "MaskHeadsDoNotBroadcast":
         mask = np.ones((1, 3, 1, past + 1), bool)  # 3 mask heads against 2 query heads
+    elif scenario == "MaskRankFive":
+        mask = np.ones((1, 1, 1, 1, past + 1), bool)  # rank 5 (the model leaves the rank open): not 4-D
     else:
         raise ValueError(f"unknown scenario {scenario}")
     feeds = {"q": _literal(q), "k": _literal(k), "v": _literal(v)}
@@ -111,4 +116,4 @@ def kv_attention_inputs(scenario: str, seed: int = 23):
                   "also": ["EXECUTION_FAILED"], "cause": _causes(scenario)})
     trace += _kept(cache) + [step("r2"), step("r3")]
     trace += _held("r0", held_r0) + _held("r1", held_r1)
-    return {"model": _free_model(masked), "steps": trace}
+    return {"model": _free_model(masked, mask_rank=scenario != "MaskRankFive"), "steps": trace}
