@@ -17,7 +17,7 @@ MODULES = ("structured_examples", "affine_sweep", "affine_scales", "wire", "kv",
            "affine_chunks",
            "encoding_chunks", "kv_chunks", "zero_copy_layouts", "state_positions", "state_identity",
            "state_cost", "catalogue_positions", "declarations_forms", "kv_identity", "kv_caller_layouts",
-           "external_measured")
+           "external_measured", "kv_attention_inputs")
 
 
 def builder(fn):

@@ -128,14 +128,23 @@ WINDOWS = {
     # no causal mask, left_window_size 0 and right_window_size 1: the query at p sees keys p and p + 1.
     "Right": ({"is_causal": 0, "left_window_size": 0, "right_window_size": 1},
               [[3, 1], [5, 3], [6, 4]], [[1, 5], [2, 2]]),  # means of (0, 1), (1, 2), then 2 alone; (3, 4), 4
-    # The rows below use _WINDOW_VALUES_3 (multiples of 3: every mean of 1 to 4 of them is exact in float32).
+    # The rows below use _WINDOW_VALUES_3 (multiples of 3: every mean of 1 to 4 of them is exact in float32; the
+    # mean of all five, 2.4, is not, and is checked to the rows' 1e-6).
     # is_causal with left_window_size 2: the query at p sees keys p - 2 .. p.
     "LeftTwo": ({"is_causal": 1, "left_window_size": 2},
                 [[3, 0], [1.5, 1.5], [3, 2]], [[2, 4], [3, 4]]),  # (0), (0, 1), (0, 1, 2); (1, 2, 3), (2, 3, 4)
     # no causal mask, left_window_size 1 and right_window_size 1: the query at p sees keys p - 1 .. p + 1.
     "BothSides": ({"is_causal": 0, "left_window_size": 1, "right_window_size": 1},
                   [[1.5, 1.5], [3, 2], [3, 3]], [[3, 4], [1.5, 4.5]]),  # (0, 1), (0, 1, 2), (1, 2); (2, 3, 4), (3, 4)
+    # no causal mask, left_window_size 0 alone: the query at p sees keys p .. the last one (0 is a bound).
+    "LeftZero": ({"is_causal": 0, "left_window_size": 0},
+                 [[3, 2], [3, 3], [6, 3]], [[1.5, 4.5], [3, 3]]),  # (0, 1, 2), (1, 2), (2); (3, 4), (4)
+    # no causal mask, right_window_size 0 alone: the query at p sees keys 0 .. p, the causal frontier.
+    "RightZero": ({"is_causal": 0, "right_window_size": 0},
+                  [[3, 0], [1.5, 1.5], [3, 2]], [[2.25, 3], [2.4, 3]]),  # (0), (0, 1), (0, 1, 2); (0..3), (0..4)
 }
+#: the sides whose values are _WINDOW_VALUES_3
+_THIRDS = ("LeftTwo", "BothSides", "LeftZero", "RightZero")
 #: the values of tokens 0..4 for the rows LeftTwo and BothSides
 _WINDOW_VALUES_3 = [[3, 0], [0, 3], [6, 3], [0, 6], [3, 3]]
 
@@ -151,7 +160,7 @@ def mut_kv_window(side: str, refusable: bool = False):
     attrs, prefill, chunk = WINDOWS[side]
     m = attention_model(1, _HEAD, name=f"mut_kv_window_{side}", opset=25, **attrs)
     keys = np.array([[t, 1] for t in range(5)], np.float32).reshape(1, 1, 5, _HEAD)
-    table = _WINDOW_VALUES_3 if side in ("LeftTwo", "BothSides") else _WINDOW_VALUES
+    table = _WINDOW_VALUES_3 if side in _THIRDS else _WINDOW_VALUES
     values = np.array(table, np.float32).reshape(1, 1, 5, _HEAD)
     empty = np.zeros((1, 1, 0, _HEAD), np.float32)
     steps = [{"op": "open", "initial": {"past_key": _literal(empty), "past_value": _literal(empty)}}]

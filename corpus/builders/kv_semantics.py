@@ -132,12 +132,29 @@ def _run(label: str, feeds: dict, outputs: dict, exact: bool) -> dict:
             "outputs": {name: _literal(value) for name, value in outputs.items()}, **tolerance}
 
 
+#: Scenarios of the contiguous path alone: an attribute or a length the paged_attention role does not take.
+CONTIGUOUS_SCENARIOS = {
+    # softmax_precision = 1 (FLOAT) on float inputs: the precision the softmax has without it.
+    "SoftmaxPrecisionFloat": Scenario((4, 2, 1), attrs={"is_causal": 1, "softmax_precision": 1}),
+    # a causal prefill of 1030 tokens (2 query heads on 1 KV head of 4), then two decode steps over them
+    "LongPrefill": Scenario((1030, 1, 1), q_heads=2, kv_heads=1, head_size=4, attrs={"is_causal": 1}),
+}
+
+
 @builder
-def kv_attention_semantics(path: str, scenario: str, block_size: int = 4, seed: int = 0):
+def kv_attention_contiguous_trace(scenario: str, seed: int = 0):
+    """A decode trace of ``scenario`` (CONTIGUOUS_SCENARIOS) on the contiguous path, as
+    ``kv_attention_semantics`` builds its contiguous rows."""
+    return kv_attention_semantics("contiguous", scenario, seed=seed, scenarios=CONTIGUOUS_SCENARIOS)
+
+
+@builder
+def kv_attention_semantics(path: str, scenario: str, block_size: int = 4, seed: int = 0,
+                           scenarios: dict | None = None):
     """A decode trace of ``scenario`` (SCENARIOS) on the ``contiguous`` path (Attention with past/present;
     presents are checked too) or the ``paged`` path (PagedAttention over ``block_size``-token blocks, so
     prefills and large logits cross block boundaries)."""
-    s = SCENARIOS[scenario]
+    s = (scenarios or SCENARIOS)[scenario]
     attrs = {name: (float(value) if name in ("scale", "softcap") else value) for name, value in s.attrs.items()}
     steps = _step_expectations(s, seed or sum(map(ord, scenario)))
     if path == "contiguous":
@@ -159,6 +176,6 @@ def kv_attention_semantics(path: str, scenario: str, block_size: int = 4, seed: 
 
 def semantics_calls(scenario: str, seed: int = 0):
     """(feeds, expected Y, past length) per call, for tests that cross-check the formula."""
-    s = SCENARIOS[scenario]
+    s = {**SCENARIOS, **CONTIGUOUS_SCENARIOS}[scenario]
     return [(feeds, y, past, keys, values)
             for feeds, y, keys, values, past in _step_expectations(s, seed or sum(map(ord, scenario)))]
