@@ -10,6 +10,6 @@ from __future__ import annotations
 from reference_impl.clauses import SPEC_NAME, SPEC_REVISION
 
 SUITE_NAME = "onnx-light-conformance"
-SUITE_VERSION = "7.0.0"  # 7.0: AxisOutOfRange cases break one rule only (see CHANGELOG.md)
+SUITE_VERSION = "7.1.0"  # 7.1: cases from the payload, records and kv-attention mutation shards (see CHANGELOG.md)
 
 __all__ = ["SPEC_NAME", "SPEC_REVISION", "SUITE_NAME", "SUITE_VERSION"]

@@ -279,9 +279,7 @@ OnlyLeadingParentRefused = fault("PAY-EXTERNAL-CONTAINED.only-leading-parent-ref
                                                                Patch(payload, "open_external", _joined_open)])
 SymlinksFollowed = fault("PAY-EXTERNAL-CONTAINED.symlinks-followed", ("PAY-EXTERNAL-CONTAINED",), """Checks the
     location's spelling (relative, no '..') but opens it by joining it to the model directory, so a symbolic link inside
-    the directory leads wherever it points.""", pending="a case whose model directory holds a symbolic link to a file "
-    "outside it (the case format writes regular files only)", patches=lambda: [Patch(payload, "open_external",
-                                                                                     _joined_open)])
+    the directory leads wherever it points.""", patches=lambda: [Patch(payload, "open_external", _joined_open)])
 ExternalValuesReopenedByName = fault("PAY-EXTERNAL-OWNER.reopened-by-name", ("PAY-EXTERNAL-OWNER",), """Keeps an
     external encoded value as its message and opens the backing file by name whenever the value is decoded, instead of
     retaining the mapping it validated at load: a file removed or replaced after loading breaks (or changes) values the
