@@ -15,3 +15,24 @@ def plain_onnx(case) -> onnx.ModelProto:
     plain = onnx.ModelProto()
     plain.ParseFromString(model.SerializeToString())
     return plain
+
+
+def assert_refusable_trace_matches_onnx_reference(case, atol: float = 1e-6) -> None:
+    """For a state case built with ``refusal_allowed`` (an open, then a first run whose later runs are
+    ``if_accepted``): onnx's reference evaluator, given the past back by hand, gives every expected output."""
+    import numpy as np
+    from onnx.reference import ReferenceEvaluator
+
+    from conformance import values as V
+
+    plain = plain_onnx(case)
+    names = [o.name for o in plain.graph.output]
+    evaluator = ReferenceEvaluator(plain)
+    opened, first = case.extras()["steps"]
+    past = {name: V.build(value) for name, value in opened["initial"].items()}
+    for step in [first, *first["if_accepted"]]:
+        got = dict(zip(names, evaluator.run(None, {**{n: V.build(v) for n, v in step["feeds"].items()}, **past}),
+                       strict=True))
+        for name, want in step["outputs"].items():
+            np.testing.assert_allclose(got[name], V.build(want), rtol=atol, atol=atol)
+        past = {"past_key": got["present_key"], "past_value": got["present_value"]}

@@ -7,10 +7,9 @@ refuses passes, and the windows' hand arithmetic agrees with onnx's reference ev
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from fault_catchers import assert_caught_by_independent_cases, params
-from plain_models import plain_onnx
+from plain_models import assert_refusable_trace_matches_onnx_reference
 
 from conformance.adapters.reference import ReferenceAdapter, ReferenceState
 from conformance.audit import catalogue
@@ -154,19 +153,4 @@ def test_a_runtime_that_runs_the_model_must_compute_it(case_id):
 def test_window_arithmetic_agrees_with_onnx_reference(case_id):
     """Attention-25 in onnx's reference evaluator gives every expected output of both calls, the past fed
     back by hand."""
-    from onnx.reference import ReferenceEvaluator
-
-    from conformance import values as V
-
-    case = _CASES[case_id]
-    plain = plain_onnx(case)
-    names = [o.name for o in plain.graph.output]
-    evaluator = ReferenceEvaluator(plain)
-    opened, first = case.extras()["steps"]
-    past = {name: V.build(value) for name, value in opened["initial"].items()}
-    for step in [first, *first["if_accepted"]]:
-        got = dict(zip(names, evaluator.run(None, {**{n: V.build(v) for n, v in step["feeds"].items()}, **past}),
-                       strict=True))
-        for name, want in step["outputs"].items():
-            np.testing.assert_allclose(got[name], V.build(want), rtol=1e-6, atol=1e-6)
-        past = {"past_key": got["present_key"], "past_value": got["present_value"]}
+    assert_refusable_trace_matches_onnx_reference(_CASES[case_id])

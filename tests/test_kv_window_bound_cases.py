@@ -8,10 +8,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import numpy as np
 import pytest
 from fault_catchers import wrong_runtime_tests
-from plain_models import plain_onnx
+from plain_models import assert_refusable_trace_matches_onnx_reference
 
 from conformance.audit.fault import Fault, wrap
 from conformance.cases import load_cases
@@ -49,19 +48,4 @@ test_the_reference_passes, test_the_bug_fails_its_cases, test_every_case_fails_s
 def test_zero_window_expectations_agree_with_onnx_reference(case_id):
     """Attention-25 in onnx's reference evaluator gives every expected output of both calls, the past fed
     back by hand."""
-    from onnx.reference import ReferenceEvaluator
-
-    from conformance import values as V
-
-    case = _cases()[case_id]
-    plain = plain_onnx(case)
-    names = [o.name for o in plain.graph.output]
-    evaluator = ReferenceEvaluator(plain)
-    opened, first = case.extras()["steps"]
-    past = {name: V.build(value) for name, value in opened["initial"].items()}
-    for step in [first, *first["if_accepted"]]:
-        got = dict(zip(names, evaluator.run(None, {**{n: V.build(v) for n, v in step["feeds"].items()}, **past}),
-                       strict=True))
-        for name, want in step["outputs"].items():
-            np.testing.assert_allclose(got[name], V.build(want), rtol=1e-6, atol=1e-6)
-        past = {"past_key": got["present_key"], "past_value": got["present_value"]}
+    assert_refusable_trace_matches_onnx_reference(_cases()[case_id])
